@@ -1,0 +1,1 @@
+"""hpcobs: observability-as-code for AI training clusters under Slurm."""

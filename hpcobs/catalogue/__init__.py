@@ -1,0 +1,176 @@
+"""The exporter catalogue: every raw metric hpcobs reads, with exporter, versions, type, unit, labels, source.
+
+One YAML file per exporter beside this module. Content never spells a raw metric name: it asks the
+catalogue for (exporter, signal) and gets the name for the deployed version (see hpcobs.sources).
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from functools import cache
+from pathlib import Path
+
+import jsonschema
+import yaml
+
+HERE = Path(__file__).resolve().parent
+
+UNITS = (
+    "ratio", "percent", "bytes", "kibibytes", "mebibytes", "bytes_per_second", "megabytes_per_second",
+    "megabits_per_second", "gigabytes_per_second", "hertz", "megahertz", "watts", "joules", "millijoules",
+    "microjoules", "celsius", "seconds", "milliseconds", "microseconds", "nanoseconds", "count", "state", "info",
+)
+
+_SPELLING = {"type": "object", "additionalProperties": False, "required": ["name", "unit"],
+             "properties": {"name": {"type": "string"}, "unit": {"enum": list(UNITS)}}}
+_METRIC = {
+    "type": "object", "additionalProperties": False,
+    "required": ["signal", "name", "type", "unit", "help", "source"],
+    "properties": {
+        "signal": {"type": "string", "pattern": "^[a-z][a-z0-9_]*$"},
+        "name": {"type": "string", "pattern": "^[a-zA-Z_:][a-zA-Z0-9_:]*$"},
+        "type": {"enum": ["counter", "gauge", "info", "untyped", "histogram"]},
+        "unit": {"enum": list(UNITS)},
+        "labels": {"type": "array", "items": {"type": "string"}},
+        "optional": {"type": "boolean"},
+        "renamed": {"type": "object", "additionalProperties": _SPELLING},
+        "only_from": {"type": "string"},
+        "help": {"type": "string"},
+        "source": {"type": "string"},
+    },
+}
+_EXPORTER = {
+    "type": "object", "additionalProperties": False,
+    "required": ["exporter", "title", "source", "host", "metrics"],
+    "properties": {
+        "exporter": {"type": "string", "pattern": "^[a-z][a-z0-9_]*$"},
+        "title": {"type": "string"},
+        "source": {"type": "string"},
+        "versions": {"type": "object", "additionalProperties": {"type": "string"}},
+        "host_by_version": {"type": "object", "additionalProperties": {"type": "string"}},
+        "host": {"type": "object", "additionalProperties": False, "required": ["regex"],
+                 "properties": {"label": {"type": "string"}, "regex": {"type": "string"}}},
+        "job_label": {"type": ["string", "null"]},
+        "name_prefix_config": {"type": "string"},
+        "gpu_labels": {"type": "array", "items": {"type": "string"}},
+        "info_labels_by_version": {"type": "object", "additionalProperties": {"type": "array", "items": {"type": "string"}}},
+        "xid_classes": {"type": "object", "additionalProperties": {"type": "array", "items": {"type": "integer"}}},
+        "metrics": {"type": "array", "minItems": 1, "items": _METRIC},
+    },
+}
+
+
+class CatalogueError(Exception):
+    """A catalogue data file is malformed (a bug in hpcobs, not user input)."""
+
+
+@dataclass(frozen=True)
+class Metric:
+    """One raw metric as a given exporter version exposes it."""
+
+    exporter: str
+    signal: str
+    name: str
+    type: str
+    unit: str
+    labels: tuple[str, ...]
+    optional: bool
+    help: str
+    source: str
+
+
+@dataclass(frozen=True)
+class Exporter:
+    id: str
+    title: str
+    source: str
+    versions: tuple[str, ...]
+    host_regex: str
+    job_label: str | None
+    name_prefix_config: str | None
+    raw: dict = field(repr=False, compare=False)
+
+    def signals(self) -> list[str]:
+        return [m["signal"] for m in self.raw["metrics"]]
+
+    def xids(self, xid_class: str) -> tuple[int, ...]:
+        return tuple(self.raw["xid_classes"][xid_class])
+
+    def host_label(self, version: str | None = None) -> str:
+        if self.versions:
+            return self.raw["host_by_version"][self._version(version)]
+        return self.raw["host"]["label"]
+
+    def info_labels(self, version: str | None = None) -> tuple[str, ...]:
+        by_version = self.raw.get("info_labels_by_version")
+        return tuple(by_version[self._version(version)]) if by_version else ()
+
+    def _version(self, version: str | None) -> str:
+        if not self.versions:
+            if version is not None:
+                raise KeyError(f"{self.id} has no versions, got {version!r}")
+            return ""
+        if version not in self.versions:
+            raise KeyError(f"{self.id} version {version!r} unknown; known: {list(self.versions)}")
+        return version
+
+    def metric(self, signal: str, version: str | None = None) -> Metric | None:
+        """The metric for this signal in this version, or None when that version does not expose it."""
+        entry = next((m for m in self.raw["metrics"] if m["signal"] == signal), None)
+        if entry is None:
+            raise KeyError(f"exporter {self.id!r} has no signal {signal!r}; known: {self.signals()}")
+        version = self._version(version)
+        order = list(self.versions)
+        if "only_from" in entry and order.index(version) < order.index(entry["only_from"]):
+            return None
+        name, unit = entry["name"], entry["unit"]
+        for since in order[: order.index(version) + 1] if order else []:
+            if since in entry.get("renamed", {}):
+                name, unit = entry["renamed"][since]["name"], entry["renamed"][since]["unit"]
+        labels = tuple(self.raw.get("gpu_labels", ())) + tuple(entry.get("labels", ()))
+        return Metric(self.id, signal, name, entry["type"], unit, labels,
+                      bool(entry.get("optional", False)), entry["help"], entry["source"])
+
+    def all_metrics(self) -> list[Metric]:
+        """Every spelling of every signal across versions (for lints and docs)."""
+        out = {}
+        for signal in self.signals():
+            for version in self.versions or (None,):
+                metric = self.metric(signal, version)
+                if metric is not None:
+                    out[(metric.name, metric.unit)] = metric
+        return list(out.values())
+
+
+def _load_file(path: Path) -> Exporter:
+    raw = yaml.safe_load(path.read_text(encoding="utf-8"))
+    try:
+        jsonschema.validate(raw, _EXPORTER)
+    except jsonschema.ValidationError as exc:
+        raise CatalogueError(f"{path.name}: {'.'.join(map(str, exc.absolute_path))}: {exc.message}") from None
+    signals = [m["signal"] for m in raw["metrics"]]
+    duplicated = sorted({s for s in signals if signals.count(s) > 1})
+    if duplicated:
+        raise CatalogueError(f"{path.name}: duplicated signals {duplicated}")
+    versions = tuple(raw.get("versions", {}))
+    if versions and set(raw.get("host_by_version", {})) != set(versions):
+        raise CatalogueError(f"{path.name}: host_by_version must name every version {list(versions)}")
+    if not versions and "label" not in raw["host"]:
+        raise CatalogueError(f"{path.name}: host.label is required when there are no versions")
+    for metric in raw["metrics"]:
+        for since in list(metric.get("renamed", {})) + ([metric["only_from"]] if "only_from" in metric else []):
+            if since not in versions:
+                raise CatalogueError(f"{path.name}: {metric['signal']}: unknown version {since!r}")
+    return Exporter(raw["exporter"], raw["title"], raw["source"], versions, raw["host"]["regex"],
+                    raw.get("job_label"), raw.get("name_prefix_config"), raw)
+
+
+@cache
+def load() -> dict[str, Exporter]:
+    """All exporters, by id."""
+    exporters = {}
+    for path in sorted(HERE.glob("*.yaml")):
+        exporter = _load_file(path)
+        if exporter.id in exporters:
+            raise CatalogueError(f"{path.name}: exporter id {exporter.id!r} defined twice")
+        exporters[exporter.id] = exporter
+    return exporters

@@ -1,0 +1,58 @@
+"""config -> rules -> alerts -> dashboards -> rendered files (DESIGN.md §3). Pure: nothing is written here."""
+from __future__ import annotations
+
+from collections import defaultdict
+
+import alerts
+import dashboards
+import recording_rules
+from alerts import alertmanager
+
+from . import dashboard as dashboard_engine
+from . import promtest, provisioning
+from .config import Config
+from .context import Context
+from .render import GENERATED, json_text, yaml_text
+from .rules import Group
+
+RULES_DIR = "prometheus/rules"
+TESTS_DIR = "prometheus/tests"
+
+
+def rule_groups(ctx: Context) -> dict[str, list[Group]]:
+    """Every group, by domain: recording groups first, then alerting groups, in module order."""
+    by_domain: dict[str, list[Group]] = defaultdict(list)
+    for module in recording_rules.MODULES + alerts.MODULES:
+        for group in module.groups(ctx):
+            by_domain[group.domain].append(group)
+    names = [g.name for groups in by_domain.values() for g in groups]
+    duplicated = sorted({n for n in names if names.count(n) > 1})
+    if duplicated:
+        raise ValueError(f"rule group names used twice: {duplicated}")
+    return dict(by_domain)
+
+
+def generate(config: Config) -> dict[str, str]:
+    """Every output file, by path relative to out/."""
+    ctx = Context(config)
+    grafana_url = config.get("grafana", "url")
+    runbook_base = config.get("runbooks", "base_url")
+    files: dict[str, str] = {}
+
+    groups = rule_groups(ctx)
+    rule_files = [f"../rules/{domain}.rules.yaml" for domain in sorted(groups)]
+    for domain, domain_groups in groups.items():
+        files[f"{RULES_DIR}/{domain}.rules.yaml"] = yaml_text(
+            {"groups": [g.to_dict(grafana_url, runbook_base) for g in domain_groups]}, GENERATED)
+        files[f"{TESTS_DIR}/{domain}.tests.yaml"] = yaml_text(
+            promtest.test_file(domain_groups, rule_files, ctx.scrape_interval, grafana_url, runbook_base), GENERATED)
+
+    files["alertmanager/alertmanager.yml"] = yaml_text(alertmanager.config(ctx), GENERATED)
+
+    folder = config.get("grafana", "folder")
+    for module in dashboards.MODULES:
+        spec = module.dashboard(ctx)
+        files[f"grafana/dashboards/{folder}/{spec.uid}.json"] = json_text(dashboard_engine.build(spec))
+    files["grafana/provisioning/dashboards/hpcobs.yaml"] = yaml_text(provisioning.dashboards_provider(), GENERATED)
+    files["grafana/provisioning/datasources/hpcobs.yaml"] = yaml_text(provisioning.datasources(config), GENERATED)
+    return dict(sorted(files.items()))

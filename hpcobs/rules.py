@@ -1,0 +1,114 @@
+"""Recording rules, alerts and groups as small declarative objects, plus their rendering to rule files."""
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+
+from .promql import duration_seconds
+from .ruletest import Case
+
+SEVERITIES = ("critical", "warning", "info")
+_RECORD_NAME = re.compile(r"^(gpu|node|job|account|partition|cluster|user|rank|port|fs|exporter):[a-z0-9_]+:[a-z0-9_]+$")
+_ALERT_NAME = re.compile(r"^(Gpu|Node|Ib|Storage|Training|Slurm|Security|Exporter)[A-Z][A-Za-z0-9]+$")
+_TEMPLATE_VAR = re.compile(r"\{\{\s*\$labels\.([a-zA-Z_][a-zA-Z0-9_]*)\s*\}\}")
+
+
+@dataclass
+class Record:
+    """A recording rule named level:metric:operations, with its expected-output tests."""
+
+    record: str
+    expr: str
+    tests: list[Case] = field(default_factory=list)
+    labels: dict[str, str] = field(default_factory=dict)
+
+    def __post_init__(self):
+        if not _RECORD_NAME.match(self.record):
+            raise ValueError(f"recording rule {self.record!r} does not follow level:metric:operations")
+
+    def to_dict(self) -> dict:
+        out = {"record": self.record, "expr": self.expr}
+        if self.labels:
+            out["labels"] = dict(self.labels)
+        return out
+
+
+@dataclass
+class Alert:
+    """An alert with its routing facts and its proof: cases where it fires and cases where it stays silent."""
+
+    alert: str
+    severity: str
+    team: str
+    expr: str
+    for_: str | None
+    summary: str
+    description: str
+    runbook: str                       # docs/runbooks/<runbook>.md, section named like the alert
+    dashboard: str                     # uid of the dashboard to open
+    dashboard_vars: tuple[str, ...]    # labels passed as var-<label> to the dashboard
+    fires_on: list[Case]
+    silent_on: list[Case]
+    no_for_reason: str | None = None   # why there is no `for:` (the runbook repeats it)
+    labels: dict[str, str] = field(default_factory=dict)
+
+    def __post_init__(self):
+        problems = []
+        if not _ALERT_NAME.match(self.alert):
+            problems.append("name must be CamelCase with a domain prefix (Gpu, Node, Ib, Storage, Training, Slurm, Security, Exporter)")
+        if self.severity not in SEVERITIES:
+            problems.append(f"severity must be one of {SEVERITIES}")
+        if not self.summary.endswith(".") or "{{" in self.summary:
+            problems.append("summary must be static text ending with a period")
+        if self.for_ is None and not self.no_for_reason:
+            problems.append("needs `for_` or a `no_for_reason`")
+        if self.for_ is not None:
+            duration_seconds(self.for_)
+        if not self.fires_on or not self.silent_on:
+            problems.append("needs at least one fires_on case and one silent_on case")
+        if problems:
+            raise ValueError(f"alert {self.alert}: " + "; ".join(problems))
+
+    def annotations(self, grafana_url: str, runbook_base: str) -> dict[str, str]:
+        query = "&".join(f"var-{label}={{{{ $labels.{label} }}}}" for label in self.dashboard_vars)
+        return {
+            "summary": self.summary,
+            "description": self.description,
+            "runbook_url": f"{runbook_base}/{self.runbook}.md#{self.alert.lower()}",
+            "dashboard_url": f"{grafana_url}/d/{self.dashboard}" + (f"?{query}" if query else ""),
+        }
+
+    def all_labels(self) -> dict[str, str]:
+        return {"severity": self.severity, "team": self.team, **self.labels}
+
+    def to_dict(self, grafana_url: str, runbook_base: str) -> dict:
+        out = {"alert": self.alert, "expr": self.expr, "labels": self.all_labels(),
+               "annotations": self.annotations(grafana_url, runbook_base)}
+        if self.for_:
+            out["for"] = self.for_
+        return out
+
+
+def render_template(text: str, labels: dict[str, str]) -> str:
+    """Expand {{ $labels.x }} the way Prometheus does (missing labels expand to empty)."""
+    rest = re.sub(_TEMPLATE_VAR, "", text)
+    if "{{" in rest:
+        raise ValueError(f"only {{{{ $labels.x }}}} templates are supported in annotations: {text!r}")
+    return _TEMPLATE_VAR.sub(lambda m: labels.get(m.group(1), ""), text)
+
+
+@dataclass
+class Group:
+    """A rule group; `domain` names the output file out/prometheus/rules/<domain>.rules.yaml."""
+
+    name: str
+    domain: str
+    interval: str
+    rules: list[Record | Alert]
+
+    def to_dict(self, grafana_url: str, runbook_base: str) -> dict:
+        return {
+            "name": self.name,
+            "interval": self.interval,
+            "rules": [r.to_dict(grafana_url, runbook_base) if isinstance(r, Alert) else r.to_dict() for r in self.rules],
+        }

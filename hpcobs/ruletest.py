@@ -1,0 +1,46 @@
+"""Rule test cases, turned into promtool test files (`promtool test rules`).
+
+A Case is a few input series, an evaluation time and what must come out: samples of a recorded
+series, or the labels of the alerts that fire (none for a silent case).
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+
+@dataclass(frozen=True)
+class Series:
+    name: str
+    labels: dict[str, str]
+    values: str            # promtool expanding notation, e.g. "0+1x10" or "1 1 _ stale"
+
+    def text(self) -> str:
+        return selector_text(self.name, self.labels)
+
+
+def selector_text(name: str, labels: dict[str, str]) -> str:
+    inner = ",".join(f'{k}="{v}"' for k, v in sorted(labels.items()))
+    return f"{name}{{{inner}}}"
+
+
+@dataclass(frozen=True)
+class Sample:
+    labels: dict[str, str]
+    value: float | None = None      # None for alerts
+
+
+@dataclass
+class Case:
+    name: str
+    at: str                               # evaluation time, from the start of the input series
+    series: list[Series]
+    expect: list[Sample] = field(default_factory=list)
+
+
+def alert(**labels: str) -> Sample:
+    return Sample(labels)
+
+
+def sample(value: float, **labels: str) -> Sample:
+    """An expected sample; rounded so that 0.1 * 3 is written 0.3, as Prometheus computes it."""
+    return Sample(labels, round(value, 12))

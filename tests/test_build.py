@@ -1,0 +1,133 @@
+"""out/ is deterministic, written atomically, and `check` catches a stale tree."""
+import os
+import shutil
+
+import pytest
+
+from hpcobs import cli, outdir, pipeline
+from hpcobs.errors import UserError
+
+from .conftest import ROOT, run_build
+
+
+def tree(root):
+    return outdir.read_tree(root)
+
+
+def test_two_builds_are_byte_identical(tmp_path):
+    first, second = tmp_path / "a", tmp_path / "b"
+    assert run_build("--out", str(first)).returncode == 0
+    assert run_build("build", "--out", str(second)).returncode == 0
+    assert tree(first) == tree(second)
+    assert len(tree(first)) >= 6
+
+
+def test_output_layout(generated):
+    """DESIGN.md §12."""
+    assert {p.split("/")[0] for p in generated} == {"alertmanager", "grafana", "prometheus"}
+    assert "alertmanager/alertmanager.yml" in generated
+    assert "grafana/provisioning/dashboards/hpcobs.yaml" in generated
+    assert "grafana/provisioning/datasources/hpcobs.yaml" in generated
+    assert "prometheus/rules/gpu.rules.yaml" in generated
+    assert "grafana/dashboards/HPC/hpcobs-gpu-cluster.json" in generated
+
+
+def test_no_timestamps_or_absolute_paths(generated):
+    for path, text in generated.items():
+        assert text.endswith("\n") and "\r" not in text, path
+        assert str(ROOT) not in text and "/tmp/" not in text, path
+
+
+def test_generation_does_not_depend_on_the_working_directory(tmp_path, generated):
+    out = tmp_path / "out"
+    assert run_build("--out", str(out), cwd=tmp_path).returncode == 0
+    assert tree(out) == {p: t.encode() for p, t in generated.items()}
+
+
+def test_check_passes_on_a_fresh_tree(tmp_path):
+    out = tmp_path / "out"
+    assert run_build("--out", str(out)).returncode == 0
+    result = run_build("check", "--out", str(out))
+    assert result.returncode == 0, result.stderr
+    assert "up to date" in result.stdout
+
+
+def test_check_reports_a_hand_edited_and_a_missing_file(tmp_path):
+    out = tmp_path / "out"
+    assert run_build("--out", str(out)).returncode == 0
+    edited = out / "alertmanager/alertmanager.yml"
+    edited.write_text(edited.read_text() + "# hand edit\n")
+    (out / "prometheus/rules/gpu.rules.yaml").unlink()
+    (out / "extra.txt").write_text("left over")
+    result = run_build("check", "--out", str(out))
+    assert result.returncode == 1
+    assert "alertmanager/alertmanager.yml: differs from a fresh build" in result.stderr
+    assert "prometheus/rules/gpu.rules.yaml: missing from out/" in result.stderr
+    assert "extra.txt: in out/ but no longer generated" in result.stderr
+
+
+def test_committed_out_is_fresh():
+    """CI also runs `build.py check`; this keeps the failure visible in the test run."""
+    result = run_build("check")
+    assert result.returncode == 0, result.stderr
+
+
+def test_failed_validation_leaves_previous_out_untouched(tmp_path, config, monkeypatch):
+    out = tmp_path / "out"
+    assert run_build("--out", str(out)).returncode == 0
+    before = tree(out)
+    files = pipeline.generate(config)
+    files["prometheus/rules/gpu.rules.yaml"] = "groups:\n- name: broken\n  rules:\n  - record: x\n    expr: 'sum('\n"
+
+    def fail(root):
+        from hpcobs import validate
+        validate.check(root, files)
+
+    with pytest.raises(UserError) as caught:
+        outdir.staged(out, files, fail)
+    assert "promtool check rules failed" in "\n".join(caught.value.lines)
+    assert tree(out) == before
+    assert sorted(os.listdir(tmp_path)) == ["out"]       # the temp dir is gone too
+
+
+def test_crash_midway_through_writing_leaves_previous_out_untouched(tmp_path, config, monkeypatch):
+    out = tmp_path / "out"
+    assert run_build("--out", str(out)).returncode == 0
+    before = tree(out)
+    real_open = open
+    written = []
+
+    def crashing_open(path, *args, **kwargs):
+        written.append(path)
+        if len(written) == 3:
+            raise OSError(28, "No space left on device")
+        return real_open(path, *args, **kwargs)
+
+    monkeypatch.setattr("builtins.open", crashing_open)
+    with pytest.raises(OSError):
+        outdir.staged(out, pipeline.generate(config), lambda root: None)
+    monkeypatch.undo()
+    assert tree(out) == before
+    assert sorted(os.listdir(tmp_path)) == ["out"]
+
+
+def test_swap_replaces_the_whole_tree(tmp_path):
+    out = tmp_path / "out"
+    outdir.write_tree(out, {"old.txt": "old"})
+    tmp = outdir.staged(out, {"new.txt": "new"}, lambda root: None)
+    outdir.swap_in(tmp, out)
+    assert tree(out) == {"new.txt": b"new"}
+    assert sorted(os.listdir(tmp_path)) == ["out"]
+
+
+@pytest.mark.parametrize("args", [["--help"], ["build", "--help"], ["check", "--help"]])
+def test_every_subcommand_has_help(args):
+    result = run_build(*args)
+    assert result.returncode == 0
+    assert "--config" in result.stdout and "--out" in result.stdout
+
+
+def test_options_work_before_and_after_the_subcommand():
+    before = cli.parser().parse_args(["--out", "x", "check"])
+    after = cli.parser().parse_args(["check", "--out", "x"])
+    assert before.out == after.out == "x" and before.command == after.command == "check"

@@ -1,0 +1,132 @@
+"""Rule files: shape (SchemaStore), meaning (promtool check + test), and that the tests have teeth."""
+import re
+
+import pytest
+import yaml
+
+from hpcobs import pipeline, tools, validate
+from hpcobs.context import Context
+from hpcobs.rules import Alert, Record
+
+RULE_FILES = "prometheus/rules/"
+TEST_FILES = "prometheus/tests/"
+
+
+def files_under(generated, prefix):
+    return {p: t for p, t in generated.items() if p.startswith(prefix)}
+
+
+def test_rule_files_match_the_schemastore_schema(generated):
+    for path, text in files_under(generated, RULE_FILES).items():
+        assert validate.schema_errors(path, text) == []
+
+
+def test_rule_test_files_match_the_schemastore_schema(generated):
+    for path, text in files_under(generated, TEST_FILES).items():
+        assert validate.schema_errors(path, text) == []
+
+
+def test_every_rule_file_passes_promtool_check(generated, generated_tree):
+    paths = [generated_tree / p for p in files_under(generated, RULE_FILES)]
+    result = tools.check_rules(*paths)
+    assert result.ok, result.output
+    assert result.output.count("SUCCESS") == len(paths)
+
+
+def test_every_rule_test_passes(generated, generated_tree):
+    paths = [generated_tree / p for p in files_under(generated, TEST_FILES)]
+    result = tools.test_rules(*paths)
+    assert result.ok, result.output
+
+
+@pytest.fixture(scope="module")
+def groups(config):
+    return [g for gs in pipeline.rule_groups(Context(config)).values() for g in gs]
+
+
+def test_every_recording_rule_has_an_expected_output_test(groups):
+    for record in (r for g in groups for r in g.rules if isinstance(r, Record)):
+        assert record.tests, f"{record.record} has no test"
+        assert all(case.expect for case in record.tests), f"{record.record} has a case with no expected sample"
+
+
+def test_every_alert_fires_and_stays_silent_somewhere(groups, generated):
+    """promtool has no coverage report: this is ours."""
+    tests = [t for p, text in files_under(generated, TEST_FILES).items() for t in yaml.safe_load(text)["tests"]]
+    for alert in (r for g in groups for r in g.rules if isinstance(r, Alert)):
+        mine = [a for t in tests for a in t.get("alert_rule_test", []) if a["alertname"] == alert.alert]
+        assert any(a["exp_alerts"] for a in mine), f"{alert.alert} never shown firing"
+        assert any(not a["exp_alerts"] for a in mine), f"{alert.alert} never shown silent"
+
+
+def test_alert_conventions(groups, config):
+    for alert in (r for g in groups for r in g.rules if isinstance(r, Alert)):
+        rendered = alert.to_dict(config.get("grafana", "url"), config.get("runbooks", "base_url"))
+        assert rendered["labels"]["severity"] in ("critical", "warning", "info")
+        assert rendered["annotations"]["summary"].endswith(".")
+        assert "{{" not in rendered["annotations"]["summary"]
+        assert "{{ $labels." in rendered["annotations"]["description"]
+        assert rendered["annotations"]["runbook_url"].startswith(config.get("runbooks", "base_url"))
+        assert "for" in rendered or alert.no_for_reason
+
+
+def test_alert_constructor_refuses_an_alert_without_proof():
+    with pytest.raises(ValueError, match="fires_on case and one silent_on"):
+        Alert("GpuSomething", severity="warning", team="gpu-ops", expr="up == 0", for_="5m",
+              summary="Something.", description="x {{ $labels.node }}", runbook="gpu", dashboard="d",
+              dashboard_vars=(), fires_on=[], silent_on=[])
+
+
+def test_record_names_follow_level_metric_operations():
+    with pytest.raises(ValueError, match="level:metric:operations"):
+        Record("gpu_utilization", "up")
+
+
+def _break(generated, tmp_path, path, old, new):
+    files = dict(generated)
+    assert old in files[path], f"{old!r} not in {path}"
+    files[path] = files[path].replace(old, new, 1)
+    from hpcobs import outdir
+    outdir.write_tree(tmp_path, files)
+    return tools.test_rules(*(tmp_path / p for p in files_under(files, TEST_FILES)))
+
+
+def test_tests_catch_a_missing_unit_conversion(generated, tmp_path):
+    result = _break(generated, tmp_path, RULE_FILES + "gpu.rules.yaml", " * 0.01", "")
+    assert not result.ok
+    assert "gpu:utilization:ratio" in result.output
+
+
+def test_tests_catch_double_counting_of_shared_gpus(generated, tmp_path):
+    result = _break(generated, tmp_path, RULE_FILES + "gpu.rules.yaml", "max by (cluster, node, gpu)",
+                    "max by (cluster, node, gpu, hpc_job)")
+    assert not result.ok
+
+
+def test_tests_catch_an_alert_that_no_longer_fires(generated, tmp_path):
+    result = _break(generated, tmp_path, RULE_FILES + "gpu.rules.yaml", ") == 79", ") == 80")
+    assert not result.ok
+    assert "GpuFellOffBus" in result.output
+
+
+def test_tests_catch_an_alert_that_fires_too_early(generated, tmp_path):
+    text = generated[RULE_FILES + "gpu.rules.yaml"]
+    assert re.search(r"\n(\s+)for: 1m\n", text)
+    result = _break(generated, tmp_path, RULE_FILES + "gpu.rules.yaml", "for: 1m", "for: 0s")
+    assert not result.ok
+
+
+def test_a_fleet_mixing_every_dcgm_version_passes_its_tests(tmp_path):
+    """3.x-4.5 (Hostname), 4.6-4.8 (hostname), 4.9 (renamed, SI) and 4.10+ in one cluster."""
+    from hpcobs import config as config_module
+    from hpcobs import outdir
+    site = tmp_path / "site.yaml"
+    site.write_text("exporters:\n  dcgm:\n    versions: ['3.x-4.5', '4.6-4.8', '4.9', '4.10+']\n")
+    files = pipeline.generate(config_module.load(site))
+    rules = files[RULE_FILES + "gpu.rules.yaml"]
+    assert '"Hostname"' in rules and '"hostname"' in rules
+    assert "DCGM_FI_DEV_GPU_UTIL{" in rules and "DCGM_FI_DEV_GPU_UTIL_RATIO{" in rules
+    assert "DCGM_FI_DEV_XID_ERRORS{" in rules and "DCGM_FI_DEV_XID_ERROR{" in rules
+    outdir.write_tree(tmp_path / "out", files)
+    result = tools.test_rules(*(tmp_path / "out" / p for p in files_under(files, TEST_FILES)))
+    assert result.ok, result.output
