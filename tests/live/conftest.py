@@ -1,0 +1,48 @@
+"""Fixtures that start real Prometheus and VictoriaMetrics servers on loopback and always stop them."""
+from pathlib import Path
+from typing import Iterable, Sequence
+
+import pytest
+
+from hpcobs.servers import Prometheus, VictoriaMetrics
+
+
+def pytest_configure(config):
+    config.addinivalue_line("markers", "live: starts real Prometheus / VictoriaMetrics servers on loopback")
+
+
+@pytest.fixture(scope="session")
+def prometheus_factory():
+    """start(openmetrics=None, rule_files=(), **options) -> a running Prometheus with that history and those
+    rules; stopped at the end of the session."""
+    started: list[Prometheus] = []
+
+    def start(openmetrics: Path | None = None, rule_files: Sequence[Path] = (), **options) -> Prometheus:
+        prometheus = Prometheus(rule_files, **options)
+        started.append(prometheus)
+        if openmetrics is not None:
+            prometheus.load_openmetrics(openmetrics)
+        return prometheus.start()
+
+    yield start
+    for server in started:
+        server.stop()
+
+
+@pytest.fixture(scope="session")
+def victoria_factory():
+    """start(jsonl=None, **options) -> a running VictoriaMetrics with that history imported; stopped at the
+    end of the session."""
+    started: list[VictoriaMetrics] = []
+
+    def start(jsonl: Path | Iterable[str | dict] | None = None, **options) -> VictoriaMetrics:
+        victoria = VictoriaMetrics(**options)
+        started.append(victoria)
+        victoria.start()
+        if jsonl is not None:
+            victoria.import_jsonl(jsonl)
+        return victoria
+
+    yield start
+    for server in started:
+        server.stop()
