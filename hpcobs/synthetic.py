@@ -1,23 +1,16 @@
 """Synthetic raw series exactly as the exporters label them, for rule tests.
 
 Names come from the catalogue for the requested version; labels follow the exporter's templates
-(dcgm-exporter: gpu, UUID, pci_bus_id, device, modelName, Hostname|hostname, optional hpc_job).
+(dcgm-exporter: gpu, UUID, pci_bus_id, device, modelName, Hostname|hostname, optional hpc_job), the same
+label values the simulator emits (hpcobs.simulate.labels).
 """
 from __future__ import annotations
-
-import hashlib
 
 from .context import Context
 from .promql import si_factor
 from .ruletest import Series
-
-GPU_MODEL = "NVIDIA H100 80GB HBM3"
-DRIVER = "550.127.05"
-
-
-def gpu_uuid(node: str, gpu: str) -> str:
-    digest = hashlib.sha256(f"{node}/{gpu}".encode()).hexdigest()
-    return f"GPU-{digest[:8]}-{digest[8:12]}-{digest[12:16]}-{digest[16:20]}-{digest[20:32]}"
+from .simulate.labels import DRIVER, GPU_MODEL, dcgm_gpu_labels, gpu_uuid  # noqa: F401  (re-exported)
+from .simulate.model import EXPORTER_PORTS
 
 
 def dcgm(ctx: Context, signal: str, values: str, *, node: str, gpu: str, version: str | None = None,
@@ -28,16 +21,9 @@ def dcgm(ctx: Context, signal: str, values: str, *, node: str, gpu: str, version
     labels = {
         **source.scrape_labels(),
         ctx.cluster: cluster or ctx.config.get("cluster", "name"),
-        "instance": f"{node}:9400",
-        "gpu": gpu,
-        "UUID": gpu_uuid(node, gpu),
-        "pci_bus_id": f"00000000:{0x18 + 0x10 * int(gpu):02X}:00.0",
-        "device": f"nvidia{gpu}",
-        "modelName": GPU_MODEL,
-        source.host_label(version): node,
+        "instance": f"{node}:{EXPORTER_PORTS['dcgm']}",
+        **dcgm_gpu_labels(source, version, node, gpu),
     }
-    driver_label = source.exporter.info_labels(version)[-1]
-    labels[driver_label] = DRIVER
     if hpc_job is not None:
         labels["hpc_job"] = hpc_job
     labels.update(extra)
@@ -48,3 +34,19 @@ def raw_value(ctx: Context, signal: str, version: str, si_value: float) -> float
     """The value a dcgm-exporter version exposes for a quantity given in SI units."""
     unit = ctx.sources["dcgm"].exporter.metric(signal, version).unit
     return round(si_value / si_factor(unit), 9)
+
+
+def series(ctx: Context, exporter_id: str, signal: str, values: str, *, node: str, exporter_version: str | None = None,
+           cluster: str | None = None, **labels: str) -> Series:
+    """A series of any exporter, labels given by their canonical names (hpc_job, gpu...) and mapped to the
+    exporter's own (job_id, gpu_id...); plus its scrape labels, the cluster label and its host label."""
+    source = ctx.sources[exporter_id]
+    version = exporter_version or source.versions[0]
+    raw = source.exporter.canonical_labels(version)
+    host = source.host_label(version)
+    all_labels = {**source.scrape_labels(), ctx.cluster: cluster or ctx.config.get("cluster", "name"),
+                  host: f"{node}:{EXPORTER_PORTS.get(source.exporter.id, EXPORTER_PORTS['node_exporter'])}"
+                  if host == "instance" else node}
+    all_labels.update({raw.get(name, name) if isinstance(raw.get(name, name), str) else name: value
+                       for name, value in labels.items()})
+    return Series(source.name(signal, version), all_labels, values)

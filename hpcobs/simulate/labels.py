@@ -1,0 +1,40 @@
+"""Label values of simulated hardware, shared by the simulator and the hand-written rule-test series.
+
+Label *names* come from the catalogue (gpu_labels, host label and driver label per version);
+the values here (model, driver, UUID, PCI bus id) are invented but shaped like the real ones.
+"""
+from __future__ import annotations
+
+import hashlib
+
+from ..sources import Source
+
+GPU_MODEL = "NVIDIA H100 80GB HBM3"
+DRIVER = "550.127.05"
+AMD_GPU_MODEL = "AMD Instinct MI300X"
+
+
+def gpu_uuid(node: str, gpu: str | int) -> str:
+    digest = hashlib.sha256(f"{node}/{gpu}".encode()).hexdigest()
+    return f"GPU-{digest[:8]}-{digest[8:12]}-{digest[12:16]}-{digest[16:20]}-{digest[20:32]}"
+
+
+def pci_bus_id(gpu: str | int) -> str:
+    return f"00000000:{(0x18 + 0x10 * int(gpu)) % 0x100:02X}:00.0"
+
+
+def dcgm_gpu_labels(source: Source, version: str, node: str, gpu: str | int) -> dict[str, str]:
+    """The labels dcgm-exporter puts on every series of one GPU (render_metrics.go gpuMetricsFormat).
+
+    Without hpc_job (added per job by the mapping files) and without the scrape labels.
+    """
+    labels = {
+        "gpu": str(gpu),
+        "UUID": gpu_uuid(node, gpu),
+        "pci_bus_id": pci_bus_id(gpu),
+        "device": f"nvidia{gpu}",
+        "modelName": GPU_MODEL,
+        source.host_label(version): node,
+    }
+    labels[source.exporter.info_labels(version)[-1]] = DRIVER
+    return labels

@@ -1,0 +1,804 @@
+"""Named, composable faults. A scenario is resolved against the cluster into a Fault: a concrete target
+(node, GPU, HCA, job...), the effects the emitters apply, and the expected signals a live test checks.
+
+    healthy,xid79:start=20m,ib_port_down:node=gpu002:hca=mlx5_3:duration=5m
+
+Parameters: start and duration (Prometheus durations, from the simulation start; duration "inf" = until
+the end), node, gpu, hca, job. Defaults: start 10m, a per-kind duration, and a target picked from the
+cluster's roles (model.py) so that composed scenarios land on different GPUs, ports and nodes.
+"""
+from __future__ import annotations
+
+import math
+import re
+from collections.abc import Callable
+from dataclasses import dataclass, field, replace
+
+from ..context import Context
+from ..errors import UserError
+from ..promql import duration_seconds, si_factor
+from .core import UP, Window, seeded, window_mask
+from .expect import Expectation
+from .model import EXPORTER_PORTS, FOREVER, LUSTRE_FS, LUSTRE_OST_KIB, Cluster, Job, Node
+from .training import allreduce_time_us
+
+DEFAULT_START = 600
+INF = FOREVER
+
+# err_msg label values, worded as dcgm-exporter's xid_errors.go table (gpu-exporters.md §1.4, §2.2).
+XID_MESSAGES = {
+    13: "Graphics Engine Exception", 31: "GPU memory page fault", 43: "GPU stopped processing",
+    45: "Preemptive cleanup, due to previous errors", 46: "GPU stopped processing", 48: "DBE (Double Bit Error) ECC Error",
+    62: "Internal micro-controller halt", 63: "ECC page retirement or row remapping recording event",
+    64: "ECC page retirement or row remapper recording failure", 74: "NVLINK Error", 79: "GPU has fallen off the bus",
+    92: "High single-bit ECC error rate", 94: "Contained ECC error", 95: "Uncontained ECC error",
+    119: "GSP RPC Timeout", 120: "GSP Error",
+}
+
+
+@dataclass(frozen=True)
+class Spec:
+    """A scenario as asked for (CLI text or code); targets left None are picked by the resolver."""
+
+    kind: str
+    start: int | None = None
+    duration: int | None = None
+    node: str | None = None
+    gpu: int | None = None
+    hca: str | None = None
+    job: str | None = None
+
+    @classmethod
+    def parse(cls, text: str) -> list[Spec]:
+        specs = []
+        for item in filter(None, (part.strip() for part in text.split(","))):
+            kind, *params = item.split(":")
+            fields: dict = {}
+            for param in params:
+                key, sep, value = param.partition("=")
+                if not sep or key not in ("start", "duration", "node", "gpu", "hca", "job"):
+                    raise UserError(f"scenario {item!r}: {param!r} is not key=value with key one of "
+                                    "start, duration, node, gpu, hca, job")
+                if key in ("start", "duration"):
+                    fields[key] = INF if value == "inf" else _seconds(value, item)
+                else:
+                    fields[key] = int(value) if key == "gpu" else value
+            specs.append(cls(kind, **fields))
+        return specs
+
+
+def _seconds(text: str, where: str) -> int:
+    try:
+        return duration_seconds(text)
+    except ValueError:
+        raise UserError(f"scenario {where!r}: {text!r} is not a duration (e.g. 90s, 10m, 1h30m, inf)") from None
+
+
+@dataclass(frozen=True)
+class Effect:
+    """What an emitter changes: kind, the thing it applies to, a scrape-index window and parameters."""
+
+    kind: str
+    key: tuple
+    start: int
+    end: int
+    data: tuple = ()
+
+    def get(self, name: str, default=None):
+        return dict(self.data).get(name, default)
+
+
+@dataclass(frozen=True)
+class Fault:
+    kind: str
+    start: int                       # seconds from the simulation start
+    end: int
+    target: dict[str, str]
+    summary: str
+    effects: tuple[Effect, ...] = ()
+    expectations: tuple[Expectation, ...] = ()
+
+
+class Faults:
+    """The resolved scenarios plus an index the emitters query by (kind, key)."""
+
+    def __init__(self, cluster: Cluster, faults: list[Fault]):
+        self.cluster = cluster
+        self.faults = tuple(faults)
+        self._index: dict[tuple, list[Effect]] = {}
+        for fault in faults:
+            for effect in fault.effects:
+                self._index.setdefault((effect.kind, effect.key), []).append(effect)
+
+    def effects(self, kind: str, *key) -> list[Effect]:
+        return self._index.get((kind, key), [])
+
+    def windows(self, kind: str, *key) -> list[tuple[int, int]]:
+        return [(e.start, e.end) for e in self.effects(kind, *key)]
+
+    def mask(self, kind: str, *key) -> list[bool] | None:
+        """Scrapes inside any window of this effect; None when there is none (the common, cheap case)."""
+        wins = self.windows(kind, *key)
+        return window_mask(self.cluster.window.steps, wins) if wins else None
+
+    @property
+    def expectations(self) -> list[Expectation]:
+        return [e for f in self.faults for e in f.expectations]
+
+
+class Scene:
+    """What a resolver works with: the cluster, the sources and helpers for targets and expectations."""
+
+    def __init__(self, ctx: Context, cluster: Cluster, seed: int):
+        self.ctx, self.cluster, self.seed = ctx, cluster, seed
+        self.window: Window = cluster.window
+        self.jobs = {j.id: j for j in cluster.jobs}
+        self.kind = ""
+
+    # -- time ------------------------------------------------------------------------------------
+    def idx(self, seconds: int) -> int:
+        return self.window.index(seconds)
+
+    def fits(self, at: int) -> bool:
+        """A query at `at` sees a sample of the last scrape only when at <= the last scrape's time."""
+        return 0 <= at <= self.window.duration - self.window.step
+
+    # -- targets ---------------------------------------------------------------------------------
+    def node(self, spec: Spec, default: int | None, vendor: str = "nvidia") -> Node:
+        if spec.node is not None:
+            try:
+                node = self.cluster.node(spec.node)
+            except StopIteration:
+                raise UserError(f"scenario {spec.kind}: no node named {spec.node!r}; nodes are "
+                                f"{self.cluster.nodes[0].name}..{self.cluster.nodes[-1].name}") from None
+        elif default is None:
+            raise UserError(f"scenario {spec.kind}: the cluster has no node for its default target; "
+                            "add nodes (--nodes) or name one with node=...")
+        else:
+            node = self.cluster.nodes[default]
+        if node.vendor != vendor:
+            raise UserError(f"scenario {spec.kind}: node {node.name} is {node.vendor}, the scenario needs {vendor}")
+        return node
+
+    def hero(self, position: int) -> int | None:
+        hero = self.cluster.roles.hero
+        return hero[position] if hero else None
+
+    def batch(self, position: int) -> int | None:
+        batch = self.cluster.roles.batch
+        return batch[position % len(batch)] if batch else None
+
+    def gpu(self, spec: Spec, node: Node, default: int) -> int:
+        gpu = spec.gpu if spec.gpu is not None else default % node.gpus
+        if not 0 <= gpu < node.gpus:
+            raise UserError(f"scenario {spec.kind}: {node.name} has GPUs 0..{node.gpus - 1}, not {gpu}")
+        return gpu
+
+    def hca(self, spec: Spec, node: Node, default: int) -> str:
+        hca = spec.hca or node.hcas[default % len(node.hcas)]
+        if hca not in node.hcas:
+            raise UserError(f"scenario {spec.kind}: {node.name} has HCAs {list(node.hcas)}, not {hca!r}")
+        return hca
+
+    def job(self, spec: Spec, default: str | None) -> Job:
+        job_id = spec.job or default
+        if job_id not in self.jobs:
+            raise UserError(f"scenario {spec.kind}: no job {job_id!r} (the hero job is {self.cluster.roles.hero_job})")
+        return self.jobs[job_id]
+
+    def running(self, job: Job, at: int) -> bool:
+        return job.start <= at < job.end
+
+    def job_on(self, node: int, at: int) -> Job | None:
+        return next((j for j in self.jobs.values() if node in j.nodes and self.running(j, at)), None)
+
+    # -- edits of the job timeline ---------------------------------------------------------------
+    def end_job(self, job: Job, at: int, state: str) -> None:
+        self.jobs[job.id] = replace(job, end=at, end_state=state)
+
+    def block_node(self, node: int, start: int, end: int, kill: str | None) -> None:
+        """No job starts on the node in [start, end); with `kill`, the job running at start ends then."""
+        for job in list(self.jobs.values()):
+            if node not in job.nodes:
+                continue
+            if kill and job.start < start < job.end:
+                self.end_job(job, start, kill)
+            elif start <= job.start < end:
+                del self.jobs[job.id]
+
+    # -- catalogue lookups for expectations ------------------------------------------------------
+    def metric(self, exporter: str, signal: str, node: Node | None = None):
+        source = self.ctx.sources[exporter]
+        version = node.version if exporter == "dcgm" and node is not None else None
+        return source.metric(signal, version)
+
+    def selector(self, exporter: str, signal: str, on: Node | None = None, **labels: str):
+        """(name, unit, labels): scrape labels, the host label when `on` a node, then `labels`."""
+        source = self.ctx.sources[exporter]
+        metric = self.metric(exporter, signal, on)
+        if metric is None:
+            raise UserError(f"scenario {self.kind}: {exporter} on {on.name if on else '?'} does not expose {signal}")
+        out = dict(source.scrape_labels())
+        if on is not None:
+            version = on.version if exporter == "dcgm" else None
+            host = source.host_label(version)
+            out[host] = on.name if host in ("Hostname", "hostname", "node") else f"{on.name}:{_port(exporter)}"
+        out.update(labels)
+        return metric.name, metric.unit, out
+
+    def expect(self, description: str, exporter: str, signal: str, on: Node | None, function: str,
+               op: str | None, si_value: float | None, at: int, window: int = 0, divisor: str | None = None,
+               raw: bool = False, **labels: str) -> list[Expectation]:
+        """One expectation (a list: empty when `at` falls outside the simulated window).
+
+        si_value is converted to the metric's unit unless raw (counts, codes, ratios of rates).
+        """
+        if not self.fits(at) or at - window < 0:
+            return []
+        name, unit, selector = self.selector(exporter, signal, on, **labels)
+        value = si_value if raw or si_value is None else si_value / si_factor(unit)
+        divisor_name = self.metric(exporter, divisor, on).name if divisor else None
+        return [Expectation(self.kind, description, name, selector, function, op, value, at, window, divisor_name)]
+
+
+def _port(exporter: str) -> int:
+    return EXPORTER_PORTS[exporter]
+
+
+# ---------------------------------------------------------------------------------------------
+# The scenario kinds. Each resolver returns one Fault; `kinds()` lists them with their documentation.
+
+Resolver = Callable[[Scene, Spec, int, int], Fault]
+
+
+@dataclass(frozen=True)
+class Kind:
+    name: str
+    duration: int
+    doc: str
+    resolve: Resolver = field(repr=False)
+
+
+KINDS: dict[str, Kind] = {}
+
+
+def kind(name: str, duration: int, doc: str):
+    def register(fn: Resolver) -> Resolver:
+        KINDS[name] = Kind(name, duration, doc, fn)
+        return fn
+    return register
+
+
+def _gpu_fault(scene: Scene, spec: Spec, default_node: int | None, default_gpu: int):
+    if not scene.ctx.config["exporters"]["dcgm"]["enabled"]:
+        raise UserError(f"scenario {spec.kind}: needs exporters.dcgm.enabled")
+    node = scene.node(spec, default_node)
+    gpu = scene.gpu(spec, node, default_gpu)
+    return node, gpu, {"node": node.name, "gpu": str(gpu)}
+
+
+def _reset_after(scene: Scene, node: Node, end: int) -> tuple[Effect, ...]:
+    """A fault that needs a GPU reset ends with a driver reload on the node (counters restart from 0)."""
+    return (Effect("driver_reload", (node.index,), scene.idx(end), scene.idx(end) + 1),) if end < INF else ()
+
+
+def _xid(scene: Scene, node: Node, gpu: int, code: int, start: int, end: int) -> Effect:
+    return Effect("xid", (node.index, gpu), scene.idx(start), scene.idx(end),
+                  (("code", code), ("message", XID_MESSAGES.get(code, "Unknown Error"))))
+
+
+def _xid_expectation(scene: Scene, node: Node, gpu: int, code: int, start: int) -> list[Expectation]:
+    return scene.expect(f"Xid {code} on {node.name} GPU {gpu}", "dcgm", "xid", node, "value", "==", code,
+                        start + scene.window.step, raw=True, gpu=str(gpu), err_code=str(code))
+
+
+def _xid_class(scene: Scene, code: int) -> str:
+    exporter = scene.ctx.sources["dcgm"].exporter
+    for name in ("fell_off_bus", "drain", "warning", "application"):
+        if code in exporter.xids(name):
+            return name
+    return "unclassified"
+
+
+@kind("healthy", 0, "No fault: every GPU of a job is busy, every exporter up, training progresses.")
+def _healthy(scene: Scene, spec: Spec, start: int, end: int) -> Fault:
+    expectations = []
+    at = scene.window.duration - scene.window.step
+    hero = scene.cluster.roles.hero_job
+    if hero and scene.cluster.roles.hero:
+        node = scene.cluster.nodes[scene.cluster.roles.hero[0]]
+        if scene.ctx.config["exporters"]["dcgm"]["enabled"]:
+            expectations += scene.expect("the hero job's GPU 0 is busy", "dcgm", "gpu_utilization", node,
+                                         "max_over_time", ">", 0.9, at, window=min(300, at), gpu="0", hpc_job=hero)
+        if scene.ctx.config["exporters"]["training"]["enabled"]:
+            expectations += scene.expect("the hero job's rank 0 makes progress", "training", "steps", None,
+                                         "increase", ">", 0, at, window=min(600, at), raw=True, hpc_job=hero,
+                                         rank="0", node=node.name)
+    return Fault("healthy", 0, 0, {}, "no fault", (), tuple(expectations))
+
+
+@kind("xid79", INF, "Xid 79, GPU fallen off the bus: the Xid is reported, one scrape later the GPU's series stop; "
+                    "the rank on it dies and the job hangs. Default target: last hero node, GPU 3.")
+def _xid79(scene: Scene, spec: Spec, start: int, end: int) -> Fault:
+    node, gpu, target = _gpu_fault(scene, spec, scene.hero(-1), 3)
+    lost = start + 2 * scene.window.step
+    effects = [_xid(scene, node, gpu, 79, start, end),
+               Effect("gpu_lost", (node.index, gpu), scene.idx(lost), scene.idx(end)),
+               *_reset_after(scene, node, end)]
+    job = scene.job_on(node.index, start)
+    if job is not None and job.training:
+        effects += [Effect("rank_lost", (job.id, job.rank_of(node.index, gpu)), scene.idx(start), scene.idx(end)),
+                    Effect("job_hang", (job.id,), scene.idx(start), scene.idx(end))]
+        target["job"] = job.id
+    expectations = _xid_expectation(scene, node, gpu, 79, start)
+    expectations += scene.expect(f"{node.name} GPU {gpu} series stop", "dcgm", "gpu_utilization", node, "absent",
+                                 None, None, lost + 360, window=300, gpu=str(gpu))
+    return Fault("xid79", start, end, target, f"Xid 79 on {node.name} GPU {gpu}", tuple(effects), tuple(expectations))
+
+
+def _xid_code(scene: Scene, spec: Spec, start: int, end: int) -> Fault:
+    code = int(spec.kind[3:])
+    node, gpu, target = _gpu_fault(scene, spec, scene.hero(0), 1)
+    effects = (_xid(scene, node, gpu, code, start, end), *_reset_after(scene, node, end))
+    return Fault(spec.kind, start, end, {**target, "class": _xid_class(scene, code)},
+                 f"Xid {code} ({_xid_class(scene, code)} class) on {node.name} GPU {gpu}", effects,
+                 tuple(_xid_expectation(scene, node, gpu, code, start)))
+
+
+for _code, _doc in ((48, "drain class: double-bit ECC error, the node must be drained"),
+                    (13, "application class: graphics engine exception, the job owner's problem")):
+    kind(f"xid{_code}", INF, f"Xid {_code}, {_doc}. Sticky until a driver reload (a finite duration ends "
+                             "with one, resetting the node's energy and volatile counters). Any code works: "
+                             "xid<N>. Default target: first hero node, GPU 1.")(_xid_code)
+
+
+@kind("dbe", INF, "Uncorrectable (double-bit) ECC error: volatile and aggregate DBE counters +1, an "
+                  "uncorrectable row remap, remap pending, Xid 48, MEM health FAIL. Default: first hero node, GPU 2.")
+def _dbe(scene: Scene, spec: Spec, start: int, end: int) -> Fault:
+    node, gpu, target = _gpu_fault(scene, spec, scene.hero(0), 2)
+    s, e, key = scene.idx(start), scene.idx(end), (node.index, gpu)
+    effects = (*(Effect("bump", key, s, s + 1, (("signal", sig),)) for sig in
+                 ("ecc_dbe_volatile", "ecc_dbe_aggregate", "row_remap_uncorrectable")),
+               Effect("flag", key, s, e, (("signal", "row_remap_pending"),)),
+               Effect("health", key, s, e, (("watch", "MEM"), ("status", 20), ("code", "DCGM_FR_VOLATILE_DBE_DETECTED"))),
+               _xid(scene, node, gpu, 48, start, end), *_reset_after(scene, node, end))
+    at = start + 2 * scene.window.step
+    expectations = scene.expect("volatile DBE counter increased", "dcgm", "ecc_dbe_volatile", node, "increase", ">",
+                                0, at, window=300, raw=True, gpu=str(gpu))
+    expectations += scene.expect("uncorrectable row remap", "dcgm", "row_remap_uncorrectable", node, "increase", ">",
+                                 0, at, window=300, raw=True, gpu=str(gpu))
+    expectations += _xid_expectation(scene, node, gpu, 48, start)
+    return Fault("dbe", start, end, target, f"double-bit ECC error on {node.name} GPU {gpu}", effects, tuple(expectations))
+
+
+@kind("row_remap_failure", INF, "Row remapping failed (no spare rows; RMA): ROW_REMAP_FAILURE = 1, Xid 64. "
+                                "Default: last hero node, GPU 5.")
+def _row_remap_failure(scene: Scene, spec: Spec, start: int, end: int) -> Fault:
+    node, gpu, target = _gpu_fault(scene, spec, scene.hero(-1), 5)
+    s, e, key = scene.idx(start), scene.idx(end), (node.index, gpu)
+    effects = (Effect("bump", key, s, s + 1, (("signal", "row_remap_uncorrectable"),)),
+               Effect("flag", key, s, e, (("signal", "row_remap_failure"),)),
+               _xid(scene, node, gpu, 64, start, end), *_reset_after(scene, node, end))
+    expectations = scene.expect("row remap failure flag", "dcgm", "row_remap_failure", node, "value", "==", 1,
+                                start + scene.window.step, raw=True, gpu=str(gpu))
+    return Fault("row_remap_failure", start, end, target, f"row remap failure on {node.name} GPU {gpu}", effects,
+                 tuple(expectations))
+
+
+@kind("row_remap_pending", INF, "A row remap is pending (GPU reset needed): uncorrectable remapped rows +1, "
+                                "ROW_REMAP_PENDING = 1 (extended CSV), Xid 63. Default: last hero node, GPU 6.")
+def _row_remap_pending(scene: Scene, spec: Spec, start: int, end: int) -> Fault:
+    node, gpu, target = _gpu_fault(scene, spec, scene.hero(-1), 6)
+    s, e, key = scene.idx(start), scene.idx(end), (node.index, gpu)
+    effects = (Effect("bump", key, s, s + 1, (("signal", "row_remap_uncorrectable"),)),
+               Effect("flag", key, s, e, (("signal", "row_remap_pending"),)),
+               _xid(scene, node, gpu, 63, start, end), *_reset_after(scene, node, end))
+    expectations = scene.expect("row remap pending flag", "dcgm", "row_remap_pending", node, "value", "==", 1,
+                                start + scene.window.step, raw=True, gpu=str(gpu))
+    return Fault("row_remap_pending", start, end, target, f"row remap pending on {node.name} GPU {gpu}", effects,
+                 tuple(expectations))
+
+
+@kind("thermal", 1200, "Thermal / HW slowdown: GPU at 92 C, SM clock halved, power down, hw_slowdown and "
+                       "hw_thermal clock events, thermal violation time grows. Default: first hero node, GPU 4.")
+def _thermal(scene: Scene, spec: Spec, start: int, end: int) -> Fault:
+    node, gpu, target = _gpu_fault(scene, spec, scene.hero(0), 4)
+    key, s, e = (node.index, gpu), scene.idx(start), scene.idx(end)
+    effects = (Effect("thermal", key, s, e),
+               Effect("health", key, s, e, (("watch", "THERMAL"), ("status", 10), ("code", "DCGM_FR_CLOCKS_EVENT_THERMAL"))))
+    at = min(end, scene.window.duration) - scene.window.step
+    expectations = scene.expect("GPU hot", "dcgm", "gpu_temperature", node, "value", ">", 88, at, gpu=str(gpu))
+    expectations += scene.expect("SM clock halved", "dcgm", "sm_clock", node, "value", "<", 1.2e9, at, gpu=str(gpu))
+    expectations += scene.expect("thermal violation time grows", "dcgm", "thermal_violation", node, "increase", ">", 0,
+                                 at, window=300, raw=True, gpu=str(gpu))
+    return Fault("thermal", start, end, target, f"thermal slowdown on {node.name} GPU {gpu}", effects, tuple(expectations))
+
+
+@kind("nvlink_errors", 1200, "NVLink CRC flit/data, replay and recovery error counters climb; NVLINK health WARN. "
+                             "Default: first hero node, GPU 5.")
+def _nvlink(scene: Scene, spec: Spec, start: int, end: int) -> Fault:
+    node, gpu, target = _gpu_fault(scene, spec, scene.hero(0), 5)
+    key, s, e = (node.index, gpu), scene.idx(start), scene.idx(end)
+    effects = (Effect("nvlink_errors", key, s, e),
+               Effect("health", key, s, e, (("watch", "NVLINK"), ("status", 10), ("code", "DCGM_FR_NVLINK_ERROR_THRESHOLD"))))
+    at = min(end, start + 600)
+    expectations = []
+    for signal in ("nvlink_crc_flit_errors", "nvlink_replay_errors"):
+        expectations += scene.expect(f"{signal} increase", "dcgm", signal, node, "increase", ">", 0, at, window=300,
+                                     raw=True, gpu=str(gpu))
+    return Fault("nvlink_errors", start, end, target, f"NVLink errors on {node.name} GPU {gpu}", effects,
+                 tuple(expectations))
+
+
+@kind("pcie_replay_storm", 1200, "PCIe replay counter climbs at ~200/s and PCIe throughput halves; PCIE health WARN. "
+                                 "Default: first hero node, GPU 6.")
+def _pcie(scene: Scene, spec: Spec, start: int, end: int) -> Fault:
+    node, gpu, target = _gpu_fault(scene, spec, scene.hero(0), 6)
+    key, s, e = (node.index, gpu), scene.idx(start), scene.idx(end)
+    effects = (Effect("pcie_replays", key, s, e),
+               Effect("health", key, s, e, (("watch", "PCIE"), ("status", 10), ("code", "DCGM_FR_PCI_REPLAY_RATE"))))
+    expectations = scene.expect("PCIe replays climb", "dcgm", "pcie_replay", node, "increase", ">", 1000,
+                                min(end, start + 600), window=300, raw=True, gpu=str(gpu))
+    return Fault("pcie_replay_storm", start, end, target, f"PCIe replay storm on {node.name} GPU {gpu}", effects,
+                 tuple(expectations))
+
+
+@kind("idle_gpus", 4500, "Allocated but idle: the GPUs only the second interactive job holds (not the shared one) "
+                         "drop to 0% utilisation while their memory stays allocated (default 75 min).")
+def _idle(scene: Scene, spec: Spec, start: int, end: int) -> Fault:
+    jobs = scene.cluster.roles.interactive_jobs
+    job = scene.job(spec, jobs[-1] if jobs else None)
+    shared = scene.cluster.roles.shared_gpu
+    gpus = [(n, g) for n, g in job.gpus if (n, g) != shared] or list(job.gpus)
+    if spec.gpu is not None:
+        gpus = [(n, g) for n, g in gpus if g == spec.gpu]
+    effects = tuple(Effect("gpu_idle", key, scene.idx(start), scene.idx(end)) for key in gpus)
+    node = scene.cluster.nodes[gpus[0][0]]
+    span = min(3600, end - start, scene.window.duration - start - scene.window.step)
+    expectations = scene.expect(f"job {job.id} GPU {gpus[0][1]} at 0% for {span}s", "dcgm", "gpu_utilization", node,
+                                "max_over_time", "==", 0, start + span, window=span, raw=True,
+                                gpu=str(gpus[0][1]), hpc_job=job.id) if span > 0 else []
+    return Fault("idle_gpus", start, end, {"job": job.id, "node": node.name, "gpus": ",".join(str(g) for _, g in gpus)},
+                 f"job {job.id} leaves {len(gpus)} allocated GPU(s) idle", effects, tuple(expectations))
+
+
+def _ib_fault(scene: Scene, spec: Spec, default_node: int | None, default_hca: int):
+    node = scene.node(spec, default_node)
+    hca = scene.hca(spec, node, default_hca)
+    return node, hca, {"node": node.name, "hca": hca, "port": "1"}
+
+
+@kind("ib_port_down", 900, "An IB port goes down: state 1 (down), physical state 3 (disabled), link_downed +1, "
+                           "no traffic. Default: first hero node, mlx5_1 port 1.")
+def _ib_down(scene: Scene, spec: Spec, start: int, end: int) -> Fault:
+    node, hca, target = _ib_fault(scene, spec, scene.hero(0), 1)
+    effects = (Effect("ib_down", (node.index, hca), scene.idx(start), scene.idx(end)),)
+    at = start + scene.window.step
+    expectations = scene.expect("port state down", "node_exporter", "ib_state", node, "value", "==", 1, at, raw=True,
+                                device=hca, port="1")
+    expectations += scene.expect("link downed counted", "node_exporter", "ib_link_downed", node, "increase", ">", 0,
+                                 start + 120, window=300, raw=True, device=hca, port="1")
+    return Fault("ib_port_down", start, end, target, f"IB {hca} down on {node.name}", effects, tuple(expectations))
+
+
+@kind("ib_link_flap", 1200, "An IB link flaps every 3 minutes (one scrape down, polling), link_downed and "
+                            "link_error_recovery count each flap. Default: last hero node, mlx5_2.")
+def _ib_flap(scene: Scene, spec: Spec, start: int, end: int) -> Fault:
+    node, hca, target = _ib_fault(scene, spec, scene.hero(-1), 2)
+    effects = (Effect("ib_flap", (node.index, hca), scene.idx(start), scene.idx(end), (("period", 180),)),)
+    at = min(end, start + 900)
+    expectations = scene.expect("link downed several times", "node_exporter", "ib_link_downed", node, "increase",
+                                ">=", 2, at, window=min(900, at), raw=True, device=hca, port="1")
+    return Fault("ib_link_flap", start, end, target, f"IB {hca} flapping on {node.name}", effects, tuple(expectations))
+
+
+@kind("ib_symbol_errors", 1800, "Symbol errors (~3/s) and receive errors on an IB port: a bad cable or transceiver. "
+                                "Default: first hero node, mlx5_3.")
+def _ib_symbol(scene: Scene, spec: Spec, start: int, end: int) -> Fault:
+    node, hca, target = _ib_fault(scene, spec, scene.hero(0), 3)
+    effects = (Effect("ib_symbol_errors", (node.index, hca), scene.idx(start), scene.idx(end)),)
+    expectations = scene.expect("symbol errors", "node_exporter", "ib_symbol_errors", node, "increase", ">", 0,
+                                min(end, start + 600), window=300, raw=True, device=hca, port="1")
+    return Fault("ib_symbol_errors", start, end, target, f"IB symbol errors on {node.name} {hca}", effects,
+                 tuple(expectations))
+
+
+@kind("ib_congestion", 1200, "Fabric congestion: port_xmit_wait climbs ~1000x on every HCA of the hero job's nodes, "
+                             "throughput -40%, NCCL collectives 2x slower, training 1.2x slower.")
+def _ib_congestion(scene: Scene, spec: Spec, start: int, end: int) -> Fault:
+    nodes = [scene.node(spec, None)] if spec.node else [scene.cluster.nodes[i] for i in scene.cluster.roles.hero]
+    if not nodes:
+        raise UserError("scenario ib_congestion: the cluster has no hero node; name one with node=...")
+    s, e = scene.idx(start), scene.idx(end)
+    effects = [Effect("ib_congestion", (n.index, hca), s, e) for n in nodes for hca in n.hcas]
+    job = scene.job_on(nodes[0].index, start)
+    if job is not None:
+        effects += [Effect("job_slow", (job.id,), s, e, (("factor", 1.2),)),
+                    Effect("nccl_slow", (job.id,), s, e, (("factor", 2.0),))]
+    expectations = scene.expect("transmit wait climbs", "node_exporter", "ib_port_xmit_wait", nodes[0], "rate", ">",
+                                1e6, min(end, start + 600), window=300, raw=True, device=nodes[0].hcas[0], port="1")
+    return Fault("ib_congestion", start, end, {"nodes": ",".join(n.name for n in nodes)},
+                 f"IB congestion on {len(nodes)} node(s)", tuple(effects), tuple(expectations))
+
+
+@kind("fs_filling", 2400, "Lustre OST0001 fills from 40% to 98% used over the duration (client mounts see the "
+                          "filesystem's free space shrink with it).")
+def _fs_filling(scene: Scene, spec: Spec, start: int, end: int) -> Fault:
+    target = f"{LUSTRE_FS}-OST0001"
+    effects = (Effect("ost_fill", (target,), scene.idx(start), scene.idx(end)),)
+    at = min(end, scene.window.duration - scene.window.step)
+    expectations = []
+    if scene.ctx.config["exporters"]["lustre"]["enabled"] and end < INF:
+        name, _, labels = scene.selector("lustre", "available_kib", None, component="ost", target=target)
+        labels["instance"] = f"oss01:{_port('lustre')}"
+        if scene.fits(at) and at >= end - 60:
+            expectations.append(Expectation("fs_filling", "OST nearly full", name, labels, "value", "<",
+                                            0.05 * LUSTRE_OST_KIB, at))
+    return Fault("fs_filling", start, end, {"target": target}, f"{target} filling up", effects, tuple(expectations))
+
+
+def _hero_job(scene: Scene, spec: Spec) -> Job:
+    return scene.job(spec, scene.cluster.roles.hero_job)
+
+
+def _rank0(scene: Scene, job: Job) -> tuple[Node, str]:
+    return scene.cluster.nodes[job.gpus[0][0]], "0"
+
+
+@kind("checkpoint_stall", 1200, "The hero job's checkpoint write stalls: Lustre job writes drop to a trickle, no "
+                                "step completes, GPUs wait idle.")
+def _checkpoint_stall(scene: Scene, spec: Spec, start: int, end: int) -> Fault:
+    job = _hero_job(scene, spec)
+    effects = (Effect("job_stall", (job.id,), scene.idx(start), scene.idx(end)),)
+    node, rank = _rank0(scene, job)
+    at = min(end, start + 600)
+    expectations = scene.expect("no step completes", "training", "steps", None, "increase", "==", 0, at, window=300,
+                                raw=True, hpc_job=job.id, rank=rank, node=node.name)
+    return Fault("checkpoint_stall", start, end, {"job": job.id}, f"checkpoint stall of job {job.id}", effects,
+                 tuple(expectations))
+
+
+@kind("straggler", 1800, "One rank of the hero job, on a slow node, takes 1.6x longer per step; the job slows to its "
+                         "pace. Default: the rank on the last hero node's GPU 0.")
+def _straggler(scene: Scene, spec: Spec, start: int, end: int) -> Fault:
+    job = _hero_job(scene, spec)
+    node = scene.node(spec, job.gpus[-1][0])
+    gpu = scene.gpu(spec, node, 0)
+    if (node.index, gpu) not in job.gpus:
+        raise UserError(f"scenario straggler: job {job.id} has no rank on {node.name} GPU {gpu}")
+    rank = job.rank_of(node.index, gpu)
+    s, e = scene.idx(start), scene.idx(end)
+    effects = (Effect("rank_slow", (job.id, rank), s, e, (("factor", 1.6),)),)
+    expectations = scene.expect("straggler's mean step time 1.6x", "training", "step_seconds", None, "rate_ratio", ">",
+                                round(1.4 * job.step_seconds, 3), min(end, start + 600), window=300, divisor="steps", raw=True,
+                                hpc_job=job.id, rank=str(rank), node=node.name)
+    return Fault("straggler", start, end, {"job": job.id, "rank": str(rank), "node": node.name},
+                 f"rank {rank} of job {job.id} straggles on {node.name}", effects, tuple(expectations))
+
+
+@kind("nccl_latency_spike", 600, "NCCL collectives of the hero job take 8x longer (bus bandwidth /8); steps 1.3x slower.")
+def _nccl_spike(scene: Scene, spec: Spec, start: int, end: int) -> Fault:
+    job = _hero_job(scene, spec)
+    s, e = scene.idx(start), scene.idx(end)
+    effects = (Effect("nccl_slow", (job.id,), s, e, (("factor", 8.0),)), Effect("job_slow", (job.id,), s, e, (("factor", 1.3),)))
+    node, _ = _rank0(scene, job)
+    expectations = scene.expect("AllReduce 8x slower", "nccl_inspector", "coll_exec_time", node, "value", ">",
+                                round(4 * allreduce_time_us(job), 1), start + scene.window.step, raw=True, slurm_job_id=job.id,
+                                gpu="GPU0", collective="AllReduce")
+    return Fault("nccl_latency_spike", start, end, {"job": job.id}, f"NCCL latency spike in job {job.id}", effects,
+                 tuple(expectations))
+
+
+@kind("training_hang", 1800, "The hero job hangs in a collective: no step progress, last-step timestamp frozen, "
+                             "GPUs still show 100% utilisation (spinning NCCL kernels) at low power.")
+def _hang(scene: Scene, spec: Spec, start: int, end: int) -> Fault:
+    job = _hero_job(scene, spec)
+    effects = (Effect("job_hang", (job.id,), scene.idx(start), scene.idx(end)),)
+    node, rank = _rank0(scene, job)
+    at = min(end, start + 900)
+    expectations = scene.expect("no step for 10 minutes", "training", "last_step_time", None, "age", ">", 600, at,
+                                raw=True, hpc_job=job.id, rank=rank, node=node.name)
+    if scene.ctx.config["exporters"]["dcgm"]["enabled"]:
+        expectations += scene.expect("GPU still looks busy", "dcgm", "gpu_utilization", node, "value", ">", 0.9, at,
+                                     gpu="0", hpc_job=job.id)
+    return Fault("training_hang", start, end, {"job": job.id}, f"job {job.id} hangs", effects, tuple(expectations))
+
+
+@kind("slurm_nodes_down", 2400, "A batch node goes down (powered off: its exporters stop, its job ends NODE_FAIL) "
+                                "and another is drained (its job finishes, nothing new starts). node=X: only X goes down.")
+def _nodes_down(scene: Scene, spec: Spec, start: int, end: int) -> Fault:
+    down = scene.node(spec, scene.batch(0))
+    drained = None
+    if spec.node is None and len(scene.cluster.roles.batch) >= 2:
+        drained = scene.cluster.nodes[scene.batch(1)]
+    s, e = scene.idx(start), scene.idx(end)
+    effects = [Effect("node_state", (down.index,), s, e, (("state", "down"), ("reason", "Not responding"))),
+               Effect("host_down", (down.index,), s, e)]
+    scene.block_node(down.index, start, end, kill="NODE_FAIL")
+    if drained is not None:
+        effects.append(Effect("node_state", (drained.index,), s, e, (("state", "drain"), ("reason", "GPU health check failed"))))
+        scene.block_node(drained.index, start, end, kill=None)
+    at = start + 120
+    flavour = scene.ctx.config["exporters"]["slurm"]["flavour"]
+    expectations = []
+    if scene.ctx.config["exporters"]["slurm"]["enabled"]:
+        if flavour == "sckyzo":
+            expectations += scene.expect("node down in Slurm", "slurm", "node_status", None, "value", "==", 1, at,
+                                         raw=True, node=down.name, status="down", partition=down.partition)
+        else:
+            expectations += scene.expect("a node down in Slurm", "slurm", "nodes_down", None, "value", ">=", 1, at, raw=True)
+    expectations += scene.expect("node_exporter of the down node is down", "node_exporter", "boot_time", down,
+                                 "absent", None, None, start + 360, window=300)
+    target = {"down": down.name, **({"drained": drained.name} if drained else {})}
+    return Fault("slurm_nodes_down", start, end, target, f"{down.name} down" + (f", {drained.name} drained" if drained else ""),
+                 tuple(effects), tuple(expectations))
+
+
+@kind("queue_backlog", 2400, "Pending jobs in the train partition climb to ~400 (reason Resources).")
+def _backlog(scene: Scene, spec: Spec, start: int, end: int) -> Fault:
+    effects = (Effect("backlog", ("train",), scene.idx(start), scene.idx(end), (("peak", 400),)),)
+    expectations = []
+    if scene.ctx.config["exporters"]["slurm"]["enabled"]:
+        expectations = scene.expect("train partition backlog", "slurm", "partition_jobs_pending", None, "value", ">",
+                                    300, min(end, scene.window.duration) - scene.window.step, raw=True, partition="train")
+    return Fault("queue_backlog", start, end, {"partition": "train"}, "queue backlog in train", effects, tuple(expectations))
+
+
+@kind("oom_kill", 0, "The job on the first batch node running one is OOM-killed at start: host memory runs out over "
+                     "3 minutes, the job ends OUT_OF_MEMORY and its GPUs lose the hpc_job label.")
+def _oom(scene: Scene, spec: Spec, start: int, end: int) -> Fault:
+    candidates = [scene.node(spec, None).index] if spec.node else list(scene.cluster.roles.batch)
+    for index in candidates:
+        job = scene.job_on(index, start)
+        if job is not None and len(job.nodes) == 1:
+            break
+    else:
+        raise UserError("scenario oom_kill: no batch node runs a job at its start; add nodes or move start=")
+    node = scene.cluster.nodes[index]
+    scene.end_job(job, start, "OUT_OF_MEMORY")
+    effects = (Effect("mem_pressure", (index,), scene.idx(start - 180), scene.idx(start)),)
+    expectations = scene.expect("host memory exhausted", "node_exporter", "mem_available", node, "value", "<",
+                                2 * 1024**3, start - scene.window.step, raw=True)
+    flavour = scene.ctx.config["exporters"]["slurm"]["flavour"]
+    if scene.ctx.config["exporters"]["slurm"]["enabled"] and flavour == "native":
+        expectations += scene.expect("Slurm counts an OOM job", "slurm", "jobs_outofmemory", None, "value", ">=", 1,
+                                     start + 60, raw=True)
+    return Fault("oom_kill", start, start, {"node": node.name, "job": job.id}, f"job {job.id} OOM-killed on {node.name}",
+                 effects, tuple(expectations))
+
+
+@kind("exporter_down", 900, "dcgm-exporter on one node stops answering: up = 0, its GPU series are absent. "
+                            "Default: the last batch node (or the shared node).")
+def _exporter_down(scene: Scene, spec: Spec, start: int, end: int) -> Fault:
+    default = scene.batch(-1) if scene.cluster.roles.batch else scene.cluster.roles.shared
+    node = scene.node(spec, default)
+    effects = (Effect("exporter_down", ("dcgm", node.index), scene.idx(start), scene.idx(end)),)
+    source = scene.ctx.sources["dcgm"]
+    labels = {**source.scrape_labels(), "instance": f"{node.name}:{_port('dcgm')}"}
+    at = start + scene.window.step
+    expectations = [Expectation("exporter_down", "dcgm-exporter target down", UP, labels, "value", "==", 0, at)] \
+        if scene.fits(at) else []
+    return Fault("exporter_down", start, end, {"node": node.name, "exporter": "dcgm"}, f"dcgm-exporter down on {node.name}",
+                 effects, tuple(expectations))
+
+
+@kind("prolog_not_writing", 1800, "The prolog stops writing on one node: no GPU mapping files (series lose hpc_job) "
+                                  "and no job-info series, while the GPUs stay busy. Default: a batch node running a job.")
+def _prolog(scene: Scene, spec: Spec, start: int, end: int) -> Fault:
+    roles = scene.cluster.roles
+    if spec.node:
+        node = scene.node(spec, None)
+    else:
+        ordered = list(roles.batch[len(roles.batch) // 2:]) + list(roles.batch[:len(roles.batch) // 2])
+        busy = [i for i in ordered if (j := scene.job_on(i, start)) and scene.running(j, start + 600)]
+        node = scene.node(spec, busy[0] if busy else roles.shared)
+    effects = (Effect("no_mapping", (node.index,), scene.idx(start), scene.idx(end)),)
+    at = start + 300
+    expectations = scene.expect("busy GPU without hpc_job", "dcgm", "gpu_utilization", node, "max_over_time", ">",
+                                0.5, at, window=240, gpu="0", hpc_job="")
+    return Fault("prolog_not_writing", start, end, {"node": node.name}, f"prolog not writing on {node.name}", effects,
+                 tuple(expectations))
+
+
+UNEXPECTED_OUTBOUND = ("Unexpected outbound connection destination", "5",
+                       (("network", "true"), ("mitre_exfiltration", "true"), ("TA0010", "true")))
+CHECKPOINT_READ = ("Checkpoint read by foreign process", "4",
+                   (("filesystem", "true"), ("mitre_collection", "true"), ("hpcobs", "true")))
+CHECKPOINT_POLICY = ("hpcobs-checkpoint-guard", "kprobe:security_file_open", "/usr/bin/rsync")
+
+
+@kind("unexpected_outbound", 900, "Falco rule 'Unexpected outbound connection destination' matches on the first hero "
+                                  "node: 3 matches at start, then one a minute.")
+def _outbound(scene: Scene, spec: Spec, start: int, end: int) -> Fault:
+    node = scene.node(spec, scene.hero(0))
+    rule, priority, tags = UNEXPECTED_OUTBOUND
+    effects = (Effect("falco_rule", (node.index,), scene.idx(start), scene.idx(end),
+                      (("rule", rule), ("priority", priority), ("tags", tags))),)
+    expectations = scene.expect("Falco rule matched", "falco", "rule_matches", node, "present", None, None,
+                                start + 120, window=300, rule_name=rule)
+    return Fault("unexpected_outbound", start, end, {"node": node.name, "rule": rule}, f"outbound connection from {node.name}",
+                 effects, tuple(expectations))
+
+
+@kind("checkpoint_foreign_read", 600, "A process outside the job reads the hero job's checkpoint from the shared node: "
+                                      "a Falco rule match and a Tetragon policy event (kprobe security_file_open).")
+def _foreign_read(scene: Scene, spec: Spec, start: int, end: int) -> Fault:
+    node = scene.node(spec, scene.cluster.roles.shared if scene.cluster.roles.shared is not None else scene.hero(0))
+    rule, priority, tags = CHECKPOINT_READ
+    policy, hook, binary = CHECKPOINT_POLICY
+    s, e = scene.idx(start), scene.idx(end)
+    effects = (Effect("falco_rule", (node.index,), s, e, (("rule", rule), ("priority", priority), ("tags", tags))),
+               Effect("tetragon_policy", (node.index,), s, e, (("policy", policy), ("hook", hook), ("binary", binary))))
+    expectations = []
+    if scene.ctx.config["exporters"]["falco"]["enabled"]:
+        expectations += scene.expect("Falco rule matched", "falco", "rule_matches", node, "present", None, None,
+                                     start + 120, window=300, rule_name=rule)
+    if scene.ctx.config["exporters"]["tetragon"]["enabled"]:
+        expectations += scene.expect("Tetragon policy event", "tetragon", "policy_events", node, "present", None, None,
+                                     start + 120, window=300, policy=policy)
+    return Fault("checkpoint_foreign_read", start, end, {"node": node.name, "rule": rule, "policy": policy},
+                 f"checkpoint read by a foreign process on {node.name}", effects, tuple(expectations))
+
+
+# ---------------------------------------------------------------------------------------------
+# Realistic week: faults drawn at the Llama 3 rates (hpc-job-monitoring-anchors.md §3.4, Table 5).
+
+INTERRUPTIONS_PER_GPU_DAY = 0.474e-3
+# (count in Table 5, cause, scenario kind, repair time range in hours). Silent data corruption (6) has no
+# exporter signal and is left out.
+LLAMA3_CAUSES = (
+    (148, "faulty GPU", "xid79", (2, 8)), (72, "GPU HBM3 memory", "dbe", (1, 6)),
+    (54, "software bug", "xid13", (0.5, 2)), (35, "network switch/cable", "ib_link_flap", (0.3, 1)),
+    (32, "host maintenance", "slurm_nodes_down", (2, 8)), (19, "GPU SRAM memory", "xid95", (1, 4)),
+    (17, "GPU system processor", "xid119", (1, 4)), (7, "NIC", "ib_port_down", (1, 4)),
+    (7, "NCCL watchdog timeout", "training_hang", (0.3, 1)), (6, "GPU thermal interface/sensor", "thermal", (0.3, 1.5)),
+    (16, "SSD, power supply, chassis, CPU, system memory", "slurm_nodes_down", (2, 12)),
+)
+
+
+def realistic_week(scene: Scene) -> list[Spec]:
+    """Poisson arrivals over the window at the Llama 3 rate; cause drawn from Table 5's shares."""
+    rng = seeded(scene.seed, "realistic_week")
+    nvidia = [n for n in scene.cluster.nodes if n.vendor == "nvidia"]
+    gpus = sum(n.gpus for n in nvidia)
+    rate = INTERRUPTIONS_PER_GPU_DAY * gpus / 86400          # per second
+    specs, t = [], 0.0
+    weights = [c[0] for c in LLAMA3_CAUSES]
+    while rate > 0:
+        t += rng.expovariate(rate)
+        if t >= scene.window.duration:
+            break
+        _, _, kind_name, (low, high) = rng.choices(LLAMA3_CAUSES, weights)[0]
+        node = rng.choice(nvidia)
+        start = int(t) // scene.window.step * scene.window.step
+        repair = int(rng.uniform(low, high) * 3600)
+        job_kinds = ("training_hang",)
+        specs.append(Spec(kind_name, start=start, duration=repair,
+                          node=None if kind_name in job_kinds else node.name,
+                          gpu=rng.randrange(node.gpus) if kind_name.startswith(("xid", "dbe", "thermal")) else None,
+                          hca=rng.choice(node.hcas) if kind_name.startswith("ib_") else None))
+    return specs
+
+
+def kinds() -> dict[str, Kind]:
+    return dict(KINDS)
+
+
+def resolve(specs: list[Spec], ctx: Context, cluster: Cluster, seed: int) -> Faults:
+    scene = Scene(ctx, cluster, seed)
+    expanded: list[Spec] = []
+    for spec in specs:
+        expanded += realistic_week(scene) if spec.kind == "realistic_week" else [spec]
+    faults = []
+    for spec in expanded:
+        name = spec.kind
+        entry = KINDS.get(name) or (KINDS["xid48"] if re.fullmatch(r"xid\d+", name) else None)
+        if entry is None:
+            raise UserError(f"unknown scenario {name!r}; known: {', '.join(sorted(KINDS))}, xid<N>, realistic_week")
+        start = spec.start if spec.start is not None else min(DEFAULT_START, cluster.window.duration // 6)
+        start = start // cluster.window.step * cluster.window.step
+        length = spec.duration if spec.duration is not None else entry.duration
+        end = INF if length >= INF or math.isinf(length) else start + length
+        scene.kind = name
+        faults.append(entry.resolve(scene, spec, start, end))
+    return Faults(cluster.with_jobs(scene.jobs.values()), faults)

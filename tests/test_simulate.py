@@ -1,0 +1,403 @@
+"""The simulator: deterministic, streaming, catalogue-exact, and every scenario shows its signal in PromQL."""
+import io
+import json
+import random
+import re
+import subprocess
+import sys
+import tracemalloc
+from datetime import datetime, timezone
+
+import pytest
+import yaml
+
+from hpcobs import config as config_module
+from hpcobs import synthetic, tools
+from hpcobs.context import Context
+from hpcobs.promql import duration
+from hpcobs.simulate import UP, Simulation, Spec, compress, expand, kinds, write
+from hpcobs.simulate.scenarios import LLAMA3_CAUSES, Scene, realistic_week
+
+from .conftest import ROOT, run_build
+
+EPOCH = datetime(1970, 1, 1, tzinfo=timezone.utc)
+MIXED = {"exporters": {"dcgm": {"versions": ["3.x-4.5", "4.6-4.8", "4.9", "4.10+"]},
+                       "amd": {"enabled": True, "metric_prefix": "amd_"},
+                       "slurm": {"flavour": "native"},
+                       "job_info": {"source": "jontk", "selector": 'job="slurm-jobs"'}}}
+
+
+@pytest.fixture(scope="module")
+def mixed(tmp_path_factory):
+    """A fleet mid-rollout: every dcgm-exporter family, AMD nodes, native Slurm metrics, jontk job info."""
+    path = tmp_path_factory.mktemp("site") / "site.yaml"
+    path.write_text(yaml.safe_dump(MIXED), encoding="utf-8")
+    return config_module.load(path)
+
+
+def text(sim, fmt="openmetrics", names=None) -> str:
+    out = io.StringIO()
+    write(sim, fmt, out, names=names)
+    return out.getvalue()
+
+
+def series_of(sim, names=None) -> list[tuple[str, dict, list]]:
+    return [(f.name, labels, values) for f in sim.families(names) for labels, values in f.series
+            if any(v is not None for v in values)]
+
+
+def small(config, **kw) -> Simulation:
+    args = dict(nodes=6, gpus_per_node=8, hours=0.5, scenarios="healthy", seed=1)
+    return Simulation(config, **{**args, **kw})
+
+
+class Null(io.TextIOBase):
+    def write(self, s):
+        return len(s)
+
+
+# -- determinism and formats ---------------------------------------------------------------------
+
+@pytest.mark.parametrize("fmt", ["openmetrics", "vm", "promtool"])
+def test_same_seed_same_bytes_other_seed_other_bytes(config, fmt):
+    kw = dict(nodes=3, gpus_per_node=2, hours=0.25, scenarios="xid79,ib_link_flap,queue_backlog")
+    first, again = text(Simulation(config, seed=5, **kw), fmt), text(Simulation(config, seed=5, **kw), fmt)
+    assert first == again
+    assert text(Simulation(config, seed=6, **kw), fmt) != first
+
+
+def test_openmetrics_backfills_with_real_promtool(mixed, tmp_path):
+    sim = Simulation(mixed, nodes=8, gpus_per_node=2, hours=0.5, seed=2,
+                     scenarios="xid79,ib_link_flap,prolog_not_writing,slurm_nodes_down,oom_kill,unexpected_outbound")
+    path = tmp_path / "cluster.om"
+    with path.open("w", encoding="utf-8") as out:
+        stats = write(sim, "openmetrics", out)
+    assert path.read_text(encoding="utf-8").endswith("# EOF\n")
+    result = subprocess.run([tools.find(tools.PROMTOOL), "tsdb", "create-blocks-from", "openmetrics", str(path),
+                             str(tmp_path / "blocks")], capture_output=True, text=True, timeout=120)
+    assert result.returncode == 0, result.stderr
+    rows = [line.split() for line in result.stdout.splitlines()[1:] if line.strip()]
+    assert sum(int(row[-4]) for row in rows) == stats.samples        # NUM SAMPLES column, every block
+    assert max(int(row[-2]) for row in rows) == stats.series          # one block holds every series
+
+
+def test_openmetrics_families_are_contiguous_and_typed(config):
+    names = []
+    for line in text(small(config, hours=0.1)).splitlines():
+        if line.startswith("# TYPE"):
+            assert line.split()[3] in ("counter", "gauge", "info", "unknown")
+        elif not line.startswith("#"):
+            name = line.split("{")[0].split(" ")[0]
+            if not names or names[-1] != name:
+                names.append(name)
+    assert len(names) == len(set(names)), "a family is split"
+
+
+def test_vm_lines_are_import_format(config):
+    for line in text(small(config, hours=0.1), "vm").splitlines()[:200]:
+        row = json.loads(line)
+        assert row["metric"]["__name__"] and len(row["values"]) == len(row["timestamps"])
+        assert all(t % 1000 == 0 for t in row["timestamps"]) and "" not in row["metric"].values()
+
+
+# -- what is emitted matches the catalogue -------------------------------------------------------
+
+def catalogue_names(sim) -> set[str]:
+    return {m.name for source in sim.sources for v in source.versions for s in source.exporter.signals()
+            if (m := source.metric(s, v))}
+
+
+@pytest.mark.parametrize("site", ["default", "mixed"])
+def test_every_emitted_name_is_in_the_catalogue(config, mixed, site):
+    sim = small(config if site == "default" else mixed, hours=0.1, scenarios="dbe,thermal,unexpected_outbound")
+    emitted = {name for name, _, _ in series_of(sim)}
+    assert emitted - catalogue_names(sim) == {UP}
+
+
+@pytest.mark.parametrize("site", ["default", "mixed"])
+def test_every_mandatory_signal_is_simulated(config, mixed, site):
+    """Non-optional catalogue metrics all appear, except the Xid, absent until the first Xid (issues 646, 700)."""
+    sim = small(config if site == "default" else mixed, hours=0.1)
+    emitted = {name for name, _, _ in series_of(sim)}
+    xid = {sim.sources["dcgm"].name("xid", v) for v in sim.sources["dcgm"].versions}
+    missing = {m.name for src in sim.sources.enabled() for s in src.exporter.signals() for v in src.versions
+               if (m := src.metric(s, v)) and not m.optional}
+    assert missing - emitted - xid == set()
+
+
+def test_label_names_are_the_exporters(mixed):
+    """Every series carries only its metric's catalogue labels, its host label, the driver label (dcgm),
+    the scrape labels and the cluster label; Falco adds one tag_<tag> label per rule tag."""
+    sim = small(mixed, nodes=8, gpus_per_node=2, hours=0.1, scenarios="unexpected_outbound,checkpoint_foreign_read")
+    ctx = Context(mixed)
+    allowed: dict[str, set[str]] = {}
+    for source in sim.sources.enabled():
+        for version in source.versions:
+            for signal in source.exporter.signals():
+                metric = source.metric(signal, version)
+                if metric:
+                    allowed.setdefault(metric.name, set()).update(
+                        {*metric.labels, source.host_label(version), *source.exporter.info_labels(version)[-1:],
+                         *source.scrape_labels(), "instance", ctx.cluster})
+    allowed[UP] = {"job", "instance", ctx.cluster}
+    for name, labels, _ in series_of(sim):
+        extra = {k for k in labels if k not in allowed[name] and not k.startswith("tag_")}
+        assert not extra, (name, extra)
+
+
+def test_dcgm_versions_differ_in_host_label_names_and_units(mixed):
+    sim = small(mixed, nodes=8, gpus_per_node=2, hours=0.1)
+    source = sim.sources["dcgm"]
+    by_node = {n.name: n.version for n in sim.cluster.nodes if n.vendor == "nvidia"}
+    assert set(by_node.values()) == {"3.x-4.5", "4.6-4.8", "4.9", "4.10+"}
+    utilization = {source.name("gpu_utilization", v) for v in source.versions}
+    assert utilization == {"DCGM_FI_DEV_GPU_UTIL", "DCGM_FI_DEV_GPU_UTIL_RATIO"}
+    seen = set()
+    for name, labels, values in series_of(sim, utilization):
+        host = "Hostname" if "Hostname" in labels else "hostname"
+        version = by_node[labels[host]]
+        assert host == source.host_label(version)
+        assert name == source.name("gpu_utilization", version)
+        present = [v for v in values if v is not None]
+        if name == "DCGM_FI_DEV_GPU_UTIL":              # percent, integers 0..100
+            assert all(isinstance(v, int) and 0 <= v <= 100 for v in present)
+        else:                                           # ratio 0..1
+            assert all(0 <= v <= 1 for v in present)
+        seen.add((version, name, host))
+    assert ("3.x-4.5", "DCGM_FI_DEV_GPU_UTIL", "Hostname") in seen
+    assert ("4.6-4.8", "DCGM_FI_DEV_GPU_UTIL", "hostname") in seen
+    assert ("4.9", "DCGM_FI_DEV_GPU_UTIL_RATIO", "hostname") in seen
+
+
+def test_synthetic_rule_test_series_use_the_simulators_labels(config):
+    sim = small(config, hours=0.1)
+    name = sim.sources["dcgm"].name("gpu_utilization", "4.6-4.8")
+    labels = next(lab for n, lab, _ in series_of(sim, {name}) if lab["gpu"] == "3")
+    made = synthetic.dcgm(Context(config), "gpu_utilization", "1", node=labels["hostname"], gpu="3",
+                          hpc_job=labels["hpc_job"])
+    assert made.labels == {k: v for k, v in labels.items()} and made.name == name
+
+
+# -- behaviour of the series ---------------------------------------------------------------------
+
+def test_a_shared_gpu_yields_two_series_differing_only_in_hpc_job(config):
+    sim = small(config)
+    node, gpu = sim.cluster.roles.shared_gpu
+    host = sim.cluster.nodes[node].name
+    name = sim.sources["dcgm"].name("power", "4.6-4.8")
+    copies = [(lab, val) for _, lab, val in series_of(sim, {name}) if lab["hostname"] == host and lab["gpu"] == str(gpu)]
+    jobs = {lab["hpc_job"] for lab, _ in copies}
+    assert jobs == set(sim.cluster.roles.interactive_jobs)
+    (a, va), (b, vb) = copies
+    assert {k: v for k, v in a.items() if k != "hpc_job"} == {k: v for k, v in b.items() if k != "hpc_job"}
+    both = [(x, y) for x, y in zip(va, vb) if x is not None and y is not None]
+    assert both and all(x == y for x, y in both)       # the exporter deep-copies the series per job
+
+
+def test_allocated_but_idle_gpu_in_the_healthy_model(config):
+    sim = small(config)
+    job = sim.cluster.job(sim.cluster.roles.interactive_jobs[-1])
+    (node, gpu), = job.idle_gpus
+    name = sim.sources["dcgm"].name("gpu_utilization", "4.6-4.8")
+    values = next(v for _, lab, v in series_of(sim, {name}) if lab.get("hpc_job") == job.id and lab["gpu"] == str(gpu))
+    held = [v for v in values if v is not None]
+    assert held[0] == 0 and held[-1] > 0               # idle for its first 20 minutes, then used
+
+
+def test_xid79_reports_the_xid_then_the_gpus_series_stop(config):
+    sim = small(config, scenarios="xid79", hours=0.5)
+    fault = sim.faults.faults[0]
+    host, gpu = fault.target["node"], fault.target["gpu"]
+    lost = sim.window.index(fault.start + 2 * sim.window.step)
+    dcgm = {sim.sources["dcgm"].name(s, "4.6-4.8") for s in sim.sources["dcgm"].exporter.signals()
+            if sim.sources["dcgm"].metric(s, "4.6-4.8")}
+    mine = [(name, lab, val) for name, lab, val in series_of(sim, dcgm) if lab["hostname"] == host and lab["gpu"] == gpu]
+    assert len(mine) > 20
+    assert all(v is None for _, _, val in mine for v in val[lost:])
+    assert all(any(v is not None for v in val[:lost]) for _, _, val in mine)
+    xid = [(lab, val) for name, lab, val in mine if name == sim.sources["dcgm"].name("xid", "4.6-4.8")]
+    assert [lab["err_code"] for lab, _ in xid] == ["79"] and 79 in xid[0][1]
+    others = [val for _, lab, val in series_of(sim, dcgm) if lab["hostname"] == host and lab["gpu"] != gpu]
+    assert all(val[-1] is not None for val in others)
+
+
+def test_counters_are_monotonic_except_at_a_scripted_driver_reload(mixed):
+    sim = Simulation(mixed, nodes=8, gpus_per_node=2, hours=1, seed=4,
+                     scenarios="xid48:start=10m:duration=20m,nvlink_errors,ib_link_flap,checkpoint_stall")
+    reload_node = sim.faults.faults[0].target["node"]
+    reload_at = sim.window.index(30 * 60)
+    resets = set()
+    counters = [f.name for f in sim.families() if f.type == "counter"]
+    for name, labels, values in series_of(sim, set(counters)):
+        present = [(i, v) for i, v in enumerate(values) if v is not None]
+        for (i, a), (j, b) in zip(present, present[1:]):
+            if b < a:
+                resets.add((name, labels.get("hostname") or labels.get("Hostname"), j))
+    energy = {sim.sources["dcgm"].name("energy", sim.cluster.node(reload_node).version)}
+    assert resets and {(n, h, j) for n, h, j in resets} <= {(e, reload_node, reload_at) for e in energy} | {
+        (n, reload_node, reload_at) for n, _, _ in resets}
+    assert any(n in energy for n, _, _ in resets)
+
+
+def test_memory_does_not_grow_with_cluster_size_or_duration(config):
+    """Series by series: 4x the nodes or 4x the hours, 4x the samples, about the same peak (tracemalloc)."""
+    def peak(nodes, hours):
+        tracemalloc.start()
+        stats = write(Simulation(config, nodes=nodes, gpus_per_node=2, hours=hours, seed=1), "openmetrics", Null())
+        top = tracemalloc.get_traced_memory()[1]
+        tracemalloc.stop()
+        return top, stats.samples
+
+    peak(8, 0.05)                                      # the first traced run pays one-time caches
+    small_peak, small_samples = peak(8, 0.05)
+    wide_peak, wide_samples = peak(32, 0.05)
+    long_peak, long_samples = peak(8, 0.2)
+    assert wide_samples > 3.5 * small_samples and long_samples > 3.5 * small_samples
+    assert wide_peak < 2 * small_peak + 64 * 1024, (small_peak, wide_peak)      # the model itself is O(nodes)
+    assert long_peak < 1.5 * small_peak + 32 * 1024, (small_peak, long_peak)
+    assert max(small_peak, wide_peak, long_peak) < 512 * 1024
+
+
+# -- promtool expanding notation -----------------------------------------------------------------
+
+def test_compression_round_trips_and_compacts():
+    rng = random.Random(0)
+    cases = [[1, 2, 3, 4], [0.1 * k for k in range(50)], [5] * 30, [None, None, 3, 3, None, 7, 8, 9, None],
+             [1e16, 1e16 + 2, 1e16 + 4], [-2, 2, 6, 10], [1.5e-07, 3e-07], [None] * 4]
+    for _ in range(200):
+        values, v = [], rng.choice((0, 1e9, 0.25))
+        for _ in range(rng.randrange(1, 60)):
+            roll = rng.random()
+            v = None if roll < 0.1 else (v or 0) + rng.choice((0, 1, 0.1, -3, 123456789)) if roll < 0.8 else rng.random()
+            values.append(v)
+        cases.append(values)
+    for values in cases:
+        packed = compress(values)
+        assert (expand(packed) + [None] * len(values))[:len(values)] == [None if v is None else float(v) for v in values]
+    assert compress([0] * 120) == "0x119"
+    assert compress(list(range(0, 1200, 10))) == "0+10x119"
+    assert compress([1, 1, None, None, 2]) == "1x1 stale _ 2"
+    assert compress([3, None, None]) == "3 stale"
+
+
+def test_compressed_series_read_back_exactly_in_real_promtool(config, tmp_path):
+    sim = Simulation(config, nodes=3, gpus_per_node=2, hours=0.25, seed=3, start=EPOCH,
+                     scenarios="xid79,prolog_not_writing:start=3m:duration=4m")
+    names = {sim.sources["dcgm"].name(s, "4.6-4.8") for s in ("power", "gpu_utilization", "energy", "xid")}
+    raw = [(n, {k: v for k, v in lab.items() if v}, val) for n, lab, val in series_of(sim, names)]
+    chosen = raw[:: max(1, len(raw) // 12)] + [r for r in raw if None in r[2]][:4]
+    inputs = [{"series": synthetic.Series(n, lab, "").text(), "values": compress(val)} for n, lab, val in chosen]
+    checks = []
+    for n, lab, val in chosen:
+        for i, v in enumerate(val):
+            if v is not None and i % 3 == 0:
+                checks.append({"expr": synthetic.Series(n, lab, "").text(), "eval_time": duration(i * sim.window.step) or "0s",
+                               "exp_samples": [{"labels": synthetic.Series(n, lab, "").text(), "value": v}]})
+    (tmp_path / "rules.yml").write_text("groups: []\n")
+    test = {"rule_files": ["rules.yml"], "evaluation_interval": "30s",
+            "tests": [{"interval": "30s", "input_series": inputs, "promql_expr_test": checks}]}
+    (tmp_path / "test.yml").write_text(yaml.safe_dump(test, width=10**9))
+    result = tools.test_rules(tmp_path / "test.yml")
+    assert result.ok, result.output[-2000:]
+    assert len(checks) > 50
+
+
+# -- scenarios -----------------------------------------------------------------------------------
+
+SCENARIOS = sorted(kinds())
+
+
+@pytest.mark.parametrize("scenario", SCENARIOS)
+def test_each_scenario_shows_its_expected_signal_in_promql(config, tmp_path, scenario):
+    """Every expectation, as PromQL, holds in real promtool over the simulated series (the live servers get
+    the same queries later)."""
+    sim = Simulation(config, nodes=10, gpus_per_node=8, hours=2, scenarios=scenario, seed=11, start=EPOCH)
+    expectations = sim.expectations()
+    assert expectations, f"{scenario} describes no expected signal"
+    names = {m for e in expectations for m in e.metrics}
+    inputs = [{"series": s.text(), "values": s.values} for s in sim.input_series(names)]
+    rules = {"groups": [{"name": "expect", "rules": [{"alert": f"E{i}", "expr": f"count({e.query}) > 0"}
+                                                      for i, e in enumerate(expectations)]}]}
+    tests = [{"alertname": f"E{i}", "eval_time": duration(e.at) or "0s", "exp_alerts": [{"exp_labels": {}}]}
+             for i, e in enumerate(expectations)]
+    (tmp_path / "rules.yml").write_text(yaml.safe_dump(rules, width=10**9))
+    (tmp_path / "test.yml").write_text(yaml.safe_dump({"rule_files": ["rules.yml"], "evaluation_interval": "30s", "tests": [
+        {"interval": "30s", "input_series": inputs, "alert_rule_test": tests}]}, width=10**9))
+    result = tools.test_rules(tmp_path / "test.yml")
+    assert result.ok, "\n".join([e.query for e in expectations] + [result.output[-1500:]])
+
+
+def test_expectations_are_machine_readable(config):
+    sim = Simulation(config, nodes=10, gpus_per_node=8, hours=2, scenarios=",".join(SCENARIOS[:8]), seed=1)
+    known = catalogue_names(sim) | {UP}
+    for expectation in sim.expectations():
+        row = json.loads(json.dumps(expectation.to_dict()))
+        assert row["query"] and row["metric"] in known and 0 <= row["at"] < 2 * 3600
+        assert re.fullmatch(r"[a-z_]+", row["scenario"])
+
+
+def test_default_targets_are_documented_in_the_fault(config):
+    sim = Simulation(config, nodes=10, gpus_per_node=8, hours=2, seed=1,
+                     scenarios="xid79,xid48,dbe,thermal,ib_port_down,straggler,slurm_nodes_down,exporter_down")
+    targets = {f.kind: f.target for f in sim.faults.faults}
+    assert targets["xid79"] == {"node": "gpu005", "gpu": "3", "job": sim.cluster.roles.hero_job}
+    assert targets["xid48"]["class"] == "drain" and targets["xid48"]["gpu"] == "1"
+    assert targets["ib_port_down"] == {"node": "gpu001", "hca": "mlx5_1", "port": "1"}
+    assert targets["slurm_nodes_down"] == {"down": "gpu006", "drained": "gpu007"}
+    gpus = {(t.get("node"), t.get("gpu")) for k, t in targets.items() if "gpu" in t}
+    assert len(gpus) == 4                                # composed GPU faults land on different GPUs
+
+
+def test_scenario_parameters_and_errors(config):
+    spec, = Spec.parse("ib_port_down:node=gpu002:hca=mlx5_3:start=90s:duration=inf")
+    assert (spec.node, spec.hca, spec.start, spec.duration) == ("gpu002", "mlx5_3", 90, 10**9)
+    for bad, message in (("nope", "unknown scenario"), ("xid79:gpu=9", "GPUs 0..1"), ("xid79:when=1m", "key=value"),
+                         ("thermal:node=gpu099", "no node named")):
+        with pytest.raises(Exception, match=message):
+            Simulation(config, nodes=3, gpus_per_node=2, hours=0.1, scenarios=bad)
+
+
+def test_realistic_week_draws_faults_at_the_llama3_rate(config):
+    sim = Simulation(config, nodes=128, gpus_per_node=8, hours=0.1, seed=0)
+    gpus = sum(n.gpus for n in sim.cluster.nodes if n.vendor == "nvidia")
+    scene = Scene(sim.ctx, sim.cluster, 0)
+    scene.window = type(sim.window)(sim.window.start, 30, 30 * 86400 // 30)     # 30 days, for the statistics
+    counts, kinds_seen = [], {}
+    for seed in range(30):
+        scene.seed = seed
+        drawn = realistic_week(scene)
+        counts.append(len(drawn))
+        for spec in drawn:
+            kinds_seen[spec.kind] = kinds_seen.get(spec.kind, 0) + 1
+    expected = 0.474e-3 * gpus * 30
+    assert abs(sum(counts) / len(counts) - expected) < 0.2 * expected
+    assert max(kinds_seen, key=kinds_seen.get) == "xid79"                       # faulty GPUs lead Table 5
+    assert sum(c[0] for c in LLAMA3_CAUSES) == 413                              # 419 minus 6 silent corruptions
+    week = Simulation(config, nodes=16, gpus_per_node=8, hours=168, seed=3, scenarios="realistic_week")
+    assert week.faults.faults == Simulation(config, nodes=16, gpus_per_node=8, hours=168, seed=3,
+                                            scenarios="realistic_week").faults.faults
+
+
+# -- command line ----------------------------------------------------------------------------------
+
+def test_cli_writes_a_file_and_the_expectations(tmp_path):
+    out, expect = tmp_path / "c.om", tmp_path / "expect.json"
+    result = run_build("simulate", "--nodes", "2", "--gpus-per-node", "2", "--hours", "0.1", "--scenario", "xid13",
+                       "--seed", "3", "--format", "openmetrics", "--out", str(out), "--expectations", str(expect))
+    assert result.returncode == 0, result.stderr
+    assert "samples" in result.stderr and "[" not in result.stderr               # no progress bar off a terminal
+    assert out.read_text().endswith("# EOF\n") and json.loads(expect.read_text())[0]["scenario"] == "xid13"
+    listing = run_build("simulate", "--list-scenarios")
+    assert "xid79" in listing.stdout and "realistic_week" in listing.stdout
+    bad = run_build("simulate", "--out", str(out), "--scenario", "nope")
+    assert bad.returncode == 2 and "unknown scenario" in bad.stderr
+
+
+def test_cli_promtool_output_is_a_valid_input_series_block(tmp_path):
+    out = tmp_path / "series.yml"
+    result = run_build("simulate", "--nodes", "2", "--gpus-per-node", "1", "--hours", "0.05", "--format", "promtool",
+                       "--out", str(out))
+    assert result.returncode == 0, result.stderr
+    doc = yaml.safe_load(out.read_text())
+    assert doc["interval"] == "30s" and doc["input_series"][0]["series"].startswith("DCGM_FI_")
+    assert sys.executable and ROOT.exists()
