@@ -13,6 +13,11 @@ from .sources import Sources
 GPU_KEY = ("node", "gpu")
 
 
+def either(parts: list[str]) -> str:
+    """`a or b`, parenthesised so that a comparison or product applied to it covers every branch."""
+    return parts[0] if len(parts) == 1 else "(" + " or ".join(parts) + ")"
+
+
 @dataclass
 class Context:
     config: Config
@@ -39,30 +44,57 @@ class Context:
         """Shortest safe window for rate()/increase(): four scrape intervals."""
         return promql.duration(4 * promql.duration_seconds(self.scrape_interval))
 
-    def gpu(self, signal: str, keep: tuple[str, ...] = (), over: Callable[[str], str] | None = None,
-            op: str = "max") -> str:
-        """One canonical per-GPU expression for a dcgm signal across every deployed exporter version.
+    def select(self, exporter_id: str, signals: list[str] | tuple[str, ...], by: tuple[str, ...] = ("node",), *,
+               over: Callable[[str], str] | None = None, op: str = "max", where: dict[str, str] | None = None) -> str:
+        """One canonical expression for some signals of an exporter, across its deployed versions.
 
-        Each version family contributes a branch: its raw name (optionally wrapped by `over`, e.g. a
-        range function), its host label copied to `node`, aggregated to (cluster, node, gpu, *keep) and
-        scaled to SI units. Branches are joined with `or`, so a node scraped under two names is counted
-        once. `max` also folds the copies dcgm-exporter emits for a GPU shared by several jobs.
+        Each distinct raw spelling contributes a branch: the raw name with the exporter's selector and
+        `where` matchers (canonical label -> `op"value"`), optionally wrapped by `over` (e.g. a range
+        function), raw labels copied to their canonical names (host label -> node, job label ->
+        hpc_job, gpu_id -> gpu), aggregated `op by (cluster, *by)` and scaled to SI units. Branches are
+        joined with `or`, so a target scraped under two spellings during an upgrade is counted once.
         """
-        source = self.sources["dcgm"]
-        branches: dict[tuple[str, str], list[str]] = {}
+        source = self.sources[exporter_id]
+        branches: dict[tuple[str, str], list[dict[str, str]]] = {}
         for version in source.versions:
-            metric = source.metric(signal, version)
-            if metric is not None:
-                hosts = branches.setdefault((metric.name, metric.unit), [])
-                if source.host_label(version) not in hosts:
-                    hosts.append(source.host_label(version))
+            for signal in signals:
+                metric = source.metric(signal, version)
+                if metric is None:
+                    continue
+                mapping = source.exporter.canonical_labels(version)
+                variants = branches.setdefault((metric.name, metric.unit), [])
+                if mapping not in variants:
+                    variants.append(mapping)
         parts = []
-        for (name, unit), hosts in branches.items():
-            expr = name + source.selector()
+        for (name, unit), variants in branches.items():
+            raw_where = [f"{variants[0].get(label, label)}{cond}" for label, cond in (where or {}).items()]
+            expr = name + source.selector(*raw_where)
             expr = over(expr) if over else expr
-            for host in hosts:
-                expr = promql.label_replace(expr, "node", host, source.exporter.host_regex)
-            parts.append(promql.to_si(promql.aggregate(op, (self.cluster, *GPU_KEY, *keep), expr), unit))
+            for mapping in variants:
+                for label in by:
+                    raw = mapping.get(label, label)
+                    if isinstance(raw, dict):
+                        expr = promql.label_replace(expr, label, raw["label"], raw["regex"])
+                    elif raw != label:
+                        expr = promql.label_replace(expr, label, raw, "(.+)")
+            aggregated = promql.aggregate(op, (self.cluster, *by), expr)
+            parts.append(aggregated if op in ("group", "count") else promql.to_si(aggregated, unit))
         if not parts:
-            raise ValueError(f"no deployed dcgm-exporter version exposes {signal}")
-        return " or ".join(parts)
+            raise ValueError(f"no deployed {exporter_id} version exposes {list(signals)}")
+        return either(parts)
+
+    def gpu(self, canonical: str, keep: tuple[str, ...] = (), over: Callable[[str], str] | None = None,
+            op: str = "max", where: dict[str, str] | None = None) -> str:
+        """A canonical per-GPU quantity (catalogue `canonical:`) over every enabled GPU exporter.
+
+        `max` by default also folds the copies dcgm-exporter emits for a GPU shared by several jobs.
+        """
+        parts = []
+        for exporter_id in ("dcgm", "amd"):
+            source = self.sources[exporter_id]
+            signals = source.exporter.signals_for(canonical)
+            if source.enabled and signals and any(source.metric(s, v) for s in signals for v in source.versions):
+                parts.append(self.select(exporter_id, signals, (*GPU_KEY, *keep), over=over, op=op, where=where))
+        if not parts:
+            raise ValueError(f"no enabled GPU exporter measures {canonical}")
+        return either(parts)

@@ -56,3 +56,31 @@ def generate(config: Config) -> dict[str, str]:
     files["grafana/provisioning/dashboards/hpcobs.yaml"] = yaml_text(provisioning.dashboards_provider(), GENERATED)
     files["grafana/provisioning/datasources/hpcobs.yaml"] = yaml_text(provisioning.datasources(config), GENERATED)
     return dict(sorted(files.items()))
+
+
+def layers(groups: list[Group]) -> list[list[Group]]:
+    """Groups ordered by dependency: a group only reads raw series or records of earlier layers.
+
+    Rulers evaluate groups independently, and backfilling (promtool tsdb create-blocks-from rules,
+    vmalert replay) sees only what is already stored, so records are replayed layer by layer.
+    """
+    from . import lint
+    producer = {r.record: g.name for g in groups for r in g.rules if hasattr(r, "record")}
+    needs = {g.name: {producer[n] for r in g.rules for n in lint.metric_names(r.expr) if n in producer} - {g.name}
+             for g in groups}
+    ordered, placed = [], set()
+    while len(placed) < len(groups):
+        ready = [g for g in groups if g.name not in placed and needs[g.name] <= placed]
+        if not ready:
+            raise ValueError(f"rule groups depend on each other in a cycle: {sorted(set(needs) - placed)}")
+        ordered.append(ready)
+        placed |= {g.name for g in ready}
+    return ordered
+
+
+def budget_report(config: Config) -> list[str]:
+    """The cardinality budget of the recording rules on the reference cluster (hpcobs.cardinality)."""
+    from . import cardinality
+    ctx = Context(config)
+    groups = [g for domain_groups in rule_groups(ctx).values() for g in domain_groups]
+    return cardinality.report(groups, ctx.sources, ctx.cluster)

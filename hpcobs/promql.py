@@ -37,7 +37,10 @@ def to_si(expr: str, unit: str) -> str:
     factor = si_factor(unit)
     if factor == 1:
         return expr
-    return f"{expr} * {_number(factor)}"
+    if factor < 1:
+        # Dividing by the exact inverse keeps results correctly rounded (50 / 100 is 0.5; 70 * 0.01 is not 0.7).
+        return f"({expr} / {_number(round(1 / factor))})"
+    return f"({expr} * {_number(factor)})"
 
 
 def _number(value: float) -> str:

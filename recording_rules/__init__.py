@@ -1,4 +1,4 @@
 """Recording rules, one module per domain; each exposes groups(ctx) -> list[Group]."""
-from . import gpu
+from . import gpu, jobs, network, security, slurm, storage, training
 
-MODULES = (gpu,)
+MODULES = (gpu, jobs, training, network, storage, slurm, security)

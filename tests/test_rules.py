@@ -92,7 +92,7 @@ def _break(generated, tmp_path, path, old, new):
 
 
 def test_tests_catch_a_missing_unit_conversion(generated, tmp_path):
-    result = _break(generated, tmp_path, RULE_FILES + "gpu.rules.yaml", " * 0.01", "")
+    result = _break(generated, tmp_path, RULE_FILES + "gpu.rules.yaml", " / 100", "")
     assert not result.ok
     assert "gpu:utilization:ratio" in result.output
 

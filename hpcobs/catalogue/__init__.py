@@ -34,6 +34,7 @@ _METRIC = {
         "optional": {"type": "boolean"},
         "renamed": {"type": "object", "additionalProperties": _SPELLING},
         "only_from": {"type": "string"},
+        "canonical": {"type": "string", "pattern": "^[a-z][a-z0-9_]*$"},
         "help": {"type": "string"},
         "source": {"type": "string"},
     },
@@ -50,6 +51,12 @@ _EXPORTER = {
         "host": {"type": "object", "additionalProperties": False, "required": ["regex"],
                  "properties": {"label": {"type": "string"}, "regex": {"type": "string"}}},
         "job_label": {"type": ["string", "null"]},
+        "canonical_labels": {"type": "object", "additionalProperties": {"oneOf": [
+            {"type": "string"},
+            {"type": "object", "additionalProperties": False, "required": ["label", "regex"],
+             "properties": {"label": {"type": "string"}, "regex": {"type": "string"}}}]}},
+        "driver_label_by_version": {"type": "object", "additionalProperties": {"type": "string"}},
+        "default_series_per_gpu": {"type": "object", "additionalProperties": {"type": "integer"}},
         "name_prefix_config": {"type": "string"},
         "gpu_labels": {"type": "array", "items": {"type": "string"}},
         "info_labels_by_version": {"type": "object", "additionalProperties": {"type": "array", "items": {"type": "string"}}},
@@ -91,6 +98,22 @@ class Exporter:
 
     def signals(self) -> list[str]:
         return [m["signal"] for m in self.raw["metrics"]]
+
+    def signals_for(self, canonical: str) -> list[str]:
+        """This exporter's signals that measure a canonical quantity, in order of preference."""
+        return [m["signal"] for m in self.raw["metrics"] if m.get("canonical") == canonical]
+
+    def canonical_labels(self, version: str | None = None) -> dict[str, str | dict]:
+        """Raw label holding each canonical label (node, hpc_job, gpu...) on this exporter's series, or
+        {label, regex} when the canonical value is a part of a raw label."""
+        host = self.host_label(version)
+        out: dict[str, str | dict] = {"node": host if self.host_regex == "(.+)" else {"label": host, "regex": self.host_regex}}
+        if self.job_label:
+            out["hpc_job"] = self.job_label
+        out.update(self.raw.get("canonical_labels", {}))
+        if "driver_label_by_version" in self.raw:
+            out["driver"] = self.raw["driver_label_by_version"][self._version(version)]
+        return out
 
     def xids(self, xid_class: str) -> tuple[int, ...]:
         return tuple(self.raw["xid_classes"][xid_class])

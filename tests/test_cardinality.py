@@ -1,0 +1,81 @@
+"""The recording-rule budget of DESIGN.md §8, on the reference cluster of hpcobs.cardinality."""
+import pytest
+
+from hpcobs import cardinality, lint, pipeline
+from hpcobs.context import Context
+from hpcobs.rules import Record
+
+REF = cardinality.REFERENCE
+GPUS = REF["nodes"] * REF["gpus_per_node"]
+
+
+@pytest.fixture(scope="module")
+def ctx(config):
+    return Context(config)
+
+
+@pytest.fixture(scope="module")
+def groups(ctx):
+    return [g for gs in pipeline.rule_groups(ctx).values() for g in gs]
+
+
+@pytest.fixture(scope="module")
+def costs(groups, ctx):
+    return cardinality.costs(groups, ctx.sources, ctx.cluster)
+
+
+def records(groups):
+    return [r for g in groups for r in g.rules if isinstance(r, Record)]
+
+
+def test_at_most_four_recorded_series_per_gpu(costs):
+    per_gpu = sum(c.per.get("gpu", 0) for c in costs) / GPUS
+    assert per_gpu <= 4, per_gpu
+
+
+def test_all_recorded_series_stay_under_a_quarter_of_the_raw_gpu_series(costs, ctx):
+    recorded = sum(c.recorded for c in costs)
+    assert recorded <= 0.25 * cardinality.gpu_exporter_series(ctx.sources)
+
+
+def test_no_recorded_series_per_rank(groups, ctx):
+    for record in records(groups):
+        labels = cardinality.record_labels(record, ctx.cluster)
+        if "rank" in labels:
+            assert "hpc_job" in labels and record.expr.startswith("topk by"), record.record
+
+
+def test_job_level_series_are_constant_per_job(groups, ctx):
+    for record in records(groups):
+        kind, count = cardinality.recorded_per(cardinality.record_labels(record, ctx.cluster))
+        if record.record.startswith("job:"):
+            assert kind == "job" and count <= REF["jobs"] * REF["collectives"], record.record
+
+
+def test_record_levels_match_their_labels(groups, ctx):
+    """A record named node:... keys on node, job:... on hpc_job, and so on."""
+    key = {"gpu": "gpu", "node": "node", "job": "hpc_job", "account": "account", "partition": "partition", "fs": "fs"}
+    for record in records(groups):
+        level = record.record.split(":")[0]
+        labels = cardinality.record_labels(record, ctx.cluster)
+        if level in key:
+            assert key[level] in labels, record.record
+        if level == "cluster":
+            assert not labels & {"node", "gpu", "hpc_job"}, record.record
+
+
+def test_the_build_prints_the_budget(tmp_path):
+    from .conftest import run_build
+    result = run_build("--out", str(tmp_path / "out"))
+    assert result.returncode == 0, result.stderr
+    assert "cardinality on the reference cluster (2048 nodes x 8 GPUs, 300 jobs, 16384 ranks)" in result.stdout
+    assert "hpcobs-gpu-normalise" in result.stdout and "(budget 25%)" in result.stdout
+
+
+def test_groups_form_layers_without_reading_their_own_records(groups):
+    layered = pipeline.layers(groups)
+    assert sum(map(len, layered)) == len(groups)
+    produced_by = {r.record: g.name for g in groups for r in g.rules if isinstance(r, Record)}
+    for group in groups:
+        for rule in group.rules:
+            assert all(produced_by.get(n) != group.name for n in lint.metric_names(rule.expr)), rule
