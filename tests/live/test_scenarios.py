@@ -1,0 +1,55 @@
+"""Every fault scenario of the simulator shows its signal in real Prometheus and real VictoriaMetrics.
+
+The simulated cluster is backfilled into both servers and each scenario's expected signal (a PromQL
+query from hpcobs.simulate) is evaluated there, never by reading the generator back.
+"""
+import pytest
+
+from hpcobs.simulate import Simulation, kinds, write
+
+FAULTS = [name for name in kinds() if name != "healthy"]
+# Faults of the hero training job take turns: a hang or a dead rank would hide a straggler.
+HERO_JOB_SLOTS = {"straggler": "start=10m:duration=20m", "nccl_latency_spike": "start=35m:duration=15m",
+                  "checkpoint_stall": "start=55m:duration=20m", "training_hang": "start=80m:duration=30m",
+                  "ib_congestion": "start=115m:duration=15m", "xid79": "start=140m"}
+SCENARIOS = ",".join(f"{name}:{HERO_JOB_SLOTS[name]}" if name in HERO_JOB_SLOTS else name for name in FAULTS)
+HOURS = 2.75
+
+
+@pytest.fixture(scope="module")
+def simulation(config):
+    return Simulation(config, nodes=10, gpus_per_node=8, hours=HOURS, scenarios=SCENARIOS, seed=1)
+
+
+@pytest.fixture(scope="module")
+def metrics(simulation):
+    """Only the families the expectations read: a few MB instead of every exporter's output."""
+    return {m for e in simulation.expectations() for m in e.metrics}
+
+
+@pytest.fixture(scope="module")
+def servers(simulation, metrics, tmp_path_factory, prometheus_factory, victoria_factory):
+    folder = tmp_path_factory.mktemp("scenarios")
+    openmetrics, jsonl = folder / "cluster.om", folder / "cluster.jsonl"
+    with open(openmetrics, "w") as out:
+        write(simulation, "openmetrics", out, names=metrics)
+    with open(jsonl, "w") as out:
+        write(simulation, "vm", out, names=metrics)
+    return {"prometheus": prometheus_factory(openmetrics=openmetrics), "victoriametrics": victoria_factory(jsonl=jsonl)}
+
+
+def test_every_scenario_has_an_expected_signal(simulation):
+    covered = {e.scenario for e in simulation.expectations()}
+    assert set(FAULTS) <= covered, set(FAULTS) - covered
+
+
+@pytest.mark.live
+@pytest.mark.parametrize("backend", ["prometheus", "victoriametrics"])
+def test_every_scenario_shows_its_signal(servers, simulation, backend):
+    server = servers[backend]
+    missing = []
+    for expectation in simulation.expectations():
+        at = simulation.window.start + expectation.at
+        if not server.query(expectation.query, at):
+            missing.append(f"{expectation.scenario}: {expectation.description}: {expectation.query} @ +{expectation.at}s")
+    assert not missing, "\n".join(missing)
