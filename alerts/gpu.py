@@ -23,7 +23,7 @@ def groups(ctx: Context) -> list[Group]:
                 summary="A GPU has fallen off the bus.",
                 description="GPU {{ $labels.gpu }} on {{ $labels.node }} (cluster {{ $labels.%s }}, job {{ $labels.hpc_job }}) "
                             "reported Xid 79 and stopped answering; drain the node and reboot it." % c,
-                runbook="gpu", dashboard="hpcobs-gpu-cluster", dashboard_vars=(c, "node"),
+                runbook="gpu", dashboard="hpcobs-gpu-cluster", dashboard_vars=(c, "node"), fired_by=("xid79",),
                 fires_on=[
                     Case("Xid 79 on a GPU running a job", at="5m",
                          series=[dcgm(ctx, "xid", "0 0 79x10", node="n1", gpu="3", hpc_job="4242", err_code="79",

@@ -51,6 +51,7 @@ class Alert:
     silent_on: list[Case]
     no_for_reason: str | None = None   # why there is no `for:` (the runbook repeats it)
     labels: dict[str, str] = field(default_factory=dict)
+    fired_by: tuple[str, ...] = ()     # simulator scenarios (hpcobs.simulate) that must fire it live
 
     def __post_init__(self):
         problems = []
