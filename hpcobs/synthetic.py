@@ -9,7 +9,7 @@ from __future__ import annotations
 from .context import Context
 from .promql import si_factor
 from .ruletest import Series
-from .simulate.labels import DRIVER, GPU_MODEL, dcgm_gpu_labels, gpu_uuid  # noqa: F401  (re-exported)
+from .simulate.labels import DRIVER, GPU_MODEL, amd_gpu_labels, dcgm_gpu_labels, gpu_uuid  # noqa: F401  (re-exported)
 from .simulate.model import EXPORTER_PORTS
 
 
@@ -50,3 +50,16 @@ def series(ctx: Context, exporter_id: str, signal: str, values: str, *, node: st
     all_labels.update({raw.get(name, name) if isinstance(raw.get(name, name), str) else name: value
                        for name, value in labels.items()})
     return Series(source.name(signal, version), all_labels, values)
+
+
+def amd(ctx: Context, signal: str, values: str, *, node: str, gpu: str, cluster: str | None = None,
+        hpc_job: str | None = None, **extra: str) -> Series:
+    """An AMD Device Metrics Exporter GPU series (name with the configured prefix); job labels when held."""
+    source = ctx.sources["amd"]
+    labels = {**source.scrape_labels(), ctx.cluster: cluster or ctx.config.get("cluster", "name"),
+              "instance": f"{node}:{EXPORTER_PORTS['amd']}", **amd_gpu_labels(node, 0, gpu)}
+    if hpc_job is not None:
+        labels.update(job_id=hpc_job, job_user="alice", job_partition="gpu")
+    labels.update(extra)
+    return Series(source.name(signal), labels, values)
+

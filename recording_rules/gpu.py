@@ -12,7 +12,7 @@ from hpcobs.context import Context
 from hpcobs.promql import aggregate
 from hpcobs.rules import Group, Record
 from hpcobs.ruletest import Case, sample
-from hpcobs.synthetic import dcgm, raw_value
+from hpcobs.synthetic import amd, dcgm, raw_value
 
 GPU = ("node", "gpu")
 OWNED = {"hpc_job": '!=""'}
@@ -25,6 +25,7 @@ def groups(ctx: Context) -> list[Group]:
     xids = ctx.sources["dcgm"].exporter
     drain_xid = {"err_code": '=~"%s"' % "|".join(map(str, xids.xids("drain")))}
     versions = ctx.sources["dcgm"].versions
+    with_amd = ctx.sources["amd"].enabled
     w = ctx.rate_window
     idle_window = ctx.thresholds["gpu_idle_window"]
 
@@ -37,10 +38,12 @@ def groups(ctx: Context) -> list[Group]:
         Record(
             "gpu:utilization:ratio", ctx.gpu("utilization"),
             tests=[
-                Case("every deployed version becomes a 0-1 ratio, one series per GPU", at="5m",
+                Case("every deployed exporter and version becomes a 0-1 ratio, one series per GPU", at="5m",
                      series=[util(f"{raw_value(ctx, 'gpu_utilization', v, (i + 1) / 10)}x10", node=f"n{i}", gpu="1",
-                                  version=v) for i, v in enumerate(versions)],
-                     expect=[sample((i + 1) / 10, **cl, node=f"n{i}", gpu="1") for i, _ in enumerate(versions)]),
+                                  version=v) for i, v in enumerate(versions)]
+                     + ([amd(ctx, "gfx_activity", "55x10", node="amd1", gpu="1", hpc_job="7")] if with_amd else []),
+                     expect=[sample((i + 1) / 10, **cl, node=f"n{i}", gpu="1") for i, _ in enumerate(versions)]
+                     + ([sample(0.55, **cl, node="amd1", gpu="1")] if with_amd else [])),
                 Case("a GPU shared by two jobs is counted once", at="5m",
                      series=[util("80x10", node="n1", gpu="2", hpc_job="101"),
                              util("80x10", node="n1", gpu="2", hpc_job="102")],
@@ -95,7 +98,9 @@ def groups(ctx: Context) -> list[Group]:
                tests=[Case("SM activity, an optional profiling field, averaged", at="5m",
                            series=[dcgm(ctx, "sm_active", "0.5x10", node="n1", gpu="0"),
                                    dcgm(ctx, "sm_active", "0.75x10", node="n1", gpu="1")],
-                           expect=[sample(0.625, **cl, node="n1")])]),
+                           expect=[sample(0.625, **cl, node="n1")]),
+                      Case("no series, and no error, where the optional field is not collected", at="5m",
+                           series=[util("50x10", node="n1", gpu="0")], expect=[])]),
         Record("node:gpu_tensor_active:avg", aggregate("avg", (c, "node"), ctx.gpu("tensor_active")),
                tests=[Case("tensor pipe activity averaged", at="5m",
                            series=[dcgm(ctx, "tensor_active", "0.25x10", node="n1", gpu="0"),

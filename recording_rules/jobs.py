@@ -9,7 +9,7 @@ from hpcobs.context import Context
 from hpcobs.promql import aggregate
 from hpcobs.rules import Group, Record
 from hpcobs.ruletest import Case, sample
-from hpcobs.synthetic import dcgm, raw_value, series
+from hpcobs.synthetic import amd, dcgm, raw_value, series
 
 OWNER = ("user", "account", "partition")
 OWNED = {"hpc_job": '!=""'}
@@ -37,6 +37,7 @@ def groups(ctx: Context) -> list[Group]:
         return dcgm(ctx, "gpu_utilization", values, **kw)
 
     alice = dict(user="alice", account="llm", partition="gpu")
+    with_amd = ctx.sources["amd"].enabled
     # Job 7 (alice, llm) holds n1 GPUs 0-1 and n2 GPU 0; job 8 (bob, llm) shares n1 GPU 1; job 9 has no info.
     jobs = [info("7", **alice), info("7", node="n2", **alice), info("8", "bob", "llm", "gpu"),
             util("50x20", node="n1", gpu="0", hpc_job="7"), util("100x20", node="n1", gpu="1", hpc_job="7"),
@@ -59,8 +60,10 @@ def groups(ctx: Context) -> list[Group]:
                                    sample(1, **cl, hpc_job="9")])]),
         Record("job:gpu_utilization:avg",
                per_job("avg", f"gpu:utilization:ratio * on ({c}, node, gpu) group_right () gpu:job:info"),
-               tests=[Case("mean over the job's GPUs; a shared GPU counts for both jobs", at="5m", series=jobs,
-                           expect=[sample(0.5, **job7),
+               tests=[Case("mean over the job's GPUs; a shared GPU counts for both jobs; AMD GPUs join by job_id",
+                           at="5m", series=jobs + ([amd(ctx, "gfx_activity", "100x20", node="amd1", gpu="0",
+                                                        hpc_job="7")] if with_amd else []),
+                           expect=[sample(0.625 if with_amd else 0.5, **job7),
                                    sample(1, **cl, hpc_job="8", user="bob", account="llm", partition="gpu"),
                                    sample(0.3, **cl, hpc_job="9")])]),
         Record("job:gpu_sm_active:avg", per_job("avg", ctx.gpu("sm_active", keep=("hpc_job",), where=OWNED)),

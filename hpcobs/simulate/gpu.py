@@ -10,7 +10,7 @@ from collections.abc import Callable, Iterator
 from functools import cached_property
 
 from .core import Family, accumulate, seeded, to_unit, trailing_count, where, window_mask
-from .labels import AMD_GPU_MODEL, dcgm_gpu_labels
+from .labels import amd_gpu_labels, dcgm_gpu_labels
 from .model import AMD_VRAM_MIB, EXPORTER_PORTS, GPU_FB_MIB, GPU_FB_RESERVED_MIB, Node
 
 MIB = 1024**2
@@ -312,10 +312,7 @@ def _amd_series(sim, signal: str, metric, nodes: list[Node]):
             yield {"hostname": node.name, **target}, raw if scraped is None else where(scraped, raw)
             continue
         for gpu in range(node.gpus):
-            base = {"gpu_id": str(gpu), "card_model": AMD_GPU_MODEL, "gpu_partition_id": "0",
-                    "gpu_compute_partition_type": "spx", "gpu_memory_partition_type": "nps1",
-                    "deployment_mode": "baremetal", "serial_number": f"PCB0{node.index:04d}{gpu:02d}",
-                    "hostname": node.name, **target}
+            base = {**amd_gpu_labels(node.name, node.index, gpu), **target}
             for extra, values in AMD[signal](Gpu(sim, node, gpu, signal)):
                 raw = to_unit(values, metric)
                 if scraped is not None:

@@ -38,3 +38,11 @@ def dcgm_gpu_labels(source: Source, version: str, node: str, gpu: str | int) -> 
     }
     labels[source.exporter.info_labels(version)[-1]] = DRIVER
     return labels
+
+
+def amd_gpu_labels(node: str, node_index: int, gpu: str | int) -> dict[str, str]:
+    """The mandatory labels the AMD Device Metrics Exporter puts on a GPU's series (gpuMandatoryLables, v1.5.x),
+    without job_id/job_user/job_partition (empty without a job) and without the scrape labels."""
+    return {"gpu_id": str(gpu), "card_model": AMD_GPU_MODEL, "gpu_partition_id": "0",
+            "gpu_compute_partition_type": "spx", "gpu_memory_partition_type": "nps1",
+            "deployment_mode": "baremetal", "serial_number": f"PCB0{node_index:04d}{int(gpu):02d}", "hostname": node}
