@@ -5,9 +5,13 @@ from hpcobs.context import Context
 _RECEIVER_KINDS = {
     "slack_api_url_file": ("slack_configs", {"slack_api_url_file": "api_url_file", "slack_channel": "channel"}),
     "pagerduty_routing_key_file": ("pagerduty_configs", {"pagerduty_routing_key_file": "routing_key_file"}),
-    "webhook_url_file": ("webhook_configs", {"webhook_url_file": "url_file"}),
+    # Alertmanager 0.25 has no url_file: the URL must carry no credentials; they go in a file.
+    "webhook_url": ("webhook_configs", {"webhook_url": "url"}),
     "email_to": ("email_configs", {"email_to": "to"}),
 }
+# Alerts whose cause is already explained by another alert (DESIGN.md §10).
+DRAIN_CAUSES = "GpuFellOffBus|GpuXidDrainClass|GpuRowRemapFailure|GpuUncorrectableEcc"
+NODE_GONE = "ExporterNodeExporterDown|ExporterDcgmDown"
 
 
 def _receiver(settings: dict) -> dict:
@@ -15,36 +19,49 @@ def _receiver(settings: dict) -> dict:
     for trigger, (block, fields) in _RECEIVER_KINDS.items():
         if trigger in settings:
             out[block] = [{target: settings[key] for key, target in fields.items() if key in settings}]
-            if block == "slack_configs":
-                out[block][0]["send_resolved"] = True
+            out[block][0]["send_resolved"] = block != "email_configs"
+            if "webhook_credentials_file" in settings and block == "webhook_configs":
+                out[block][0]["http_config"] = {"authorization": {"credentials_file": settings["webhook_credentials_file"]}}
     return out
+
+
+def _route(route: dict) -> dict:
+    entry = {"receiver": route["receiver"], "matchers": [f'{k}="{v}"' for k, v in sorted(route["match"].items())]}
+    if "group_by" in route:
+        entry["group_by"] = list(route["group_by"])
+    if route.get("continue"):
+        entry["continue"] = True
+    return entry
 
 
 def config(ctx: Context) -> dict:
     am = ctx.config["alertmanager"]
     c = ctx.cluster
-    routes = []
-    for route in am["routes"]:
-        entry = {"receiver": route["receiver"],
-                 "matchers": [f'{k}="{v}"' for k, v in sorted(route["match"].items())]}
-        if route.get("continue"):
-            entry["continue"] = True
-        routes.append(entry)
     return {
-        "global": {"resolve_timeout": am["resolve_timeout"]},
+        "global": {"resolve_timeout": am["resolve_timeout"],
+                   **({"smtp_smarthost": am["smtp_smarthost"], "smtp_from": am["smtp_from"], "smtp_require_tls": False}
+                      if "smtp_smarthost" in am else {})},
         "route": {
             "receiver": am["default_receiver"],
             "group_by": [c, "alertname", "node"],
             "group_wait": "30s",
             "group_interval": "5m",
             "repeat_interval": "4h",
-            "routes": routes,
+            "routes": [_route(r) for r in am["routes"]],
         },
         "receivers": [_receiver(r) for r in am["receivers"]],
         "inhibit_rules": [
+            # A node that stopped answering explains every other alert about that node.
+            {"source_matchers": [f'alertname=~"{NODE_GONE}"'], "target_matchers": [f'alertname!~"{NODE_GONE}"'],
+             "equal": [c, "node"]},
             # A GPU that fell off the bus explains every other alert about that GPU.
-            {"source_matchers": ['alertname="GpuFellOffBus"'],
-             "target_matchers": ['alertname!="GpuFellOffBus"'],
+            {"source_matchers": ['alertname="GpuFellOffBus"'], "target_matchers": ['alertname!="GpuFellOffBus"'],
              "equal": [c, "node", "gpu"]},
+            # A GPU that must be drained makes its warnings moot.
+            {"source_matchers": [f'alertname=~"{DRAIN_CAUSES}"', 'severity="critical"'],
+             "target_matchers": ['severity="warning"'], "equal": [c, "node", "gpu"]},
+            # A job that just ended explains its training and idle-GPU alerts.
+            {"source_matchers": ['alertname="SlurmJobEnded"'], "target_matchers": ['alertname!="SlurmJobEnded"'],
+             "equal": [c, "hpc_job"]},
         ],
     }

@@ -1,30 +1,143 @@
-"""GPU cluster: the fleet at a glance, then per node (DESIGN.md §11). Reads recorded series only."""
-from hpcobs.context import Context
-from hpcobs.dashboard import DashboardSpec, Row, Variable, stat, timeseries
+"""GPU cluster: the fleet at a glance, then one node's GPUs (DESIGN.md §11).
 
-UID = "hpcobs-gpu-cluster"
+Cluster-level panels read recorded series only; the node drill-down row reads the raw per-GPU series of
+ONE node ($node), through the catalogue (ctx.gpu), never typed raw names.
+"""
+from hpcobs import promql
+from hpcobs.context import Context
+from hpcobs.dashboard import Column, DashboardSpec, Query, Row, Variable, heatmap, stat, table, timeseries
+
+from . import common
+
+UID = common.GPU_CLUSTER
+UTILISATION = ((None, "red"), (0.25, "orange"), (0.6, "green"))
+UTILISATION_PERCENT = tuple((None if v is None else v * 100, color) for v, color in UTILISATION)
 
 
 def dashboard(ctx: Context) -> DashboardSpec:
     c = ctx.cluster
-    in_cluster = f'{c}="${c}"'
+    cl = common.in_cluster(ctx)
+    step = promql.duration_seconds(ctx.scrape_interval)     # recording rules are evaluated every scrape interval
+    one_node = {c: f'="${c}"', "node": '="$node"', "gpu": '=~"$gpu"'}
+
+    def per_gpu(canonical: str) -> str:
+        return ctx.gpu(canonical, where=one_node)
+
+    fleet = Row("Fleet", [
+        stat("GPUs", f"sum(cluster:gpus:count{{{cl}}})", unit="none", width=4,
+             description="GPUs reporting to the GPU exporters."),
+        stat("Allocated", f"sum(cluster:gpus_allocated:count{{{cl}}})", unit="none", width=4,
+             description="GPUs held by at least one Slurm job (from the exporter's job mapping)."),
+        stat("Allocated but idle", f"sum(node:gpus_allocated_idle:count{{{cl}}}) or vector(0)", unit="none", width=4,
+             thresholds=((None, "green"), (1, "orange")),
+             description=f"GPUs held by the same job for {ctx.thresholds['gpu_idle_window']} with every "
+                         "utilisation sample at 0."),
+        stat("Unhealthy", f"sum(cluster:gpus_unhealthy:count{{{cl}}}) or vector(0)", unit="none", width=4,
+             thresholds=((None, "green"), (1, "red")),
+             description="GPUs with a drain-class Xid or a failed row remap: drain the node."),
+        stat("Mean utilisation", f"cluster:gpu_utilization:avg{{{cl}}}", unit="percentunit", width=4,
+             thresholds=UTILISATION, min=0, max=1,
+             description="Mean utilisation over every GPU of the cluster."),
+        stat("Mean SM active", f"avg(node:gpu_sm_active:avg{{{cl}}})", unit="percentunit", width=4,
+             thresholds=UTILISATION, min=0, max=1,
+             description="Mean over nodes of the fraction of time SMs had a warp resident (DCGM profiling)."),
+        stat("GPU power", f"sum(node:gpu_power:watts{{{cl}}})", unit="watt", width=4,
+             description="Board power of every GPU, summed."),
+        stat("GPU energy today", f"sum(sum_over_time(node:gpu_power:watts{{{cl}}}[$__range])) * {step} / 3600",
+             unit="watth", width=4, time_from="now/d",
+             description="GPU energy since midnight: the recorded power integrated over the rule evaluation "
+                         f"interval ({ctx.scrape_interval})."),
+        timeseries("GPUs allocated and idle", [
+            Query(f"sum(cluster:gpus:count{{{cl}}})", "total"),
+            Query(f"sum(cluster:gpus_allocated:count{{{cl}}})", "allocated"),
+            Query(f"sum(node:gpus_allocated_idle:count{{{cl}}})", "allocated but idle"),
+        ], unit="none", width=16, description="GPUs in the fleet, held by jobs, and held but idle."),
+    ])
+
+    usage = Row("Utilisation by partition and account", [
+        timeseries("Utilisation by partition", f'partition:gpu_utilization:avg{{{cl}, partition=~"$partition"}}',
+                   legend="{{partition}}", unit="percentunit", min=0, max=1,
+                   description="Mean utilisation of the GPUs that jobs of each partition hold."),
+        timeseries("Utilisation by account", f'account:gpu_utilization:avg{{{cl}, account=~"$account"}}',
+                   legend="{{account}}", unit="percentunit", min=0, max=1,
+                   description="Mean utilisation of the GPUs that jobs of each account hold."),
+        timeseries("GPUs allocated by account", f'account:gpus_allocated:count{{{cl}, account=~"$account"}}',
+                   legend="{{account}}", unit="none", stack=True,
+                   description="GPUs held by each account's jobs (jobs without Slurm info have no account)."),
+        table("Top jobs by GPU-hours", [
+            Column(f'topk(10, sum_over_time(job:gpus_allocated:count{{{cl}, account=~"$account", '
+                   f'partition=~"$partition"}}[$__range]) * {step} / 3600)', "GPU-hours"),
+        ], labels=["hpc_job", "user", "account", "partition"], width=12, links=(common.training_link(ctx),),
+            description="GPU-hours held over the dashboard's range (recorded GPU count x evaluation interval); "
+                        "click a job for its training view."),
+    ])
+
+    health = Row("Health", [
+        timeseries("Unhealthy GPUs by node", f"node:gpus_unhealthy:count{{{cl}}} > 0", legend="{{node}}",
+                   unit="none", width=8, thresholds=((None, "green"), (1, "red")),
+                   description="GPUs per node with a drain-class Xid or a failed row remap."),
+        timeseries("GPUs with uncorrectable ECC errors (1h)", f"node:gpus_ecc_uncorrectable:count{{{cl}}} > 0",
+                   legend="{{node}}", unit="none", width=8,
+                   description="GPUs per node whose uncorrectable (double-bit) ECC counter rose in the last hour."),
+        timeseries("Throttled GPUs by node", f"node:gpus_throttled:count{{{cl}}} > 0", legend="{{node}}",
+                   unit="none", width=8,
+                   description="GPUs per node in a hardware, thermal or power-brake clock slowdown."),
+        heatmap("GPU utilisation by node", f"node:gpu_utilization:avg{{{cl}}}", legend="{{node}}",
+                unit="percentunit", min=0, max=1,
+                description="Mean GPU utilisation of each node over time (one row per node)."),
+        table("Nodes", [
+            Column(f"node:gpus:count{{{cl}}}", "GPUs"),
+            Column(f"node:gpus_allocated:count{{{cl}}}", "Allocated"),
+            Column(f"node:gpu_utilization:avg{{{cl}}} * 100", "Utilisation (%)", UTILISATION_PERCENT,
+                   cell="color-text"),
+            Column(f"node:gpu_power:watts{{{cl}}}", "Power (W)"),
+            Column(f"node:gpus_unhealthy:count{{{cl}}}", "Unhealthy", ((None, "green"), (1, "red")),
+                   cell="color-background"),
+            Column(f"node:gpus_throttled:count{{{cl}}}", "Throttled", ((None, "green"), (1, "orange")),
+                   cell="color-text"),
+        ], labels=["node"], links=(common.node_link(ctx),),
+            description="Per node: GPUs, allocation, utilisation, power and health; click a node for its GPUs."),
+    ])
+
+    node = Row("Node $node: GPUs", [
+        timeseries("GPU utilisation", f'gpu:utilization:ratio{{{cl}, node="$node", gpu=~"$gpu"}}',
+                   legend="GPU {{gpu}}", unit="percentunit", width=8, min=0, max=1,
+                   description="Utilisation of each GPU of the node."),
+        timeseries("SM active", per_gpu("sm_active"), legend="GPU {{gpu}}", unit="percentunit", width=8,
+                   min=0, max=1, description="Fraction of time each GPU's SMs had a warp resident (raw DCGM)."),
+        timeseries("Memory used", per_gpu("memory_used"), legend="GPU {{gpu}}", unit="bytes", width=8,
+                   description="Framebuffer memory used on each GPU (raw DCGM)."),
+        timeseries("Power", per_gpu("power"), legend="GPU {{gpu}}", unit="watt", width=8,
+                   description="Board power of each GPU (raw DCGM)."),
+        timeseries("Temperature", per_gpu("temperature"), legend="GPU {{gpu}}", unit="celsius", width=8,
+                   thresholds=((None, "green"), (85, "red")),
+                   description="GPU core temperature (raw DCGM)."),
+        timeseries("Last Xid", per_gpu("xid"), legend="GPU {{gpu}}", unit="none", width=8,
+                   description="The last Xid error code each GPU reported (0: none); see NVIDIA's Xid catalogue."),
+        table("Jobs on the node's GPUs", [
+            Column(f'gpu:job:info{{{cl}, node="$node", gpu=~"$gpu"}}', "Held"),
+        ], labels=["gpu", "hpc_job"], width=24, height=6, links=(common.training_link(ctx),),
+            description="Which job holds each GPU of the node; click a job for its training view."),
+    ])
+
+    job_info = f"job:slurm_job_info:max{{{cl}}}"
     return DashboardSpec(
         uid=UID,
-        title="GPU cluster",
-        description="Fleet utilisation of the GPU cluster, from hpcobs recording rules.",
+        title=common.TITLES[UID],
+        description="Fleet utilisation, health and allocation of the GPU cluster, and one node's GPUs "
+                    "(hpcobs recording rules).",
         tags=("hpcobs", "gpu"),
         variables=(
-            Variable(c, "Cluster", f"label_values(cluster:gpu_utilization:avg, {c})"),
-            Variable("node", "Node", f"label_values(node:gpu_utilization:avg{{{in_cluster}}}, node)", multi=True, include_all=True),
+            common.cluster_variable(ctx),
+            Variable("partition", "Partition", f"label_values({job_info}, partition)", multi=True, include_all=True),
+            Variable("account", "Account", f'label_values(job:slurm_job_info:max{{{cl}, partition=~"$partition"}}, account)',
+                     multi=True, include_all=True),
+            Variable("node", "Node", f"label_values(node:gpus:count{{{cl}}}, node)",
+                     description="Node of the drill-down row."),
+            Variable("gpu", "GPU", f'label_values(gpu:utilization:ratio{{{cl}, node="$node"}}, gpu)',
+                     multi=True, include_all=True),
         ),
-        rows=(
-            Row("Fleet", [
-                stat("Mean GPU utilisation", f"cluster:gpu_utilization:avg{{{in_cluster}}}", unit="percentunit",
-                     description="Mean of nvidia-smi utilisation over every GPU of the cluster (0-1).",
-                     thresholds=((None, "red"), (0.25, "orange"), (0.6, "green"))),
-                timeseries("GPU utilisation by node", f'node:gpu_utilization:avg{{{in_cluster}, node=~"$node"}}',
-                           legend="{{node}}", unit="percentunit", width=18,
-                           description="Mean GPU utilisation of each node's GPUs."),
-            ]),
-        ),
+        rows=(fleet, usage, health, node),
+        links=common.others(UID),
+        alerts=common.alerts(ctx, "Gpu", "Node", "Exporter"),
     )

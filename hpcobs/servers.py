@@ -30,6 +30,7 @@ from .errors import ToolError
 PROMETHEUS = ("PROMETHEUS", "prometheus", "prometheus", (2, 42))
 VICTORIA_METRICS = ("VICTORIA_METRICS", "victoria-metrics", "victoria-metrics", (1, 79))
 VMALERT = ("VMALERT", "vmalert", "victoria-metrics", (1, 79))
+ALERTMANAGER = ("ALERTMANAGER", "prometheus-alertmanager", "prometheus-alertmanager", (0, 25))
 
 READY_TIMEOUT = 60.0
 STOP_TIMEOUT = 15.0
@@ -394,6 +395,36 @@ class VictoriaMetrics(Server):
         return [f"-storageDataPath={self.workdir / 'data'}", f"-httpListenAddr=127.0.0.1:{self.port}",
                 f"-retentionPeriod={self.retention}", "-search.latencyOffset=0s", "-search.disableCache",
                 "-loggerLevel=WARN"]
+
+
+class Alertmanager(Server):
+    """A single Alertmanager (clustering off) with a given configuration, to check routing and inhibition:
+    post alerts, read back which are inhibited and by what."""
+
+    name = "alertmanager"
+    binary = ALERTMANAGER
+    ready_path = "/-/ready"
+
+    def __init__(self, config_file: Path) -> None:
+        super().__init__()
+        self.config_file = Path(config_file)
+
+    def post(self, alerts: Sequence[dict[str, str]]) -> None:
+        """Fire alerts given by their labels (they stay active for the default resolve timeout)."""
+        body = json.dumps([{"labels": labels} for labels in alerts]).encode()
+        request = urllib.request.Request(self.url + "/api/v2/alerts", data=body, method="POST",
+                                         headers={"Content-Type": "application/json"})
+        with urllib.request.urlopen(request, timeout=HTTP_TIMEOUT) as response:
+            response.read()
+
+    def alerts(self) -> list[dict]:
+        """Every active alert with its `status` (state, inhibitedBy, silencedBy)."""
+        with urllib.request.urlopen(self.url + "/api/v2/alerts", timeout=HTTP_TIMEOUT) as response:
+            return json.loads(response.read())
+
+    def _arguments(self) -> list[str]:
+        return [f"--config.file={self.config_file}", f"--storage.path={self.workdir / 'data'}",
+                f"--web.listen-address=127.0.0.1:{self.port}", "--cluster.listen-address="]
 
 
 def _run(tool: tuple[str, str, str, tuple[int, int]], *args: str) -> None:

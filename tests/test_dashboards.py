@@ -1,12 +1,21 @@
-"""Dashboards validate against the official Grafana 11.6 schema and pass our lint."""
+"""Dashboards validate against the official Grafana 11.6 schemas (dashboard and per panel) and pass our lint."""
 import json
 import re
 
 import pytest
+import yaml
 
-from hpcobs import validate
+from hpcobs import dashboard as engine
+from hpcobs import lint, tools, validate
 
 DASHBOARDS = "grafana/dashboards/"
+UIDS = {"hpcobs-gpu-cluster", "hpcobs-network-storage", "hpcobs-training", "hpcobs-security", "hpcobs-slurm-jobs"}
+PROMETHEUS = {"type": "prometheus", "uid": "${datasource}"}
+LOKI = {"type": "loki", "uid": "${loki}"}
+# Values a Grafana variable takes when an expression is checked: ranges become durations, the rest a value
+# (a multi-value variable renders as a regex alternation, as Grafana formats it for Prometheus and Loki).
+DURATIONS = {"__range": "1h", "__interval": "1m", "__rate_interval": "2m", "__range_s": "3600"}
+_VARIABLE = re.compile(r"\$\{([A-Za-z_]\w*)(?::\w+)?\}|\$([A-Za-z_]\w*)|\[\[([A-Za-z_]\w*)\]\]")
 
 
 @pytest.fixture(scope="module")
@@ -14,9 +23,57 @@ def dashboards(generated):
     return {p: json.loads(t) for p, t in generated.items() if p.startswith(DASHBOARDS)}
 
 
+@pytest.fixture(scope="module")
+def recorded(generated):
+    names = set()
+    for path, text in generated.items():
+        if path.startswith("prometheus/rules/"):
+            for group in yaml.safe_load(text)["groups"]:
+                names |= {r["record"] for r in group["rules"] if "record" in r}
+    return names
+
+
 def panels(dashboard):
     return [p for p in dashboard["panels"] if p["type"] != "row"]
 
+
+def variable_names(text):
+    return {next(g for g in m.groups() if g) for m in _VARIABLE.finditer(text)}
+
+
+def substitute(expr, dashboard):
+    """Grafana's interpolation, with sample values: durations for $__range & co, textbox defaults, values."""
+    variables = {v["name"]: v for v in dashboard["templating"]["list"]}
+
+    def value(match):
+        name = next(g for g in match.groups() if g)
+        if name in DURATIONS:
+            return DURATIONS[name]
+        v = variables.get(name)
+        if v is not None and v["type"] == "textbox":
+            return v["query"]
+        if v is not None and v.get("multi"):
+            return "n1|n2"
+        return "n1"
+    return _VARIABLE.sub(value, expr)
+
+
+def prometheus_expressions(dashboard):
+    """(where, expr) of every PromQL expression: panel targets, variable queries, alert annotations."""
+    for panel in panels(dashboard):
+        for target in panel.get("targets", []):
+            if target["datasource"]["type"] == "prometheus":
+                yield f"{dashboard['uid']} / {panel['title']}", target["expr"]
+    for variable in dashboard["templating"]["list"]:
+        if variable["type"] == "query":
+            inner = re.fullmatch(r"\s*label_values\((.*),\s*\w+\s*\)\s*", variable["query"], re.S)
+            yield f"{dashboard['uid']} / variable {variable['name']}", inner.group(1) if inner else variable["query"]
+    for annotation in dashboard["annotations"]["list"]:
+        if "expr" in annotation:
+            yield f"{dashboard['uid']} / annotation {annotation['name']}", annotation["expr"]
+
+
+# ----------------------------------------------------------------------------------------- shape
 
 def test_dashboards_match_the_grafana_schema(generated, dashboards):
     assert dashboards
@@ -32,11 +89,37 @@ def test_raw_grafanalib_output_would_not_validate():
     assert validate.schema_errors("grafana/dashboards/x/u.json", json.dumps(raw))
 
 
-def test_stable_uid_and_file_name(dashboards):
+def test_the_five_dashboards_with_stable_uids_and_file_names(dashboards, config):
+    assert {d["uid"] for d in dashboards.values()} == UIDS
     for path, dashboard in dashboards.items():
-        assert path.endswith(f"/{dashboard['uid']}.json")
-        assert dashboard["uid"].startswith("hpcobs-")
+        assert path == f"{DASHBOARDS}{config.get('grafana', 'folder')}/{dashboard['uid']}.json"
         assert dashboard["schemaVersion"] >= 39
+        assert "hpcobs" in dashboard["tags"]
+
+
+def test_panel_options_match_the_per_panel_schemas(dashboards):
+    kinds = set()
+    for dashboard in dashboards.values():
+        for panel in panels(dashboard):
+            kinds.add(panel["type"])
+            assert engine.panel_schema_errors(panel) == [], panel["title"]
+    assert {"timeseries", "stat", "table", "heatmap", "bargauge", "logs", "text"} <= kinds
+
+
+def test_the_panel_schema_check_catches_a_bad_option(dashboards):
+    panel = json.loads(json.dumps(next(p for d in dashboards.values() for p in panels(d) if p["type"] == "heatmap")))
+    panel["options"]["legend"] = {"show": "yes"}
+    panel["targets"][0]["legacyField"] = 1
+    errors = engine.panel_schema_errors(panel)
+    assert any("options.legend" in e for e in errors) and any("target A" in e for e in errors)
+
+
+def test_heatmap_is_the_modern_one_on_pre_bucketed_series(dashboards):
+    heatmaps = [p for d in dashboards.values() for p in panels(d) if p["type"] == "heatmap"]
+    assert heatmaps
+    for panel in heatmaps:
+        assert panel["options"]["calculate"] is False
+        assert all(t["format"] == "time_series" and "{{node}}" in t["legendFormat"] for t in panel["targets"])
 
 
 def test_panel_ids_are_unique(dashboards):
@@ -58,25 +141,170 @@ def test_panels_do_not_overlap(dashboards):
 
 
 def test_every_panel_has_description_unit_and_the_datasource_variable(dashboards):
+    units = engine.known_units()
     for dashboard in dashboards.values():
         for panel in panels(dashboard):
             assert panel.get("description"), panel["title"]
-            assert panel["fieldConfig"]["defaults"].get("unit"), panel["title"]
-            assert panel["datasource"] == {"type": "prometheus", "uid": "${datasource}"}, panel["title"]
+            if panel["type"] == "text":            # markdown: no query, no unit
+                assert "targets" not in panel, panel["title"]
+                continue
+            unit = panel["fieldConfig"]["defaults"].get("unit")
+            assert unit in units, f"{panel['title']}: unit {unit!r} unknown to Grafana"
+            expected = LOKI if panel["type"] == "logs" else PROMETHEUS
+            assert panel["datasource"] == expected, panel["title"]
+            assert panel["targets"]
             for target in panel["targets"]:
-                assert target["datasource"] == panel["datasource"]
+                assert target["datasource"] == expected
 
 
 def test_variables_are_defined_and_used(dashboards):
     for dashboard in dashboards.values():
         defined = {v["name"] for v in dashboard["templating"]["list"]}
-        text = json.dumps(dashboard["panels"]) + json.dumps([v.get("query") for v in dashboard["templating"]["list"]])
-        used = set(re.findall(r"\$\{?(\w+)", text)) - {"__rate_interval", "__interval", "__range"}
-        assert used <= defined, f"undefined variables {used - defined}"
-        assert defined <= used, f"unused variables {defined - used}"
+        text = json.dumps([dashboard["panels"], dashboard["links"], dashboard["annotations"],
+                           [v.get("query") for v in dashboard["templating"]["list"]]])
+        used = {name for name in variable_names(text) if not name.startswith("__")}
+        assert used <= defined, f"{dashboard['uid']}: undefined variables {used - defined}"
+        assert defined <= used, f"{dashboard['uid']}: unused variables {defined - used}"
+
+
+def test_variables_chain_on_recorded_series(dashboards, recorded, config):
+    cluster = config.get("cluster", "label")
+    for dashboard in dashboards.values():
+        for variable in dashboard["templating"]["list"]:
+            if variable["type"] != "query":
+                continue
+            assert variable["query"].startswith("label_values(")
+            assert lint.metric_names(variable["query"]) <= recorded, variable["name"]
+            if variable["name"] != cluster:
+                assert f'{cluster}="${cluster}"' in variable["query"], variable["name"]
+
+
+# ----------------------------------------------------------------------------------------- queries
+
+def test_every_promql_expression_parses(dashboards, tmp_path):
+    """promtool parses PromQL for real: every expression, variables substituted, as a recording rule."""
+    rules, where = [], {}
+    for dashboard in dashboards.values():
+        for i, (place, expr) in enumerate(prometheus_expressions(dashboard)):
+            record = f"hpcobs:dashboard_check_{len(rules)}"
+            rules.append({"record": record, "expr": substitute(expr, dashboard)})
+            where[record] = place
+    assert len(rules) > 100
+    path = tmp_path / "dashboards.rules.yaml"
+    path.write_text(yaml.safe_dump({"groups": [{"name": "dashboards", "rules": rules}]}, sort_keys=False))
+    result = tools.check_rules(path)
+    assert result.ok, result.output
+
+
+def test_promql_check_rejects_a_broken_expression(tmp_path):
+    path = tmp_path / "bad.rules.yaml"
+    path.write_text(yaml.safe_dump({"groups": [{"name": "g", "rules": [{"record": "a:b", "expr": "sum(x[$__range])"}]}]}))
+    assert not tools.check_rules(path).ok
+
+
+def test_logql_queries_are_well_formed(dashboards):
+    """No Loki parser here (the live test runs them in Loki): a stream selector once the variables are
+    substituted, balanced quotes, and the job log lines the seed's correlation needs."""
+    found = []
+    for dashboard in dashboards.values():
+        for panel in panels(dashboard):
+            for target in panel.get("targets", []):
+                if target["datasource"]["type"] != "loki":
+                    continue
+                expr = substitute(target["expr"], dashboard)
+                found.append(expr)
+                assert re.match(r'^\{[a-zA-Z_]\w*\s*(=|=~|!=|!~)\s*"[^"]*"(\s*,\s*[a-zA-Z_]\w*\s*(=|=~|!=|!~)\s*"[^"]*")*\}',
+                                expr), expr
+                assert expr.count("`") % 2 == 0 and re.sub(r"`[^`]*`", "", expr).count('"') % 2 == 0, expr
+    training = [e for e in found if "NVRM: Xid" in e]
+    assert training and all(s in training[0] for s in (" NCCL WARN ", "Watchdog caught collective operation timeout",
+                                                        "oom"))
+
+
+def test_every_raw_metric_is_in_the_catalogue_and_only_drill_downs_read_raw_series(dashboards, recorded, config):
+    from hpcobs.sources import Sources
+    known = {m.name for source in Sources(config) for v in source.versions
+             for s in source.exporter.signals() if (m := source.metric(s, v))}
+    for dashboard in dashboards.values():
+        for place, expr in prometheus_expressions(dashboard):
+            names = lint.metric_names(expr) - {"ALERTS"}
+            raw = names - recorded
+            assert raw <= known, f"{place}: reads {raw - known}, neither in the catalogue nor recorded"
+            if raw:   # raw series only for ONE node or ONE job
+                assert '="$node"' in expr or '="$hpc_job"' in expr, f"{place} reads raw {raw} across the cluster"
+
+
+def test_panel_queries_lists_every_target(dashboards):
+    for dashboard in dashboards.values():
+        listed = engine.panel_queries(dashboard)
+        assert len(listed) == sum(len(p.get("targets", [])) for p in panels(dashboard))
+        assert {kind for *_, kind in listed} <= {"prometheus", "loki"}
+        assert all(uid == dashboard["uid"] and title and expr for uid, title, expr, _ in listed)
+
+
+# ----------------------------------------------------------------------------------------- links
+
+def links_in(dashboard):
+    yield from (link["url"] for link in dashboard["links"] if link["type"] == "link")
+    for panel in panels(dashboard):
+        yield from (link["url"] for link in panel.get("fieldConfig", {}).get("defaults", {}).get("links", []))
+        yield from re.findall(r"\]\(([^)]+)\)", panel.get("options", {}).get("content", ""))
 
 
 def test_dashboards_link_to_each_other(dashboards):
     for dashboard in dashboards.values():
         assert any(link["type"] == "dashboards" and "hpcobs" in link["tags"] for link in dashboard["links"])
-        assert "hpcobs" in dashboard["tags"]
+        targets = {m.group(1) for url in links_in(dashboard) if (m := re.match(r"/d/([\w-]+)", url))}
+        assert UIDS - {dashboard["uid"]} <= targets, dashboard["uid"]
+
+
+def test_links_and_uids_resolve(dashboards):
+    for dashboard in dashboards.values():
+        defined = {v["name"] for v in dashboard["templating"]["list"]}
+        for url in links_in(dashboard):
+            if url.startswith("/d/"):
+                uid = re.match(r"/d/([\w-]+)", url).group(1)
+                assert uid in UIDS, url
+                target = next(d for d in dashboards.values() if d["uid"] == uid)
+                target_vars = {v["name"] for v in target["templating"]["list"]}
+                passed = set(re.findall(r"var-(\w+)=", url))
+                assert passed <= target_vars, f"{url} sets variables {passed - target_vars} {uid} lacks"
+            else:
+                assert url.startswith("/explore?"), url
+            used = {n for n in variable_names(url) if not n.startswith("__")}
+            assert used <= defined, url
+
+
+def test_job_and_node_tables_link_to_their_views(dashboards):
+    by_uid = {d["uid"]: d for d in dashboards.values()}
+    jobs = next(p for p in panels(by_uid["hpcobs-slurm-jobs"]) if p["title"] == "Jobs")
+    assert any("/d/hpcobs-training?" in link["url"] and "var-hpc_job=${__data.fields.hpc_job}" in link["url"]
+               for link in jobs["fieldConfig"]["defaults"]["links"])
+    nodes = next(p for p in panels(by_uid["hpcobs-gpu-cluster"]) if p["title"] == "Nodes")
+    assert any("/d/hpcobs-gpu-cluster?" in link["url"] and "var-node=${__data.fields.node}" in link["url"]
+               for link in nodes["fieldConfig"]["defaults"]["links"])
+
+
+def test_training_links_to_the_job_traces_in_tempo(dashboards, config):
+    training = next(d for d in dashboards.values() if d["uid"] == "hpcobs-training")
+    tempo = config.get("grafana", "datasources")["tempo"]["uid"]
+    explore = [url for url in links_in(training) if url.startswith("/explore?")]
+    assert explore and all(tempo in url and "$hpc_job" in url for url in explore)
+
+
+def test_every_dashboard_annotates_its_firing_alerts(dashboards):
+    for dashboard in dashboards.values():
+        alerts = [a for a in dashboard["annotations"]["list"] if "ALERTS" in a.get("expr", "")]
+        assert len(alerts) == 1, dashboard["uid"]
+        assert alerts[0]["datasource"] == PROMETHEUS
+        assert 'alertstate="firing"' in alerts[0]["expr"] and "alertname=~" in alerts[0]["expr"]
+
+
+def test_slurm_job_table_grades_efficiency_like_jobstats(dashboards):
+    slurm = next(d for d in dashboards.values() if d["uid"] == "hpcobs-slurm-jobs")
+    jobs = next(p for p in panels(slurm) if p["title"] == "Jobs")
+    steps = [prop["value"]["steps"] for o in jobs["fieldConfig"]["overrides"] for prop in o["properties"]
+             if prop["id"] == "thresholds" and any("grade" in n for n in o["matcher"]["options"]["names"])]
+    assert len(steps) == 1
+    colour = lambda v: [s["color"] for s in steps[0] if s["value"] <= v][-1]   # noqa: E731
+    assert (colour(10), colour(15), colour(20), colour(25), colour(80)) == ("red", "red", "orange", "green", "green")

@@ -11,11 +11,12 @@ import random
 from collections.abc import Iterable
 from dataclasses import dataclass
 
+from .. import catalogue
 from ..promql import si_factor
 
 Values = list  # list[int | float | None], one entry per scrape
-# Prometheus writes `up` for every target it scrapes; no exporter exposes it, so it is not in the catalogue.
-UP = "up"
+# Prometheus writes `up` for every target it scrapes (catalogue: prometheus.yaml).
+UP = catalogue.load()["prometheus"].metric("up").name
 SeriesItem = tuple[dict[str, str], Values]
 
 # Decimal places kept per unit once converted from SI; 0 means an integer, as the exporters print them

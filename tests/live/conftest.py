@@ -46,3 +46,29 @@ def victoria_factory():
     yield start
     for server in started:
         server.stop()
+
+
+def raw_names_read(config, groups) -> set[str]:
+    """Raw catalogue metric names that these rule groups read (what a simulation must emit for them)."""
+    from hpcobs import lint
+    from hpcobs.sources import Sources
+    catalogue_names = {m.name for s in Sources(config) for v in s.versions for sig in s.exporter.signals()
+                       if (m := s.metric(sig, v))}
+    return {n for g in groups for r in g.rules for n in lint.metric_names(r.expr)} & catalogue_names
+
+
+def recording_layer_files(groups, folder: Path) -> list[list[Path]]:
+    """One rule file per dependency layer, holding that layer's recording rules (for replay/backfill)."""
+    from hpcobs import pipeline
+    from hpcobs.render import yaml_text
+    from hpcobs.rules import Record
+    files = []
+    for index, layer in enumerate(pipeline.layers(groups)):
+        recording = [{"name": g.name, "interval": g.interval,
+                      "rules": [r.to_dict() for r in g.rules if isinstance(r, Record)]}
+                     for g in layer if any(isinstance(r, Record) for r in g.rules)]
+        if recording:
+            path = folder / f"layer{index}.rules.yaml"
+            path.write_text(yaml_text({"groups": recording}))
+            files.append([path])
+    return files

@@ -10,12 +10,12 @@ import math
 import pytest
 import yaml
 
-from hpcobs import lint, pipeline
+from hpcobs import pipeline
 from hpcobs.context import Context
-from hpcobs.render import yaml_text
 from hpcobs.rules import Record
 from hpcobs.simulate import Simulation, write
-from hpcobs.sources import Sources
+
+from .conftest import raw_names_read, recording_layer_files
 
 SCENARIOS = ("straggler,idle_gpus,thermal,xid48,dbe,ib_port_down,ib_link_flap,ib_symbol_errors,fs_filling,"
              "unexpected_outbound,checkpoint_foreign_read,queue_backlog,slurm_nodes_down,nvlink_errors")
@@ -36,40 +36,28 @@ def ctx(config):
 
 
 @pytest.fixture(scope="module")
-def recording_layers(ctx):
+def recording_groups(ctx):
+    """The groups with recording rules, alerts left out (replay writes no ALERTS on Prometheus)."""
     groups = [g for gs in pipeline.rule_groups(ctx).values() for g in gs]
-    out = []
-    for layer in pipeline.layers(groups):
-        recording = [g for g in layer if any(isinstance(r, Record) for r in g.rules)]
-        if recording:
-            out.append([{"name": g.name, "interval": g.interval,
-                         "rules": [r.to_dict() for r in g.rules if isinstance(r, Record)]} for g in recording])
-    return out
+    return [g for g in groups if any(isinstance(r, Record) for r in g.rules)]
 
 
 @pytest.fixture(scope="module")
-def records(recording_layers):
-    return [rule["record"] for layer in recording_layers for group in layer for rule in group["rules"]]
+def records(recording_groups):
+    return [r.record for g in recording_groups for r in g.rules if isinstance(r, Record)]
 
 
 @pytest.fixture(scope="module")
-def replayed(ctx, config, recording_layers, tmp_path_factory, prometheus_factory, victoria_factory):
+def replayed(config, recording_groups, tmp_path_factory, prometheus_factory, victoria_factory):
     folder = tmp_path_factory.mktemp("rules-live")
     sim = Simulation(config, nodes=10, gpus_per_node=8, hours=HOURS, scenarios=SCENARIOS, seed=3)
-    catalogue_names = {m.name for s in Sources(config) for v in s.versions for sig in s.exporter.signals()
-                       if (m := s.metric(sig, v))}
-    read = {n for layer in recording_layers for g in layer for r in g["rules"] for n in lint.metric_names(r["expr"])}
-    names = read & catalogue_names
+    names = raw_names_read(config, recording_groups)
     openmetrics, jsonl = folder / "cluster.om", folder / "cluster.jsonl"
     with open(openmetrics, "w") as out:
         write(sim, "openmetrics", out, names=names)
     with open(jsonl, "w") as out:
         write(sim, "vm", out, names=names)
-    layer_files = []
-    for index, layer in enumerate(recording_layers):
-        path = folder / f"layer{index}.rules.yaml"
-        path.write_text(yaml_text({"groups": layer}))
-        layer_files.append([path])
+    layer_files = recording_layer_files(recording_groups, folder)
     start, end = sim.window.start, sim.window.start + sim.window.duration - STEP
     # Backfilled history has no staleness markers: without them Prometheus shows an ended series for the
     # whole lookback (5m) where a live server would have marked it stale at the next scrape. VictoriaMetrics

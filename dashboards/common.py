@@ -1,0 +1,56 @@
+"""What the dashboards share: their uids (alerts link to them), cross links, common variables."""
+from hpcobs.context import Context
+from hpcobs.dashboard import Link, Variable, dashboard_url
+
+GPU_CLUSTER = "hpcobs-gpu-cluster"
+NETWORK_STORAGE = "hpcobs-network-storage"
+TRAINING = "hpcobs-training"
+SECURITY = "hpcobs-security"
+SLURM_JOBS = "hpcobs-slurm-jobs"
+TITLES = {GPU_CLUSTER: "GPU cluster", NETWORK_STORAGE: "Network & storage", TRAINING: "Training",
+          SECURITY: "Security", SLURM_JOBS: "Slurm jobs"}
+
+# Loki: hpcobs ships no log collector, so the stream selector and the label naming the host are
+# dashboard variables (textboxes) a site sets to its shipper's labels (Promtail/Alloy journal scrape).
+LOG_SELECTOR = Variable("log_selector", "Log stream selector", '{job="node-journal"}', kind="textbox",
+                        description="LogQL stream selector of the nodes' kernel and job logs (journald/syslog shipper).")
+LOG_NODE_LABEL = Variable("log_node_label", "Log host label", "host", kind="textbox",
+                          description="Loki label carrying the node's short hostname.")
+# Lines worth seeing next to a job (docs: shared/reference/other-exporters.md §6): NVIDIA Xid
+# (kernel), NCCL WARN, PyTorch's NCCL watchdog timeout, Slurm / kernel out-of-memory kills.
+JOB_LOG_LINES = ("NVRM: Xid| NCCL WARN |Watchdog caught collective operation timeout"
+                 "|oom[-_]kill|invoked oom-killer|[Oo]ut of memory|OOM failure")
+
+
+def others(uid: str) -> tuple[Link, ...]:
+    """Dashboard links to every other hpcobs dashboard (time range and variables carried over)."""
+    return tuple(Link(title, f"/d/{other}") for other, title in TITLES.items() if other != uid)
+
+
+def cluster_variable(ctx: Context, series: str = "cluster:gpus:count") -> Variable:
+    c = ctx.cluster
+    return Variable(c, "Cluster", f"label_values({series}, {c})", description="Cluster (label %s)." % c)
+
+
+def in_cluster(ctx: Context) -> str:
+    return f'{ctx.cluster}="${ctx.cluster}"'
+
+
+def alerts(ctx: Context, *prefixes: str) -> str:
+    """ALERTS matchers for the alerts of some domains (alert names start with the domain, e.g. Gpu)."""
+    c = ctx.cluster
+    return f'alertname=~"({"|".join(prefixes)}).*", {c}=~"${c}|"'
+
+
+def training_link(ctx: Context, job_field: str = "hpc_job") -> Link:
+    """A table cell link to the training dashboard for the job in the row."""
+    c = ctx.cluster
+    return Link("Training dashboard for job ${__data.fields.%s}" % job_field,
+                dashboard_url(TRAINING, **{c: f"${c}", "hpc_job": "${__data.fields.%s}" % job_field}), field=job_field)
+
+
+def node_link(ctx: Context) -> Link:
+    """A table cell link to the GPU cluster dashboard's node drill-down for the node in the row."""
+    c = ctx.cluster
+    return Link("GPUs of node ${__data.fields.node}",
+                dashboard_url(GPU_CLUSTER, **{c: f"${c}", "node": "${__data.fields.node}"}), field="node")

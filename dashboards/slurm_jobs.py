@@ -1,0 +1,101 @@
+"""Slurm jobs: queue, node states, allocation by account and user, the job table with efficiency grades
+(DESIGN.md §11). Recorded series only; every job links to the training dashboard.
+
+Efficiency grades follow Princeton's jobstats GPU utilisation colours: red at or below 15%, orange
+below 25%, green from 25%.
+"""
+from hpcobs import promql
+from hpcobs.context import Context
+from hpcobs.dashboard import Column, DashboardSpec, Query, Row, Variable, bargauge, logs, stat, table, timeseries
+
+from . import common
+
+UID = common.SLURM_JOBS
+POOR, LOW = 15, 25        # percent
+# Threshold steps colour values >= the step, so orange starts just above 15%: exactly 15% is red.
+GRADES = ((None, "red"), (POOR + 1e-6, "orange"), (LOW, "green"))
+
+
+def dashboard(ctx: Context) -> DashboardSpec:
+    cl = common.in_cluster(ctx)
+    step = promql.duration_seconds(ctx.scrape_interval)
+    parts = f'{cl}, partition=~"$partition"'
+    owned = f'{parts}, account=~"$account", user=~"$user"'
+
+    queue = Row("Queue and nodes", [
+        stat("Jobs pending", f"sum(partition:slurm_jobs_pending:count{{{parts}}}) or vector(0)", unit="none",
+             description="Jobs waiting in the queue of the selected partitions."),
+        stat("Jobs running", f"sum(partition:slurm_jobs_running:count{{{parts}}}) or vector(0)", unit="none",
+             description="Jobs running in the selected partitions."),
+        stat("GPUs allocated by Slurm", f"sum(partition:slurm_gpus_allocated:count{{{parts}}}) or vector(0)",
+             unit="none", description="GPUs Slurm has allocated in the selected partitions."),
+        stat("Nodes down, drained or failed",
+             f'sum(partition:slurm_nodes:count{{{parts}, state=~"down|drain|fail"}}) or vector(0)', unit="none",
+             thresholds=((None, "green"), (1, "orange")),
+             description="Nodes in state down, drain or fail (a node in two partitions counts twice)."),
+        timeseries("Queue by partition", [
+            Query(f"partition:slurm_jobs_pending:count{{{parts}}}", "{{partition}} pending"),
+            Query(f"partition:slurm_jobs_running:count{{{parts}}}", "{{partition}} running"),
+        ], unit="none", description="Pending and running jobs per partition."),
+        timeseries("Node states", f"sum by (state) (partition:slurm_nodes:count{{{parts}}})", legend="{{state}}",
+                   unit="none", stack=True, description="Nodes by Slurm state (alloc, mixed, idle, down, drain, fail)."),
+        bargauge("GPUs allocated by partition (Slurm)", f"partition:slurm_gpus_allocated:count{{{parts}}}",
+                 legend="{{partition}}", unit="none", width=8,
+                 description="GPUs Slurm reports allocated per partition."),
+        bargauge("Node states by partition", f"partition:slurm_nodes:count{{{parts}}} > 0",
+                 legend="{{partition}} {{state}}", unit="none", width=16,
+                 description="Current node count per partition and state."),
+    ])
+
+    allocation = Row("Allocation", [
+        timeseries("GPUs by account", f"sum by (account) (job:gpus_allocated:count{{{owned}}})", legend="{{account}}",
+                   unit="none", stack=True, width=8,
+                   description="GPUs held by each account's jobs (from the GPU exporter's job mapping)."),
+        timeseries("GPUs by user", f"sum by (user) (job:gpus_allocated:count{{{owned}}})", legend="{{user}}",
+                   unit="none", stack=True, width=8, description="GPUs held by each user's jobs."),
+        timeseries("GPU power by account", f'account:gpu_power:watts{{{cl}, account=~"$account"}}',
+                   legend="{{account}}", unit="watt", width=8, description="Power of each account's GPUs."),
+    ])
+
+    job_labels = ["hpc_job", "user", "account", "partition"]
+    jobs = Row("Jobs", [
+        table("Jobs", [
+            Column(f"job:gpus_allocated:count{{{owned}}}", "GPUs"),
+            Column(f"job:gpu_power:watts{{{owned}}}", "Power (W)"),
+            Column(f"sum_over_time(job:gpu_power:watts{{{owned}}}[$__range]) * {step} / 3600 / 1000", "Energy (kWh)"),
+            Column(f"avg_over_time(job:gpu_utilization:avg{{{owned}}}[$__range]) * 100",
+                   "Mean GPU utilisation % (grade)", GRADES, cell="color-background"),
+            Column(f"job:gpus_allocated_idle:count{{{owned}}}", "Idle GPUs", ((None, "green"), (1, "red")),
+                   cell="color-text"),
+        ], labels=job_labels, height=12, links=(common.training_link(ctx),),
+            description="Running jobs with GPUs: mean utilisation and energy over the range, efficiency grade "
+                        "(jobstats: red <= 15%, orange < 25%); click a job for its training view."),
+        table("Jobs with idle GPUs", [
+            Column(f"job:gpus_allocated_idle:count{{{owned}}} > 0", "Idle GPUs", ((None, "orange"),),
+                   cell="color-text"),
+        ], labels=job_labels, width=12, links=(common.training_link(ctx),),
+            description=f"Jobs holding GPUs at 0% for {ctx.thresholds['gpu_idle_window']}."),
+        logs("Out-of-memory kills", '$log_selector |~ `oom[-_]kill|invoked oom-killer|[Oo]ut of memory|OOM failure`',
+             width=12, description="Slurm and kernel out-of-memory kill lines; set log_selector to your log shipper's "
+                                   "stream selector."),
+    ])
+
+    return DashboardSpec(
+        uid=UID,
+        title=common.TITLES[UID],
+        description="Slurm queue and node states, GPU allocation by account and user, jobs with efficiency grades.",
+        tags=("hpcobs", "slurm"),
+        variables=(
+            common.cluster_variable(ctx),
+            Variable("partition", "Partition", f"label_values(partition:slurm_jobs_pending:count{{{cl}}}, partition)",
+                     multi=True, include_all=True),
+            Variable("account", "Account", f'label_values(job:slurm_job_info:max{{{parts}}}, account)', multi=True,
+                     include_all=True),
+            Variable("user", "User", f'label_values(job:slurm_job_info:max{{{parts}, account=~"$account"}}, user)',
+                     multi=True, include_all=True),
+            common.LOG_SELECTOR,
+        ),
+        rows=(queue, allocation, jobs),
+        links=common.others(UID),
+        alerts=common.alerts(ctx, "Slurm"),
+    )

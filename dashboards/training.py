@@ -1,0 +1,130 @@
+"""Training: one job ($hpc_job) — progress, stragglers, NCCL, its GPUs, its logs and traces (DESIGN.md §11).
+
+Job-level series are recorded; the raw series read here (loss, NCCL per message size, GPU memory) are
+those of ONE job, selected through the catalogue.
+"""
+from hpcobs.context import Context
+from hpcobs.dashboard import (DashboardSpec, Link, Query, Row, Variable, explore_url, logs, stat, text,
+                              timeseries)
+
+from . import common
+
+UID = common.TRAINING
+UTILISATION = ((None, "red"), (0.25, "orange"), (0.6, "green"))
+
+
+def dashboard(ctx: Context) -> DashboardSpec:
+    c = ctx.cluster
+    cl = common.in_cluster(ctx)
+    job = f'{cl}, hpc_job="$hpc_job"'
+    raw_job = {c: f'="${c}"', "hpc_job": '="$hpc_job"'}
+    straggler = ctx.thresholds.get("training_straggler_ratio", 0.75)
+    tempo = ctx.config.get("grafana", "datasources")["tempo"]["uid"]
+    traces = explore_url(tempo, "tempo", '{ .hpc_job = "$hpc_job" }', "traceql")
+    job_gpus = f'gpu:job:info{{{job}, node=~"$node"}}'
+
+    progress = Row("Progress", [
+        stat("Median step time", f"job:training_step_seconds:median{{{job}}}", unit="s", width=4,
+             description="Step time of the median rank (rate of step seconds over rate of steps)."),
+        stat("Straggler ratio", f"job:training_straggler:ratio{{{job}}}", unit="percentunit", width=4,
+             thresholds=((None, "red"), (straggler, "green")), min=0, max=1,
+             description=f"Median rank's step time over the slowest rank's: 1 when balanced, below {straggler} "
+                         "a straggler holds the job back."),
+        stat("Slowest rank", f"job:training_slowest_rank:step_seconds{{{job}}}", legend="rank {{rank}} on {{node}}",
+             unit="s", width=4, text_mode="value_and_name",
+             description="The slowest rank, its node and its step time."),
+        stat("Tokens/s", f"job:training_tokens:rate{{{job}}}", unit="short", width=4,
+             description="Tokens per second over every rank."),
+        stat("Model TFLOP/s", f"job:training_model_flops:rate{{{job}}} / 1e12", unit="short", width=4,
+             description="Model FLOPs per second over every rank, in TFLOP/s (framework's analytic estimate)."),
+        stat("Steps/s", f"job:training_steps:rate{{{job}}}", unit="short", width=4,
+             thresholds=((None, "red"), (1e-9, "green")),
+             description="Optimizer steps per second (mean over ranks); 0 when the job hangs."),
+        timeseries("Step time", [
+            Query(f"job:training_step_seconds:min{{{job}}}", "fastest rank"),
+            Query(f"job:training_step_seconds:median{{{job}}}", "median rank"),
+            Query(f"job:training_step_seconds:max{{{job}}}", "slowest rank"),
+        ], unit="s", description="Step time of the fastest, median and slowest rank."),
+        timeseries("Straggler ratio", f"job:training_straggler:ratio{{{job}}}", legend="median / slowest",
+                   unit="percentunit", min=0, max=1, thresholds=((None, "red"), (straggler, "green")),
+                   description=f"Median over slowest rank step time; below {straggler} is a straggler."),
+        timeseries("Slowest rank", f"job:training_slowest_rank:step_seconds{{{job}}}",
+                   legend="rank {{rank}} on {{node}}", unit="s", width=8,
+                   description="Which rank, on which node, was the slowest over time, and its step time."),
+        timeseries("Tokens/s", f"job:training_tokens:rate{{{job}}}", legend="tokens/s", unit="short", width=8,
+                   description="Tokens per second over every rank."),
+        timeseries("Model TFLOP/s", f"job:training_model_flops:rate{{{job}}} / 1e12", legend="TFLOP/s",
+                   unit="short", width=8, description="Model FLOPs per second over every rank, in TFLOP/s."),
+        timeseries("Loss", ctx.select("training", ["loss"], ("hpc_job",), op="avg", where=raw_job),
+                   legend="loss", unit="none", width=24, height=7,
+                   description="Training loss the job's ranks report at their last step (mean over ranks)."),
+    ])
+
+    nccl = Row("NCCL", [
+        timeseries("Collective time by collective", f"job:nccl_collective_seconds:avg{{{job}}}",
+                   legend="{{collective}}", unit="s", width=8,
+                   description="Mean time of each collective (NCCL Inspector)."),
+        timeseries("Collective time by message size",
+                   ctx.select("nccl_inspector", ["coll_exec_time"], ("collective", "message_size"), op="avg",
+                              where=raw_job),
+                   legend="{{collective}} {{message_size}}", unit="s", width=8,
+                   description="Mean collective time by collective and message size bucket (raw NCCL Inspector "
+                               "series of this job)."),
+        timeseries("Bus bandwidth by collective", f"job:nccl_bus_bandwidth:avg{{{job}}}", legend="{{collective}}",
+                   unit="Bps", width=8, description="Mean NCCL bus bandwidth of each collective."),
+    ])
+
+    gpus = Row("GPUs of the job", [
+        timeseries("GPU utilisation by GPU",
+                   f"gpu:utilization:ratio{{{cl}}} * on ({c}, node, gpu) group_right () {job_gpus}",
+                   legend="{{node}} GPU {{gpu}}", unit="percentunit", min=0, max=1,
+                   description="Utilisation of each GPU the job holds."),
+        timeseries("GPU memory used by GPU",
+                   ctx.gpu("memory_used", keep=("hpc_job",), where={**raw_job, "node": '=~"$node"'}),
+                   legend="{{node}} GPU {{gpu}}", unit="bytes",
+                   description="Framebuffer memory used on each GPU of the job (raw DCGM series of this job)."),
+        timeseries("SM and tensor activity", [
+            Query(f"job:gpu_sm_active:avg{{{job}}}", "SM active"),
+            Query(f"job:gpu_tensor_active:avg{{{job}}}", "tensor active"),
+            Query(f"job:gpu_utilization:avg{{{job}}}", "utilisation"),
+        ], unit="percentunit", min=0, max=1, width=8,
+            description="Mean utilisation, SM activity and tensor-pipe activity over the job's GPUs."),
+        timeseries("GPU power", f"job:gpu_power:watts{{{job}}}", legend="power", unit="watt", width=8,
+                   description="Power of the job's GPUs (a GPU shared with another job is split between them)."),
+        timeseries("Lustre I/O", [
+            Query(f"job:lustre_write_bytes:rate{{{job}}}", "write"),
+            Query(f"job:lustre_read_bytes:rate{{{job}}}", "read"),
+        ], unit="Bps", width=8, description="Bytes per second the job writes (checkpoints) and reads on Lustre."),
+    ])
+
+    logs_row = Row("Logs and traces", [
+        logs("Xid, NCCL, watchdog and OOM lines on the job's nodes",
+             f'$log_selector | $log_node_label=~"$node" |~ `{common.JOB_LOG_LINES}`',
+             description="Kernel Xid errors, NCCL WARN lines, PyTorch NCCL watchdog timeouts and out-of-memory "
+                         "kills on the job's nodes; set log_selector and log_node_label to your log shipper's labels."),
+        text("Traces", f"[Traces of job $hpc_job in Tempo]({traces}) (spans with attribute `hpc_job`).",
+             description="Opens Grafana Explore on the Tempo datasource with the job's traces."),
+    ])
+
+    info = f"job:slurm_job_info:max{{{cl}}}"
+    return DashboardSpec(
+        uid=UID,
+        title=common.TITLES[UID],
+        description="One training job: step time, stragglers, throughput, loss, NCCL, its GPUs, logs and traces.",
+        tags=("hpcobs", "training"),
+        variables=(
+            common.cluster_variable(ctx),
+            Variable("account", "Account", f"label_values({info}, account)", multi=True, include_all=True),
+            Variable("user", "User", f'label_values(job:slurm_job_info:max{{{cl}, account=~"$account"}}, user)',
+                     multi=True, include_all=True),
+            Variable("hpc_job", "Job", f'label_values(job:gpus_allocated:count{{{cl}, user=~"$user"}}, hpc_job)',
+                     description="Slurm job id."),
+            Variable("node", "Node", f'label_values(gpu:job:info{{{job}}}, node)', multi=True, include_all=True,
+                     description="The job's nodes."),
+            common.LOG_SELECTOR,
+            common.LOG_NODE_LABEL,
+        ),
+        rows=(progress, nccl, gpus, logs_row),
+        links=(*common.others(UID), Link("Job traces (Tempo)", traces)),
+        alerts=common.alerts(ctx, "Training"),
+    )
