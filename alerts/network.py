@@ -6,16 +6,13 @@ port, which no record keeps (one counter per port, the same selection node:ib_po
 """
 from hpcobs.context import Context
 from hpcobs.promql import duration, duration_seconds
-from hpcobs.rules import Alert, Group
+from hpcobs.rules import Alert, Group, label
 from hpcobs.ruletest import Case, alert
 from hpcobs.synthetic import series
 
 PORT = ("node", "device", "port")
 DASHBOARD = "hpcobs-network-storage"
 
-
-def label(name: str) -> str:
-    return "{{ $labels.%s }}" % name
 
 
 def groups(ctx: Context) -> list[Group]:

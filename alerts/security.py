@@ -9,16 +9,13 @@ per-node totals by priority and per-rule totals without the node.
 """
 from hpcobs.context import Context
 from hpcobs.promql import duration, duration_seconds
-from hpcobs.rules import Alert, Group
+from hpcobs.rules import Alert, Group, label
 from hpcobs.ruletest import Case, alert
 from hpcobs.synthetic import series
 
 DASHBOARD = "hpcobs-security"
 REGEX_SPECIAL = set(".^$*+?()[]{}|\\")
 
-
-def label(name: str) -> str:
-    return "{{ $labels.%s }}" % name
 
 
 def one_of(names: list[str]) -> str:

@@ -9,7 +9,7 @@ series per OST, one per Lustre host.
 """
 from hpcobs.context import Context
 from hpcobs.promql import duration, duration_seconds
-from hpcobs.rules import Alert, Group
+from hpcobs.rules import Alert, Group, label
 from hpcobs.ruletest import Case, alert
 from hpcobs.synthetic import series
 
@@ -19,9 +19,6 @@ OST = {"component": '="ost"'}
 DASHBOARD = "hpcobs-network-storage"
 TIB_KIB = 1024 ** 3           # one TiB in the KiB the Lustre exporter reports
 
-
-def label(name: str) -> str:
-    return "{{ $labels.%s }}" % name
 
 
 def groups(ctx: Context) -> list[Group]:

@@ -8,7 +8,7 @@ slow NCCL collectives are usually the fabric or the NCCL setup, so they go to ml
 """
 from hpcobs.context import Context
 from hpcobs.promql import duration, duration_seconds
-from hpcobs.rules import Alert, Group
+from hpcobs.rules import Alert, Group, label
 from hpcobs.ruletest import Case, Series, alert
 from hpcobs.synthetic import dcgm, series
 
@@ -17,9 +17,6 @@ OWNER = ("user", "account", "partition")
 ALICE = dict(user="alice", account="llm", partition="gpu")
 TOKENS_PER_STEP = 750                       # per rank
 
-
-def label(name: str) -> str:
-    return "{{ $labels.%s }}" % name
 
 
 def owned(ctx: Context, expr: str) -> str:

@@ -90,6 +90,11 @@ class Alert:
         return out
 
 
+def label(name: str) -> str:
+    """`{{ $labels.name }}`, for annotation templates."""
+    return "{{ $labels.%s }}" % name
+
+
 def render_template(text: str, labels: dict[str, str]) -> str:
     """Expand {{ $labels.x }} the way Prometheus does (missing labels expand to empty)."""
     rest = re.sub(_TEMPLATE_VAR, "", text)
