@@ -371,32 +371,29 @@ def _dbe(scene: Scene, spec: Spec, start: int, end: int) -> Fault:
     return Fault("dbe", start, end, target, f"double-bit ECC error on {node.name} GPU {gpu}", effects, tuple(expectations))
 
 
+def _row_remap(scene: Scene, spec: Spec, start: int, end: int, state: str, default_gpu: int, xid: int) -> Fault:
+    """An uncorrectable remapped row, then the remap state flag (`failure` or `pending`) and its Xid."""
+    node, gpu, target = _gpu_fault(scene, spec, scene.hero(-1), default_gpu)
+    s, e, key = scene.idx(start), scene.idx(end), (node.index, gpu)
+    effects = (Effect("bump", key, s, s + 1, (("signal", "row_remap_uncorrectable"),)),
+               Effect("flag", key, s, e, (("signal", f"row_remap_{state}"),)),
+               _xid(scene, node, gpu, xid, start, end), *_reset_after(scene, node, end))
+    expectations = scene.expect(f"row remap {state} flag", "dcgm", f"row_remap_{state}", node, "value", "==", 1,
+                                start + scene.window.step, raw=True, gpu=str(gpu))
+    return Fault(f"row_remap_{state}", start, end, target, f"row remap {state} on {node.name} GPU {gpu}", effects,
+                 tuple(expectations))
+
+
 @kind("row_remap_failure", INF, "Row remapping failed (no spare rows; RMA): ROW_REMAP_FAILURE = 1, Xid 64. "
                                 "Default: last hero node, GPU 5.")
 def _row_remap_failure(scene: Scene, spec: Spec, start: int, end: int) -> Fault:
-    node, gpu, target = _gpu_fault(scene, spec, scene.hero(-1), 5)
-    s, e, key = scene.idx(start), scene.idx(end), (node.index, gpu)
-    effects = (Effect("bump", key, s, s + 1, (("signal", "row_remap_uncorrectable"),)),
-               Effect("flag", key, s, e, (("signal", "row_remap_failure"),)),
-               _xid(scene, node, gpu, 64, start, end), *_reset_after(scene, node, end))
-    expectations = scene.expect("row remap failure flag", "dcgm", "row_remap_failure", node, "value", "==", 1,
-                                start + scene.window.step, raw=True, gpu=str(gpu))
-    return Fault("row_remap_failure", start, end, target, f"row remap failure on {node.name} GPU {gpu}", effects,
-                 tuple(expectations))
+    return _row_remap(scene, spec, start, end, "failure", 5, 64)
 
 
 @kind("row_remap_pending", INF, "A row remap is pending (GPU reset needed): uncorrectable remapped rows +1, "
                                 "ROW_REMAP_PENDING = 1 (extended CSV), Xid 63. Default: last hero node, GPU 6.")
 def _row_remap_pending(scene: Scene, spec: Spec, start: int, end: int) -> Fault:
-    node, gpu, target = _gpu_fault(scene, spec, scene.hero(-1), 6)
-    s, e, key = scene.idx(start), scene.idx(end), (node.index, gpu)
-    effects = (Effect("bump", key, s, s + 1, (("signal", "row_remap_uncorrectable"),)),
-               Effect("flag", key, s, e, (("signal", "row_remap_pending"),)),
-               _xid(scene, node, gpu, 63, start, end), *_reset_after(scene, node, end))
-    expectations = scene.expect("row remap pending flag", "dcgm", "row_remap_pending", node, "value", "==", 1,
-                                start + scene.window.step, raw=True, gpu=str(gpu))
-    return Fault("row_remap_pending", start, end, target, f"row remap pending on {node.name} GPU {gpu}", effects,
-                 tuple(expectations))
+    return _row_remap(scene, spec, start, end, "pending", 6, 63)
 
 
 @kind("thermal", 1200, "Thermal / HW slowdown: GPU at 92 C, SM clock halved, power down, hw_slowdown and "
