@@ -63,5 +63,17 @@ def config(ctx: Context) -> dict:
             # A job that just ended explains its training and idle-GPU alerts.
             {"source_matchers": ['alertname="SlurmJobEnded"'], "target_matchers": ['alertname!="SlurmJobEnded"'],
              "equal": [c, "hpc_job"]},
+            # A GPU that fell off the bus stops reporting, so its node reports fewer GPUs.
+            {"source_matchers": ['alertname="GpuFellOffBus"'], "target_matchers": ['alertname="GpuSeriesMissing"'],
+             "equal": [c, "node"]},
+            # A job holding idle GPUs explains each node where it holds them.
+            {"source_matchers": ['alertname="SlurmJobHoldingIdleGpus"'], "target_matchers": ['alertname="GpuAllocatedIdle"'],
+             "equal": [c, "hpc_job"]},
+            # A port that is not ACTIVE is below its rate and discards what it sends (IB alerts are per node).
+            {"source_matchers": ['alertname="IbPortNotActive"'],
+             "target_matchers": ['alertname=~"IbLinkRateBelowNominal|IbTransmitDiscards"'], "equal": [c, "node"]},
+            # A job stuck writing its checkpoint makes no step: the stalled filesystem explains the hang.
+            {"source_matchers": ['alertname="StorageCheckpointWriteStalled"'], "target_matchers": ['alertname="TrainingHang"'],
+             "equal": [c, "hpc_job"]},
         ],
     }

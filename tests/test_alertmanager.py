@@ -1,4 +1,7 @@
-"""Alertmanager config: SchemaStore shape, amtool check-config, and a routing table through amtool."""
+"""Alertmanager config: SchemaStore shape, amtool check-config, a routing table through amtool, and inhibitions
+that name real alerts and labels they carry (tests/live/test_alertmanager_live.py proves them in Alertmanager)."""
+import re
+
 import pytest
 import yaml
 
@@ -53,3 +56,38 @@ def test_job_alerts_are_grouped_by_job(generated):
 def test_routing_table_catches_a_wrong_expectation(generated_tree):
     result = tools.routes_test(generated_tree / AM, {"team": "gpu-ops", "severity": "critical"}, ["default"])
     assert not result.ok
+
+
+def alert_labels(generated) -> dict[str, set[str]]:
+    """Alert name -> the label names it carries in every firing case of the generated promtool tests."""
+    carried: dict[str, set[str]] = {}
+    for path, text in generated.items():
+        if path.startswith("prometheus/tests/"):
+            for test in yaml.safe_load(text)["tests"]:
+                for case in test.get("alert_rule_test", []):
+                    for fired in case["exp_alerts"]:
+                        labels = set(fired["exp_labels"])
+                        carried[case["alertname"]] = carried.get(case["alertname"], labels) & labels
+    return carried
+
+
+def alert_names(matchers: list[str]) -> tuple[list[str], bool]:
+    """The alert names the alertname matcher of `matchers` mentions, and whether it selects them (= or =~)."""
+    for matcher in matchers:
+        name, op, value = re.fullmatch(r'(\w+)(=~|!~|!=|=)"(.*)"', matcher).groups()
+        if name == "alertname":
+            return value.split("|"), op in ("=", "=~")
+    return [], False
+
+
+def test_inhibitions_name_real_alerts_that_carry_the_equal_labels(generated):
+    """A renamed alert never matches; an `equal` label an alert lacks never matches either, or, absent from both
+    sides (Alertmanager then counts it as equal), claims a scope the rule does not have."""
+    carried = alert_labels(generated)
+    for rule in yaml.safe_load(generated[AM])["inhibit_rules"]:
+        sources, _ = alert_names(rule["source_matchers"])
+        targets, selected = alert_names(rule["target_matchers"])
+        for name in sources + targets:
+            assert name in carried, f"{name} in {rule} is not a generated alert"
+        for name in sources + (targets if selected else []):
+            assert set(rule["equal"]) <= carried[name], f"{name} lacks {set(rule['equal']) - carried[name]} of {rule}"
