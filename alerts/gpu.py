@@ -10,7 +10,7 @@ from hpcobs.context import Context
 from hpcobs.promql import aggregate, duration, duration_seconds, label_replace
 from hpcobs.rules import Alert, Group
 from hpcobs.ruletest import Case, Series, alert
-from hpcobs.synthetic import dcgm, series
+from hpcobs.synthetic import dcgm, gpu_si_series, series
 
 GPU = ("node", "gpu")
 JOB = ("hpc_job",)
@@ -372,14 +372,15 @@ def _any_vendor(ctx: Context) -> list[Alert]:
     def on_gpu(**labels):
         return {**cl, "node": "n1", "gpu": "1", **labels}
 
-    def util(values, **kw):
-        return gpu_series(ctx, "utilization", values, **kw)
+    def util(ratios, **kw):
+        """Utilisation of one GPU written as 0-1 ratios, converted to what its exporter exposes."""
+        return gpu_si_series(ctx, "utilization", ratios, **kw)
 
     def ecc(values, **kw):
-        return gpu_series(ctx, "ecc_uncorrectable", values, **kw)
+        return gpu_si_series(ctx, "ecc_uncorrectable", values, **kw)
 
     def replay(values, **kw):
-        return gpu_series(ctx, "pcie_replay", values, **kw)
+        return gpu_si_series(ctx, "pcie_replay", values, **kw)
 
     def info(job, node="n1", samples=300):
         return series(ctx, "job_info", "job_info", f"1x{samples}", node=node, hpc_job=job, user="alice",
@@ -435,13 +436,13 @@ def _any_vendor(ctx: Context) -> list[Alert]:
         fired_by=("idle_gpus",) if nvidia else (), **common,
         fires_on=[Case(f"one of the job's GPUs at 0% for {idle}; its other node is busy", at=duration(idle_s + 600),
                        series=[info("7"), info("7", node="n2"), util(f"0x{samples}", node="n1", gpu="0", hpc_job="7"),
-                               util(f"50x{samples}", node="n1", gpu="1", hpc_job="7"),
-                               util(f"50x{samples}", node="n2", gpu="0", hpc_job="7")],
+                               util(f"0.5x{samples}", node="n1", gpu="1", hpc_job="7"),
+                               util(f"0.5x{samples}", node="n2", gpu="0", hpc_job="7")],
                        expect=[alert(**cl, node="n1", hpc_job="7")])],
         silent_on=[Case("every GPU busy", at=duration(idle_s + 600),
-                        series=[info("7"), util(f"50x{samples}", node="n1", gpu="0", hpc_job="7")]),
+                        series=[info("7"), util(f"0.5x{samples}", node="n1", gpu="0", hpc_job="7")]),
                    Case(f"idle for 5 minutes less than {idle}", at=duration(idle_s + 600),
-                        series=[info("7"), util(f"50x{(600 + 300) // 30} 0x{samples}", node="n1", gpu="0",
+                        series=[info("7"), util(f"0.5x{(600 + 300) // 30} 0x{samples}", node="n1", gpu="0",
                                                 hpc_job="7")]),
                    Case("idle for the window, but for less than the for: duration", at=duration(idle_s + 150),
                         series=[info("7"), util(f"0x{samples}", node="n1", gpu="0", hpc_job="7")])],
@@ -456,13 +457,13 @@ def _any_vendor(ctx: Context) -> list[Alert]:
                     "check nvidia-smi -L (rocm-smi on AMD) and the kernel log.",
         fired_by=("xid79",) if nvidia else (), **common,
         fires_on=[Case("GPU 3's series stop, the other three still report", at="15m",
-                       series=[util("90x40", node="n1", gpu=g) for g in "012"] + [util("90x10 stale", node="n1", gpu="3")],
+                       series=[util("0.9x40", node="n1", gpu=g) for g in "012"] + [util("0.9x10 stale", node="n1", gpu="3")],
                        expect=[alert(**cl, node="n1")])],
-        silent_on=[Case("every GPU reports", at="15m", series=[util("90x40", node="n1", gpu=g) for g in "0123"]),
+        silent_on=[Case("every GPU reports", at="15m", series=[util("0.9x40", node="n1", gpu=g) for g in "0123"]),
                    Case("the whole exporter is gone (ExporterDcgmDown's case)", at="15m",
-                        series=[util("90x10 stale", node="n1", gpu=g) for g in "0123"]),
+                        series=[util("0.9x10 stale", node="n1", gpu=g) for g in "0123"]),
                    Case("GPU missing for less than the for: duration", at="8m",
-                        series=[util("90x40", node="n1", gpu=g) for g in "012"] + [util("90x10 stale", node="n1", gpu="3")])],
+                        series=[util("0.9x40", node="n1", gpu=g) for g in "012"] + [util("0.9x10 stale", node="n1", gpu="3")])],
     ))
     return out
 

@@ -6,6 +6,8 @@ label values the simulator emits (hpcobs.simulate.labels).
 """
 from __future__ import annotations
 
+import re
+
 from .context import Context
 from .promql import si_factor
 from .ruletest import Series
@@ -34,6 +36,52 @@ def raw_value(ctx: Context, signal: str, version: str, si_value: float) -> float
     """The value a dcgm-exporter version exposes for a quantity given in SI units."""
     unit = ctx.sources["dcgm"].exporter.metric(signal, version).unit
     return round(si_value / si_factor(unit), 9)
+
+
+# One value of promtool's input series notation: `_`, `stale`, `a`, `axn`, `a+bxn`, `a-bxn`, `_xn`.
+_NUMBER = r"(?:Inf|NaN|(?:\d+\.?\d*|\.\d+)(?:[eE][+-]?\d+)?)"
+_ITEM = re.compile(rf"(?P<start>[+-]?{_NUMBER})(?:(?P<op>[+-])(?P<step>{_NUMBER}))?(?P<times>x\d+)?")
+
+
+def raw_values(ctx: Context, exporter_id: str, signal: str, si_values: str, version: str | None = None) -> str:
+    """A promtool input series written in SI units ("0.8x10", "0x100 0.01 0x79", "0+12000x40"), converted value
+    by value (start and step; repeat counts, `_`, `stale`, Inf and NaN unchanged) to what the exporter version
+    exposes."""
+    unit = ctx.sources[exporter_id].exporter.metric(signal, version).unit
+    factor = si_factor(unit)
+
+    def raw(number: str) -> str:
+        if number.lstrip("+-") in ("Inf", "NaN"):
+            return number
+        value = round(float(number) / factor, 9)
+        return str(int(value)) if value.is_integer() and abs(value) < 1e15 else repr(value)
+
+    def item(text: str) -> str:
+        if re.fullmatch(r"_(x\d+)?|stale", text):
+            return text
+        match = _ITEM.fullmatch(text)
+        if match is None:
+            raise ValueError(f"not a promtool series value: {text!r} (in {si_values!r})")
+        step = f"{match['op']}{raw(match['step'])}" if match["step"] else ""
+        return f"{raw(match['start'])}{step}{match['times'] or ''}"
+
+    return " ".join(item(text) for text in si_values.split())
+
+
+def gpu_si_series(ctx: Context, canonical: str, si_values: str, *, node: str, gpu: str, hpc_job: str | None = None,
+                  vendor: str | None = None, version: str | None = None, **extra: str) -> Series:
+    """A raw series of a canonical per-GPU quantity (catalogue `canonical:`), values given in SI units (ratios,
+    bytes, joules, watts) and converted to the exporter's. From `vendor` ("dcgm" or "amd") or else from the
+    first enabled GPU exporter, dcgm-exporter before AMD; dcgm-exporter's `version` defaults to the first
+    deployed one."""
+    vendor = vendor or ("dcgm" if ctx.sources["dcgm"].enabled else "amd")
+    source = ctx.sources[vendor]
+    signal = source.exporter.signals_for(canonical)[0]
+    if vendor == "dcgm":
+        version = version or source.versions[0]
+        return dcgm(ctx, signal, raw_values(ctx, "dcgm", signal, si_values, version), node=node, gpu=gpu,
+                    version=version, hpc_job=hpc_job, **extra)
+    return amd(ctx, signal, raw_values(ctx, "amd", signal, si_values), node=node, gpu=gpu, hpc_job=hpc_job, **extra)
 
 
 def series(ctx: Context, exporter_id: str, signal: str, values: str, *, node: str, exporter_version: str | None = None,

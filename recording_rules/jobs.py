@@ -9,7 +9,7 @@ from hpcobs.context import Context
 from hpcobs.promql import aggregate
 from hpcobs.rules import Group, Record
 from hpcobs.ruletest import Case, sample
-from hpcobs.synthetic import amd, dcgm, raw_value, series
+from hpcobs.synthetic import gpu_si_series, series
 
 OWNER = ("user", "account", "partition")
 OWNED = {"hpc_job": '!=""'}
@@ -20,7 +20,6 @@ def groups(ctx: Context) -> list[Group]:
     cl = {c: ctx.config.get("cluster", "name")}
     w = ctx.rate_window
     idle_window = ctx.thresholds["gpu_idle_window"]
-    version = ctx.sources["dcgm"].versions[0]
 
     def attributed(expr: str) -> str:
         # A job without info (prolog broken) keeps its series, without user and account.
@@ -33,16 +32,20 @@ def groups(ctx: Context) -> list[Group]:
         return series(ctx, "job_info", "job_info", "1x20", node=node, hpc_job=job, user=user, account=account,
                       partition=partition, job_name="train", qos="normal")
 
-    def util(values, **kw):
-        return dcgm(ctx, "gpu_utilization", values, **kw)
+    def util(ratios, **kw):
+        """Utilisation of one GPU written as 0-1 ratios, from the first enabled GPU exporter (or `vendor`)."""
+        return gpu_si_series(ctx, "utilization", ratios, **kw)
+
+    def gpu_si(canonical, values, **kw):
+        return gpu_si_series(ctx, canonical, values, **kw)
 
     alice = dict(user="alice", account="llm", partition="gpu")
     with_amd = ctx.sources["amd"].enabled
     # Job 7 (alice, llm) holds n1 GPUs 0-1 and n2 GPU 0; job 8 (bob, llm) shares n1 GPU 1; job 9 has no info.
     jobs = [info("7", **alice), info("7", node="n2", **alice), info("8", "bob", "llm", "gpu"),
-            util("50x20", node="n1", gpu="0", hpc_job="7"), util("100x20", node="n1", gpu="1", hpc_job="7"),
-            util("100x20", node="n1", gpu="1", hpc_job="8"), util("0x20", node="n2", gpu="0", hpc_job="7"),
-            util("30x20", node="n2", gpu="1", hpc_job="9"), util("0x20", node="n2", gpu="2")]
+            util("0.5x20", node="n1", gpu="0", hpc_job="7"), util("1x20", node="n1", gpu="1", hpc_job="7"),
+            util("1x20", node="n1", gpu="1", hpc_job="8"), util("0x20", node="n2", gpu="0", hpc_job="7"),
+            util("0.3x20", node="n2", gpu="1", hpc_job="9"), util("0x20", node="n2", gpu="2")]
     job7 = dict(**cl, hpc_job="7", **alice)
 
     info_group = Group("hpcobs-jobs-info", domain="jobs", interval=ctx.scrape_interval, rules=[
@@ -61,48 +64,45 @@ def groups(ctx: Context) -> list[Group]:
         Record("job:gpu_utilization:avg",
                per_job("avg", f"gpu:utilization:ratio * on ({c}, node, gpu) group_right () gpu:job:info"),
                tests=[Case("mean over the job's GPUs; a shared GPU counts for both jobs; AMD GPUs join by job_id",
-                           at="5m", series=jobs + ([amd(ctx, "gfx_activity", "100x20", node="amd1", gpu="0",
-                                                        hpc_job="7")] if with_amd else []),
+                           at="5m", series=jobs + ([util("1x20", node="amd1", gpu="0", hpc_job="7", vendor="amd")]
+                                                    if with_amd else []),
                            expect=[sample(0.625 if with_amd else 0.5, **job7),
                                    sample(1, **cl, hpc_job="8", user="bob", account="llm", partition="gpu"),
                                    sample(0.3, **cl, hpc_job="9")])]),
         Record("job:gpu_sm_active:avg", per_job("avg", ctx.gpu("sm_active", keep=("hpc_job",), where=OWNED)),
                tests=[Case("SM activity of the job's GPUs", at="5m",
                            series=[info("7", **alice),
-                                   dcgm(ctx, "sm_active", "0.25x20", node="n1", gpu="0", hpc_job="7"),
-                                   dcgm(ctx, "sm_active", "0.75x20", node="n1", gpu="1", hpc_job="7"),
-                                   dcgm(ctx, "sm_active", "0.9x20", node="n1", gpu="2")],
+                                   gpu_si("sm_active", "0.25x20", node="n1", gpu="0", hpc_job="7"),
+                                   gpu_si("sm_active", "0.75x20", node="n1", gpu="1", hpc_job="7"),
+                                   gpu_si("sm_active", "0.9x20", node="n1", gpu="2")],
                            expect=[sample(0.5, **job7)])]),
         Record("job:gpu_tensor_active:avg", per_job("avg", ctx.gpu("tensor_active", keep=("hpc_job",), where=OWNED)),
                tests=[Case("tensor activity of the job's GPUs", at="5m",
                            series=[info("7", **alice),
-                                   dcgm(ctx, "tensor_active", "0.5x20", node="n1", gpu="0", hpc_job="7")],
+                                   gpu_si("tensor_active", "0.5x20", node="n1", gpu="0", hpc_job="7")],
                            expect=[sample(0.5, **job7)])]),
         Record("job:gpu_dram_active:avg", per_job("avg", ctx.gpu("dram_active", keep=("hpc_job",), where=OWNED)),
                tests=[Case("memory-interface activity of the job's GPUs", at="5m",
                            series=[info("7", **alice),
-                                   dcgm(ctx, "dram_active", "0.125x20", node="n1", gpu="0", hpc_job="7")],
+                                   gpu_si("dram_active", "0.125x20", node="n1", gpu="0", hpc_job="7")],
                            expect=[sample(0.125, **job7)])]),
         Record("job:gpu_memory_used:max", per_job("max", ctx.gpu("memory_used", keep=("hpc_job",), where=OWNED)),
                tests=[Case("the largest framebuffer use among the job's GPUs (jobstats)", at="5m",
                            series=[info("7", **alice),
-                                   dcgm(ctx, "fb_used", f"{raw_value(ctx, 'fb_used', version, 2 ** 30)}x20",
-                                        node="n1", gpu="0", hpc_job="7"),
-                                   dcgm(ctx, "fb_used", f"{raw_value(ctx, 'fb_used', version, 2 ** 33)}x20",
-                                        node="n1", gpu="1", hpc_job="7")],
+                                   gpu_si("memory_used", f"{2 ** 30}x20", node="n1", gpu="0", hpc_job="7"),
+                                   gpu_si("memory_used", f"{2 ** 33}x20", node="n1", gpu="1", hpc_job="7")],
                            expect=[sample(2 ** 33, **job7)])]),
         Record("job:gpu_power:watts",
                per_job("sum", f'{ctx.gpu("energy", keep=("hpc_job",), where=OWNED, over=lambda e: f"rate({e}[{w}])")}'
                               f" / on ({c}, node, gpu) group_left () count by ({c}, node, gpu) (gpu:job:info)"),
                tests=[Case("energy-counter power; a GPU shared by two jobs is split between them", at="10m",
                            series=[info("7", **alice), info("8", "bob", "llm", "gpu"),
-                                   util("90x20", node="n1", gpu="0", hpc_job="7"),
-                                   util("90x20", node="n1", gpu="0", hpc_job="8"),
-                                   util("90x20", node="n1", gpu="1", hpc_job="7"),
-                                   *[dcgm(ctx, "energy", f"0+{raw_value(ctx, 'energy', version, 400 * 30)}x40",
-                                          node="n1", gpu="0", hpc_job=job) for job in ("7", "8")],
-                                   dcgm(ctx, "energy", f"0+{raw_value(ctx, 'energy', version, 300 * 30)}x40",
-                                        node="n1", gpu="1", hpc_job="7")],
+                                   util("0.9x20", node="n1", gpu="0", hpc_job="7"),
+                                   util("0.9x20", node="n1", gpu="0", hpc_job="8"),
+                                   util("0.9x20", node="n1", gpu="1", hpc_job="7"),
+                                   *[gpu_si("energy", f"0+{400 * 30}x40", node="n1", gpu="0", hpc_job=job)
+                                     for job in ("7", "8")],
+                                   gpu_si("energy", f"0+{300 * 30}x40", node="n1", gpu="1", hpc_job="7")],
                            expect=[sample(500, **job7),
                                    sample(200, **cl, hpc_job="8", user="bob", account="llm", partition="gpu")])]),
         Record("job:gpus_allocated_idle:count",
@@ -113,14 +113,14 @@ def groups(ctx: Context) -> list[Group]:
                                           job_name="train", qos="normal"),
                                    util("0x180", node="n1", gpu="0", hpc_job="7"),
                                    util("0x180", node="n1", gpu="1", hpc_job="7"),
-                                   util("50x180", node="n1", gpu="2", hpc_job="7")],
+                                   util("0.5x180", node="n1", gpu="2", hpc_job="7")],
                            expect=[sample(2, **job7)])]),
     ])
 
     power = [info("7", **alice), info("8", "bob", "llm", "gpu"), info("9", "carol", "vision", "gpu"),
-             *[util("90x40", node="n1", gpu=gpu, hpc_job=job) for gpu, job in (("0", "7"), ("1", "8"), ("2", "9"))],
-             *[dcgm(ctx, "energy", f"0+{raw_value(ctx, 'energy', version, watts * 30)}x40", node="n1", gpu=gpu,
-                    hpc_job=job) for gpu, job, watts in (("0", "7", 300), ("1", "8", 200), ("2", "9", 100))]]
+             *[util("0.9x40", node="n1", gpu=gpu, hpc_job=job) for gpu, job in (("0", "7"), ("1", "8"), ("2", "9"))],
+             *[gpu_si("energy", f"0+{watts * 30}x40", node="n1", gpu=gpu, hpc_job=job)
+               for gpu, job, watts in (("0", "7", 300), ("1", "8", 200), ("2", "9", 100))]]
     owner_groups = []
     for level, llm in (("account", "llm"), ("partition", "gpu")):
         by = f"{c}, {level}"

@@ -135,3 +135,55 @@ def test_a_fleet_mixing_every_dcgm_version_passes_its_tests(tmp_path, site_text)
     outdir.write_tree(tmp_path / "out", files)
     result = tools.test_rules(*(tmp_path / "out" / p for p in files_under(files, TEST_FILES)))
     assert result.ok, result.output
+
+
+def test_synthetic_series_written_in_si_units_convert_value_by_value(config):
+    """Rule tests write raw series in SI units; each dcgm-exporter version gets the values it exposes."""
+    from hpcobs.synthetic import raw_values
+    ctx = Context(config)
+    assert raw_values(ctx, "dcgm", "gpu_utilization", "0x100 0.01 0x79", "4.6-4.8") == "0x100 1 0x79"
+    assert raw_values(ctx, "dcgm", "gpu_utilization", "0x100 0.01 0x79", "4.9") == "0x100 0.01 0x79"
+    assert raw_values(ctx, "dcgm", "gpu_utilization", "_x120 0.55x60 stale", "3.x-4.5") == "_x120 55x60 stale"
+    assert raw_values(ctx, "dcgm", "energy", "0+12000x40", "4.6-4.8") == "0+12000000x40"
+    assert raw_values(ctx, "dcgm", "energy", "0+12000x40", "4.10+") == "0+12000x40"
+    assert raw_values(ctx, "dcgm", "fb_used", f"{2 ** 33}x20 -1048576", "4.6-4.8") == "8192x20 -1"
+    assert raw_values(ctx, "amd", "gfx_activity", "0.9-0.1x3 Inf NaN") == "90-10x3 Inf NaN"
+    with pytest.raises(ValueError, match="not a promtool series value"):
+        raw_values(ctx, "dcgm", "gpu_utilization", "80%x10", "4.9")
+
+
+DCGM_DISABLED_AMD_ONLY = "exporters:\n  dcgm: {enabled: false}\n  amd: {enabled: true}\n"
+
+
+@pytest.mark.parametrize("site_text", [
+    "exporters:\n  dcgm:\n    versions: ['4.9']\n",
+    "exporters:\n  dcgm:\n    versions: ['4.10+']\n",
+    "exporters:\n  dcgm:\n    versions: ['4.10+', '3.x-4.5']\n",
+    DCGM_DISABLED_AMD_ONLY,
+], ids=["dcgm-4.9", "dcgm-4.10+", "dcgm-4.10+-then-3.x", "amd-only"])
+def test_gpu_and_job_rules_pass_their_tests_with_si_dcgm_first_or_amd_only(tmp_path, monkeypatch, site_text):
+    """A fleet whose first dcgm-exporter version exposes SI units (utilisation as a 0-1 ratio, bytes, joules),
+    and a fleet without dcgm-exporter at all: the gpu and jobs rules and alerts build and pass promtool."""
+    import dashboards
+    from hpcobs import config as config_module
+    from hpcobs import outdir
+    # Rules and their tests only: dashboards are covered by test_dashboards.py (and the AMD-only dashboard
+    # by test_an_amd_only_site_builds_its_dashboards below).
+    monkeypatch.setattr(dashboards, "MODULES", [])
+    site = tmp_path / "site.yaml"
+    site.write_text(site_text)
+    files = pipeline.generate(config_module.load(site))
+    if site_text == DCGM_DISABLED_AMD_ONLY:
+        assert not any("DCGM_" in files[f"{RULE_FILES}{d}.rules.yaml"] for d in ("gpu", "jobs"))
+    outdir.write_tree(tmp_path / "out", files)
+    result = tools.test_rules(*(tmp_path / "out" / f"{TEST_FILES}{d}.tests.yaml" for d in ("gpu", "jobs")))
+    assert result.ok, result.output
+
+
+@pytest.mark.xfail(strict=True, raises=ValueError,
+                   reason="dashboards/gpu_cluster.py's 'Last Xid' panel reads dcgm-exporter's xid unconditionally")
+def test_an_amd_only_site_builds_its_dashboards(tmp_path):
+    from hpcobs import config as config_module
+    site = tmp_path / "site.yaml"
+    site.write_text(DCGM_DISABLED_AMD_ONLY)
+    assert pipeline.generate(config_module.load(site))
