@@ -39,6 +39,7 @@ LUSTRE_FS = "scratch"
 LUSTRE_SERVERS = {"mds01": ("MDT0000",), "oss01": ("OST0000", "OST0001"), "oss02": ("OST0002", "OST0003")}
 LUSTRE_OST_KIB = 120 * 1024**3        # 120 TiB per OST
 NFS_EXPORT = "nfs01:/export/home"
+NFS_SERVER_ADDRESS = "10.10.0.2"
 USERS = {"alice": "llm-pretrain", "bob": "llm-pretrain", "carol": "vision", "dave": "vision",
          "erin": "research", "frank": "research", "grace": "infra"}
 PARTITIONS = ("train", "interactive", "amd")

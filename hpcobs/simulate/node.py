@@ -8,14 +8,18 @@ from collections.abc import Callable, Iterator
 
 from .core import Family, accumulate, seeded, to_unit, where, window_mask
 from .labels import gpu_uuid
-from .model import CPUS_PER_NODE, LUSTRE_FS, LUSTRE_OST_KIB, LUSTRE_SERVERS, MEMORY_BYTES, NFS_EXPORT, Node
+from .model import (CPUS_PER_NODE, LUSTRE_FS, LUSTRE_OST_KIB, LUSTRE_SERVERS, MEMORY_BYTES, NFS_EXPORT,
+                    NFS_SERVER_ADDRESS, Node)
 from .storage import lustre_used_fraction
 
 IB_RATE = 5e10                     # 400 Gb/s NDR, in bytes/s as node_exporter reports it
 IB_PEAK = 2.2e10                   # bytes/s a busy training job pushes through one HCA
 CPU_MODES = ("idle", "iowait", "irq", "nice", "softirq", "steal", "system", "user")
-COLLECTORS = ("cpu", "diskstats", "edac", "filesystem", "hwmon", "infiniband", "loadavg", "meminfo", "nfs",
-              "stat", "textfile", "time")
+COLLECTORS = ("cpu", "diskstats", "edac", "filesystem", "hwmon", "infiniband", "loadavg", "meminfo", "mountstats",
+              "nfs", "stat", "textfile", "time")
+# Optional families the simulated site collects: NFS client bandwidth per mount (--collector.mountstats,
+# which docs/exporters.md asks for); mlx5 hw_counters stay off.
+OPTIONAL_COLLECTED = ("nfs_mount_read_bytes", "nfs_mount_write_bytes")
 NFS_METHODS = ("Access", "Getattr", "Lookup", "Read", "Write")
 TEXTFILE_DIR = "/var/lib/node_exporter/textfile"
 NCCL_DIR = "/var/lib/node_exporter/nccl_inspector"
@@ -32,6 +36,10 @@ class Port:
         self.key = (node.index, hca)
         self.down = sim.faults.mask("ib_down", *self.key)
         self.flap_downs = self._flaps()
+        self.rate = [IB_RATE] * self.n
+        for effect in sim.faults.effects("ib_degraded", *self.key):
+            for i in range(effect.start, min(effect.end, self.n)):
+                self.rate[i] = IB_RATE * effect.get("factor")
 
     def _flaps(self) -> list[int]:
         out = []
@@ -52,8 +60,8 @@ class Port:
         work = self.sim.activity.node_work(self.node.index, self.node.gpus)
         congestion = self.sim.faults.mask("ib_congestion", *self.key) or [False] * self.n
         r = self.rng.random
-        return [0.0 if d else IB_PEAK * share * w * (0.6 if c else 1.0) * (0.9 + 0.2 * r()) + 2e5
-                for w, d, c in zip(work, self.link_down, congestion)]
+        return [0.0 if d else min(rate, IB_PEAK * share * w * (0.6 if c else 1.0) * (0.9 + 0.2 * r()) + 2e5)
+                for w, d, c, rate in zip(work, self.link_down, congestion, self.rate)]
 
     def counter(self, per_second: list[float], initial: float) -> list[float]:
         return accumulate([v * self.step for v in per_second], initial)
@@ -88,7 +96,7 @@ def _initial(port: Port, scale: float) -> float:
 IB: dict[str, Callable[[Port], list]] = {
     "ib_state": lambda p: p.state(4, 1),
     "ib_physical_state": lambda p: p.state(5, 3, polling=2),
-    "ib_rate": lambda p: [IB_RATE] * p.n,
+    "ib_rate": lambda p: p.rate,
     "ib_port_rcv_bytes": lambda p: p.counter(p.traffic(), _initial(p, 1e15)),
     "ib_port_xmit_bytes": lambda p: p.counter(p.traffic(), _initial(p, 1e15)),
     "ib_legacy_rcv_bytes": lambda p: p.counter(p.traffic(), _initial(p, 1e15)),
@@ -228,6 +236,15 @@ def _per_node(sim, signal: str) -> Callable[[Node], Iterator[tuple[dict, list]]]
                 yield ({"file": f"{TEXTFILE_DIR}/hpcobs_slurm_job_{job.id}.prom"},
                        where(mask, [sim.window.start + max(job.start, 0)] * n))
 
+    def nfs_mount(bytes_per_second: float):
+        """mountstats of the /home mount: reads and writes follow the node's work."""
+        def series(node: Node):
+            r = rng(node)
+            yield ({"export": NFS_EXPORT, "protocol": "tcp", "mountaddr": NFS_SERVER_ADDRESS},
+                   accumulate([bytes_per_second * step * (0.2 + w) * r.uniform(0.8, 1.2) for w in work(node)],
+                              bytes_per_second * BOOT_AGO * r.uniform(0.1, 0.3)))
+        return series
+
     def disk(scale: float, devices=("nvme0n1", "nvme1n1")):
         def series(node: Node):
             for device in devices:
@@ -245,6 +262,8 @@ def _per_node(sim, signal: str) -> Callable[[Node], Iterator[tuple[dict, list]]]
         "nfs_rpc_retransmissions": plain(lambda node: accumulate([0.0] * n, rng(node).randrange(20))),
         "nfs_rpc_auth_refreshes": plain(lambda node: accumulate([step * 0.01] * n, rng(node).uniform(1e3, 1e5))),
         "nfs_connections": plain(lambda node: [1] * n),
+        "nfs_mount_read_bytes": nfs_mount(4e6),
+        "nfs_mount_write_bytes": nfs_mount(5e5),
         "nfs_packets": lambda node: iter([({"protocol": "tcp"}, accumulate([step * 25.0] * n, 1e7)),
                                           ({"protocol": "udp"}, [0] * n)]),
         "hwmon_temp": lambda node: iter([({"chip": "platform_coretemp_0", "sensor": f"temp{k}"},
@@ -281,8 +300,8 @@ def node_exporter_families(sim) -> Iterator[Family]:
     source = sim.sources["node_exporter"]
     for signal in source.exporter.signals():
         metric = source.metric(signal)
-        if metric.optional:
-            continue          # mountstats (--collector.mountstats) and mlx5 hw_counters: off here
+        if metric.optional and signal not in OPTIONAL_COLLECTED:
+            continue
         per_node = _per_node(sim, signal)
         if per_node is not None:
             yield Family(metric.name, metric.type, metric.help, _node_series(sim, "node_exporter", metric, per_node))

@@ -500,6 +500,18 @@ def _ib_symbol(scene: Scene, spec: Spec, start: int, end: int) -> Fault:
                  tuple(expectations))
 
 
+@kind("ib_link_degraded", 1800, "An IB link retrains at a quarter of its rate (1X width instead of 4X: a bad cable or "
+                                 "connector) and its traffic is capped there. Default: last hero node, mlx5_0.")
+def _ib_degraded(scene: Scene, spec: Spec, start: int, end: int) -> Fault:
+    node, hca, target = _ib_fault(scene, spec, scene.hero(-1), 0)
+    effects = (Effect("ib_degraded", (node.index, hca), scene.idx(start), scene.idx(end), (("factor", 0.25),)),)
+    expectations = scene.expect("link rate below nominal", "node_exporter", "ib_rate", node, "value", "<",
+                                scene.ctx.thresholds["ib_port_rate_bytes_per_second"], start + scene.window.step,
+                                raw=True, device=hca, port="1")
+    return Fault("ib_link_degraded", start, end, target, f"IB {hca} degraded on {node.name}", effects,
+                 tuple(expectations))
+
+
 @kind("ib_congestion", 1200, "Fabric congestion: port_xmit_wait climbs ~1000x on every HCA of the hero job's nodes, "
                              "throughput -40%, NCCL collectives 2x slower, training 1.2x slower.")
 def _ib_congestion(scene: Scene, spec: Spec, start: int, end: int) -> Fault:
@@ -702,39 +714,61 @@ UNEXPECTED_OUTBOUND = ("Unexpected outbound connection destination", "5",
 CHECKPOINT_READ = ("Checkpoint read by foreign process", "4",
                    (("filesystem", "true"), ("mitre_collection", "true"), ("hpcobs", "true")))
 CHECKPOINT_POLICY = ("hpcobs-checkpoint-guard", "kprobe:security_file_open", "/usr/bin/rsync")
+# Falco's rule for miner pool connections is CRITICAL; a Tetragon policy kills the miner (action "signal").
+MINER_RULE = ("Detect outbound connections to common miner pool ports", "2",
+              (("network", "true"), ("mitre_impact", "true"), ("T1496", "true")))
+MINER_POLICY, MINER_ACTION = ("hpcobs-block-miners", "kprobe:tcp_connect", "/tmp/.x/xmrig"), "signal"
+
+
+def _security_fault(scene: Scene, kind: str, node: Node, start: int, end: int, what: str, falco_rule: tuple,
+                    tetragon_policy: tuple | None = None, action: str | None = None) -> Fault:
+    """A Falco rule matching on a node from `start`, with a Tetragon policy event and enforcement action
+    when given; expectations only for the enabled exporters."""
+    rule, priority, tags = falco_rule
+    s, e = scene.idx(start), scene.idx(end)
+    effects = [Effect("falco_rule", (node.index,), s, e, (("rule", rule), ("priority", priority), ("tags", tags)))]
+    target = {"node": node.name, "rule": rule}
+    enabled = {name: scene.ctx.config["exporters"][name]["enabled"] for name in ("falco", "tetragon")}
+    expectations = scene.expect("Falco rule matched", "falco", "rule_matches", node, "present", None, None,
+                                start + 120, window=300, rule_name=rule) if enabled["falco"] else []
+    if tetragon_policy is not None:
+        policy, hook, binary = tetragon_policy
+        target["policy"] = policy
+        effects.append(Effect("tetragon_policy", (node.index,), s, e, (("policy", policy), ("hook", hook), ("binary", binary))))
+        if enabled["tetragon"]:
+            expectations += scene.expect("Tetragon policy event", "tetragon", "policy_events", node, "present", None,
+                                         None, start + 120, window=300, policy=policy)
+        if action is not None:
+            effects.append(Effect("tetragon_action", (node.index,), s, e, (("policy", policy), ("hook", hook), ("action", action))))
+            if enabled["tetragon"]:
+                expectations += scene.expect("Tetragon enforced the policy", "tetragon", "selector_actions", node,
+                                             "present", None, None, start + 120, window=300, policy=policy, action=action)
+    return Fault(kind, start, end, target, what, tuple(effects), tuple(expectations))
 
 
 @kind("unexpected_outbound", 900, "Falco rule 'Unexpected outbound connection destination' matches on the first hero "
                                   "node: 3 matches at start, then one a minute.")
 def _outbound(scene: Scene, spec: Spec, start: int, end: int) -> Fault:
     node = scene.node(spec, scene.hero(0))
-    rule, priority, tags = UNEXPECTED_OUTBOUND
-    effects = (Effect("falco_rule", (node.index,), scene.idx(start), scene.idx(end),
-                      (("rule", rule), ("priority", priority), ("tags", tags))),)
-    expectations = scene.expect("Falco rule matched", "falco", "rule_matches", node, "present", None, None,
-                                start + 120, window=300, rule_name=rule)
-    return Fault("unexpected_outbound", start, end, {"node": node.name, "rule": rule}, f"outbound connection from {node.name}",
-                 effects, tuple(expectations))
+    return _security_fault(scene, "unexpected_outbound", node, start, end, f"outbound connection from {node.name}",
+                           UNEXPECTED_OUTBOUND)
 
 
 @kind("checkpoint_foreign_read", 600, "A process outside the job reads the hero job's checkpoint from the shared node: "
                                       "a Falco rule match and a Tetragon policy event (kprobe security_file_open).")
 def _foreign_read(scene: Scene, spec: Spec, start: int, end: int) -> Fault:
     node = scene.node(spec, scene.cluster.roles.shared if scene.cluster.roles.shared is not None else scene.hero(0))
-    rule, priority, tags = CHECKPOINT_READ
-    policy, hook, binary = CHECKPOINT_POLICY
-    s, e = scene.idx(start), scene.idx(end)
-    effects = (Effect("falco_rule", (node.index,), s, e, (("rule", rule), ("priority", priority), ("tags", tags))),
-               Effect("tetragon_policy", (node.index,), s, e, (("policy", policy), ("hook", hook), ("binary", binary))))
-    expectations = []
-    if scene.ctx.config["exporters"]["falco"]["enabled"]:
-        expectations += scene.expect("Falco rule matched", "falco", "rule_matches", node, "present", None, None,
-                                     start + 120, window=300, rule_name=rule)
-    if scene.ctx.config["exporters"]["tetragon"]["enabled"]:
-        expectations += scene.expect("Tetragon policy event", "tetragon", "policy_events", node, "present", None, None,
-                                     start + 120, window=300, policy=policy)
-    return Fault("checkpoint_foreign_read", start, end, {"node": node.name, "rule": rule, "policy": policy},
-                 f"checkpoint read by a foreign process on {node.name}", effects, tuple(expectations))
+    return _security_fault(scene, "checkpoint_foreign_read", node, start, end,
+                           f"checkpoint read by a foreign process on {node.name}", CHECKPOINT_READ, CHECKPOINT_POLICY)
+
+
+@kind("crypto_miner", 900, "A crypto miner in a batch job connects to a mining pool: Falco's CRITICAL miner-pool "
+                           "rule matches and a Tetragon policy kills the miner (selector action signal), a few times "
+                           "a minute. Default: last batch node.")
+def _miner(scene: Scene, spec: Spec, start: int, end: int) -> Fault:
+    node = scene.node(spec, scene.batch(-1))
+    return _security_fault(scene, "crypto_miner", node, start, end, f"crypto miner on {node.name}", MINER_RULE,
+                           MINER_POLICY, action=MINER_ACTION)
 
 
 # ---------------------------------------------------------------------------------------------

@@ -80,6 +80,13 @@ def _tetragon(sim, signal: str, node: Node, n: int):
             by_policy.setdefault((effect.get("policy"), effect.get("hook"), effect.get("binary")), []).append(effect)
         for (policy, hook, binary), effects in sorted(by_policy.items()):
             yield {"binary": binary, "hook": hook, "policy": policy, **blank}, _matches(sim, effects, n, 2, 1.0)
+    elif signal == "selector_actions":
+        by_action: dict = {}
+        for effect in sim.faults.effects("tetragon_action", node.index):
+            by_action.setdefault((effect.get("policy"), effect.get("hook"), effect.get("action")), []).append(effect)
+        for (policy, hook, action), effects in sorted(by_action.items()):
+            yield ({"action": action, "hook": hook, "hook_index": "0", "policy": policy, "policy_namespace": "",
+                    "selector_index": "0", "selector_label": ""}, _matches(sim, effects, n, 1, 2.0))
     elif signal == "policies_loaded":
         for state in TETRAGON_POLICY_STATES:
             yield {"state": state}, [2 if state == "enabled" else 0] * n

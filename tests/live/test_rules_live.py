@@ -18,16 +18,13 @@ from hpcobs.simulate import Simulation, write
 from .conftest import raw_names_read, recording_layer_files
 
 SCENARIOS = ("straggler,idle_gpus,thermal,xid48,dbe,ib_port_down,ib_link_flap,ib_symbol_errors,fs_filling,"
-             "unexpected_outbound,checkpoint_foreign_read,queue_backlog,slurm_nodes_down,nvlink_errors")
+             "unexpected_outbound,checkpoint_foreign_read,queue_backlog,slurm_nodes_down,nvlink_errors,"
+             "ib_link_degraded,crypto_miner")
 HOURS = 2.5
 STEP = 30
 COMPARE_EVERY = 300
 SETTLED = 600
 TIE_BROKEN = {"job:training_slowest_rank:step_seconds"}
-# Records that need a fault or an optional field the simulated cluster does not produce.
-MAY_BE_EMPTY = {
-    "node:ib_ports_below_nominal_rate:count": "no scenario trains a link below its nominal rate",
-}
 
 
 @pytest.fixture(scope="module")
@@ -79,8 +76,7 @@ def points(server, record, start, end):
 
 @pytest.mark.live
 def test_every_recording_rule_produces_series_on_the_simulated_cluster(replayed, records):
-    empty = [r for r in records if r not in MAY_BE_EMPTY
-             and not replayed["prometheus"].query_range(r, replayed["start"], replayed["end"], COMPARE_EVERY)]
+    empty = [r for r in records if not replayed["prometheus"].query_range(r, replayed["start"], replayed["end"], COMPARE_EVERY)]
     assert not empty, f"records with no series: {empty}"
 
 
