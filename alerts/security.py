@@ -8,23 +8,12 @@ priority, a few rule names or policies, and only matched rules have series) and 
 per-node totals by priority and per-rule totals without the node.
 """
 from hpcobs.context import Context
-from hpcobs.promql import duration, duration_seconds
+from hpcobs.promql import duration, duration_seconds, one_of
 from hpcobs.rules import Alert, Group, label
 from hpcobs.ruletest import Case, alert
 from hpcobs.synthetic import series
 
 DASHBOARD = "hpcobs-security"
-REGEX_SPECIAL = set(".^$*+?()[]{}|\\")
-
-
-
-def one_of(names: list[str]) -> str:
-    """A PromQL matcher (=~"...") for exactly these names: regex metacharacters escaped, then the string
-    literal's backslashes and quotes."""
-    def literal(name: str) -> str:
-        regex = "".join("\\" + ch if ch in REGEX_SPECIAL else ch for ch in name)
-        return regex.replace("\\", "\\\\").replace('"', '\\"')
-    return '=~"' + "|".join(literal(n) for n in names) + '"'
 
 
 def groups(ctx: Context) -> list[Group]:

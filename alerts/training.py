@@ -10,7 +10,7 @@ from hpcobs.context import Context
 from hpcobs.promql import duration, duration_seconds
 from hpcobs.rules import Alert, Group, label
 from hpcobs.ruletest import Case, Series, alert
-from hpcobs.synthetic import dcgm, series
+from hpcobs.synthetic import gpu_si_series, series
 
 DASHBOARD = "hpcobs-training"
 OWNER = ("user", "account", "partition")
@@ -109,7 +109,7 @@ def groups(ctx: Context) -> list[Group]:
     hang_len = stop + hang_for // step + 30
 
     def gpus(job_id: str | None = "42", samples=hang_len):
-        return [dcgm(ctx, "gpu_utilization", f"100x{samples}", node=n, gpu=g, hpc_job=job_id)
+        return [gpu_si_series(ctx, "utilization", f"1x{samples}", node=n, gpu=g, hpc_job=job_id)
                 for n, g in (("n1", "0"), ("n2", "0"))]
 
     hung = rank_series(ctx, {("0", "n1"): 0.5, ("1", "n2"): 0.5}, length=hang_len, stop_after=stop)

@@ -3,7 +3,9 @@
 An estimate from label sets, not a measurement: a recorded series' class comes from the labels of its
 expected samples (gpu -> one per GPU, hpc_job -> one per job, ...); a raw metric's from its catalogue
 labels. A count of things matching a condition (ports not ACTIVE, idle GPUs...) only has series where
-something matches; those are counted for the `faulty` fraction of the fleet. The live tests check the classes against series counted on a simulated cluster, and
+something matches, and a record of sparse raw series (catalogue `sparse: true`: Falco rule matches,
+Tetragon events, drain reasons) only where something happened; those are counted for the `faulty`
+fraction of the fleet. The live tests check the classes against series counted on a simulated cluster, and
 tests/test_cardinality.py asserts the budget of DESIGN.md §8 on these numbers.
 """
 from __future__ import annotations
@@ -56,8 +58,8 @@ def recorded_per(labels: set[str], r: dict = REFERENCE) -> tuple[str, float]:
 
 
 def is_condition_count(expr: str) -> bool:
-    """`count by (...) (x > 0)`: series exist only where the condition holds."""
-    return bool(re.match(r"^count by \(", expr)) and bool(re.search(r"(==|!=|>|<)", expr))
+    """`count by (...) (x > 0)`, possibly labelled (label_replace): series exist only where the condition holds."""
+    return bool(re.match(r"^(label_replace\()*count by \(", expr)) and bool(re.search(r"(==|!=|>|<)", expr))
 
 
 def raw_series(metric: Metric, r: dict = REFERENCE) -> float:
@@ -115,7 +117,9 @@ def costs(groups: list[Group], sources: Sources, cluster_label: str) -> list[Gro
         per: dict[str, float] = {}
         for record in records:
             kind, count = recorded_per(record_labels(record, cluster_label))
-            count *= REFERENCE["faulty"] if is_condition_count(record.expr) else 1
+            raw = [by_name[n] for n in lint.metric_names(record.expr) if n in by_name]
+            sparse = bool(raw) and all(m.sparse for m in raw)
+            count *= REFERENCE["faulty"] if sparse or is_condition_count(record.expr) else 1
             per[kind] = per.get(kind, 0) + count
         out.append(GroupCost(group.name, sum(raw_series(by_name[n]) for n in read), sum(per.values()), per))
     return out

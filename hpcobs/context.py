@@ -1,6 +1,7 @@
 """What content modules (recording_rules/, alerts/, dashboards/) receive: config, sources and helpers."""
 from __future__ import annotations
 
+import re
 from collections.abc import Callable
 from dataclasses import dataclass
 from functools import cached_property
@@ -11,6 +12,19 @@ from .sources import Sources
 
 # Labels every per-GPU canonical series keeps (DESIGN.md §6).
 GPU_KEY = ("node", "gpu")
+
+
+def _raw_matcher(raw: str | dict, condition: str) -> str:
+    """A `where` matcher on a canonical label, written on the exporter's raw label. A label carried inside
+    another (node in node_exporter's instance "host:port") is matched through the mapping's regex, with
+    the wanted value in place of its first capture group."""
+    if isinstance(raw, str):
+        return f"{raw}{condition}"
+    match = re.fullmatch(r'(=~?)"(.*)"', condition)
+    if match is None:
+        raise ValueError(f"only = and =~ can select on {raw['label']} through its regex, got {condition!r}")
+    pattern = re.sub(r"\((?!\?)[^)]*\)", lambda _: f"({match.group(2)})", raw["regex"], count=1)
+    return f'{raw["label"]}=~"{pattern}"'
 
 
 def either(parts: list[str]) -> str:
@@ -67,7 +81,7 @@ class Context:
                     variants.append(mapping)
         parts = []
         for (name, unit), variants in branches.items():
-            raw_where = [f"{variants[0].get(label, label)}{cond}" for label, cond in (where or {}).items()]
+            raw_where = [_raw_matcher(variants[0].get(label, label), cond) for label, cond in (where or {}).items()]
             expr = name + source.selector(*raw_where)
             expr = over(expr) if over else expr
             for mapping in variants:

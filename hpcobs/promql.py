@@ -77,3 +77,15 @@ def duration(seconds: int) -> str:
             out += f"{seconds // size}{unit}"
             seconds %= size
     return out or "0s"
+
+
+_REGEX_SPECIAL = set(".^$*+?()[]{}|\\")
+
+
+def one_of(names: list[str] | tuple[str, ...]) -> str:
+    """A matcher (=~"...") for exactly these names: regex metacharacters escaped, then the string
+    literal's backslashes and quotes."""
+    def literal(name: str) -> str:
+        regex = "".join("\\" + ch if ch in _REGEX_SPECIAL else ch for ch in name)
+        return regex.replace("\\", "\\\\").replace('"', '\\"')
+    return '=~"' + "|".join(literal(n) for n in names) + '"'

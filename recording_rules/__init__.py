@@ -1,4 +1,4 @@
 """Recording rules, one module per domain; each exposes groups(ctx) -> list[Group]."""
-from . import gpu, jobs, network, security, slurm, storage, training
+from . import gpu, gpu_health, jobs, network, security, slurm, storage, training
 
-MODULES = (gpu, jobs, training, network, storage, slurm, security)
+MODULES = (gpu, gpu_health, jobs, training, network, storage, slurm, security)

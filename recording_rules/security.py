@@ -1,50 +1,85 @@
-"""Security: Falco rule matches and Tetragon policy events per node and cluster (DESIGN.md §8).
+"""Security: Falco rule matches and Tetragon policy events and actions per node, job and cluster
+(DESIGN.md §8).
 
 Per node only totals by priority are recorded; per rule and per policy only cluster-wide: a series per
-node and rule would be the largest recorded group. The security dashboard's per-rule view of one node
-reads the raw counters.
+node and rule would be the largest recorded group. Per job, a node's events are counted for every job
+running on it (neither Falco nor Tetragon knows Slurm jobs; on a shared node each job sees them all).
 
-Falco's rules_matches_total has no host label (the scrape's instance is the host) and appears only
-after a rule's first match; `priority` is Falco's number, 0 Emergency ... 7 Debug.
+Falco's rules_matches_total has no host label (the scrape's instance is the host); `priority` is Falco's
+number, 0 Emergency ... 7 Debug. Falco's and Tetragon's event counters appear with their first match,
+already at 1 or more, and security events are rare: rate() never sees that first step and extrapolates
+a lone match away. So the rate here is the counter's rise over the window, counting the whole value of a
+series that appeared within it, divided by the window (a counter reset counts nothing for one window).
 """
 from hpcobs.context import Context
+from hpcobs.promql import aggregate, duration_seconds
 from hpcobs.rules import Group, Record
 from hpcobs.ruletest import Case, sample
-from hpcobs.synthetic import series
+from hpcobs.synthetic import gpu_si_series, series
 
 
 def groups(ctx: Context) -> list[Group]:
     c = ctx.cluster
     cl = {c: ctx.config.get("cluster", "name")}
     w = ctx.rate_window
+    seconds = duration_seconds(w)
 
-    def rate(exporter: str, signal: str, by: tuple[str, ...]) -> str:
-        return ctx.select(exporter, [signal], by, over=lambda e: f"rate({e}[{w}])", op="sum")
+    def events_rate(exporter: str, signal: str, by: tuple[str, ...]) -> str:
+        rise = ctx.select(exporter, [signal], by, op="sum",
+                          over=lambda e: f"(clamp_min({e} - {e} offset {w}, 0) or {e})")
+        return f"{rise} / {seconds}"
 
-    falco = [series(ctx, "falco", "rule_matches", "0+3x20", node="n1", rule_name="Unexpected outbound connection",
-                    priority="4", source="syscall"),
-             series(ctx, "falco", "rule_matches", "0+6x20", node="n2", rule_name="Unexpected outbound connection",
-                    priority="4", source="syscall"),
-             series(ctx, "falco", "rule_matches", "0+30x20", node="n2", rule_name="Read sensitive file untrusted",
-                    priority="3", source="syscall")]
+    def falco(values, node, rule, priority):
+        return series(ctx, "falco", "rule_matches", values, node=node, rule_name=rule, priority=priority,
+                      source="syscall")
+
+    outbound, sensitive = "Unexpected outbound connection", "Read sensitive file untrusted"
+    matches = [falco("0+3x20", "n1", outbound, "4"), falco("0+6x20", "n2", outbound, "4"),
+               falco("0+30x20", "n2", sensitive, "3")]
+    first_match = [falco("_x10 1x10", "n1", outbound, "4")]
     tetragon = [series(ctx, "tetragon", "policy_events", "0+15x20", node="n1", policy="checkpoint-guard",
                        hook="kprobe:security_file_open", binary="/usr/bin/curl", namespace="", pod="", workload="",
                        node_name="")]
-    outbound = "Unexpected outbound connection"
+    kills = [series(ctx, "tetragon", "selector_actions", "_x5 1+2x15", node="n1", policy="block-miners",
+                    action="signal", hook="kprobe:tcp_connect", hook_index="0", policy_namespace="",
+                    selector_index="0", selector_label="")]
+    jobs = [gpu_si_series(ctx, "utilization", "0.9x20", node=node, gpu=gpu, hpc_job=job)
+            for node, gpu, job in (("n2", "0", "42"), ("n2", "1", "43"), ("n1", "0", "44"), ("n3", "0", "45"))]
+    per_second = 1 / seconds
+
+    def at_rate(count: float) -> float:
+        return count * per_second
 
     return [Group("hpcobs-security", domain="security", interval=ctx.scrape_interval, rules=[
-        Record("node:falco_events:rate", rate("falco", "rule_matches", ("node", "priority")),
-               tests=[Case("Falco rule matches per second by node and priority", at="5m", series=falco,
-                           expect=[sample(0.1, **cl, node="n1", priority="4"), sample(0.2, **cl, node="n2", priority="4"),
-                                   sample(1, **cl, node="n2", priority="3")])]),
-        Record("cluster:falco_events:rate", rate("falco", "rule_matches", ("rule_name", "priority")),
-               tests=[Case("Falco rule matches per second by rule across the cluster", at="5m", series=falco,
-                           expect=[sample(0.30000000000000004, **cl, rule_name=outbound, priority="4"),
-                                   sample(1, **cl, rule_name="Read sensitive file untrusted", priority="3")])]),
-        Record("node:tetragon_policy_events:rate", rate("tetragon", "policy_events", ("node",)),
+        Record("node:falco_events:rate", events_rate("falco", "rule_matches", ("node", "priority")),
+               tests=[Case("Falco rule matches per second by node and priority", at="5m", series=matches,
+                           expect=[sample(at_rate(12), **cl, node="n1", priority="4"),
+                                   sample(at_rate(24), **cl, node="n2", priority="4"),
+                                   sample(at_rate(120), **cl, node="n2", priority="3")]),
+                      Case("a rule's first match counts, though its series starts at 1", at="5m30s",
+                           series=first_match, expect=[sample(at_rate(1), **cl, node="n1", priority="4")])]),
+        Record("cluster:falco_events:rate", events_rate("falco", "rule_matches", ("rule_name", "priority")),
+               tests=[Case("Falco rule matches per second by rule across the cluster", at="5m", series=matches,
+                           expect=[sample(at_rate(36), **cl, rule_name=outbound, priority="4"),
+                                   sample(at_rate(120), **cl, rule_name=sensitive, priority="3")])]),
+        Record("node:tetragon_policy_events:rate", events_rate("tetragon", "policy_events", ("node",)),
                tests=[Case("Tetragon policy events per second by node", at="5m", series=tetragon,
-                           expect=[sample(0.5, **cl, node="n1")])]),
-        Record("cluster:tetragon_policy_events:rate", rate("tetragon", "policy_events", ("policy",)),
-               tests=[Case("Tetragon policy events per second by policy", at="5m", series=tetragon,
-                           expect=[sample(0.5, **cl, policy="checkpoint-guard")])]),
+                           expect=[sample(at_rate(60), **cl, node="n1")])]),
+        Record("cluster:tetragon_policy_events:rate", events_rate("tetragon", "policy_events", ("policy", "binary")),
+               tests=[Case("Tetragon policy events per second by policy and binary", at="5m", series=tetragon,
+                           expect=[sample(at_rate(60), **cl, policy="checkpoint-guard", binary="/usr/bin/curl")])]),
+        Record("node:tetragon_policy_actions:rate",
+               events_rate("tetragon", "selector_actions", ("node", "policy", "action")),
+               tests=[Case("enforcement actions (kills, overrides) per second by node, policy and action, the "
+                           "first one included", at="3m", series=kills,
+                           expect=[sample(at_rate(3), **cl, node="n1", policy="block-miners", action="signal")])]),
+    ]), Group("hpcobs-security-jobs", domain="security", interval=ctx.scrape_interval, rules=[
+        Record("job:falco_events:rate",
+               aggregate("sum", (c, "hpc_job"),
+                         f"{aggregate('sum', (c, 'node'), 'node:falco_events:rate')} "
+                         f"* on ({c}, node) group_right () {aggregate('group', (c, 'node', 'hpc_job'), 'gpu:job:info')}"),
+               tests=[Case("a node's Falco matches count for every job on the node; nodes without a job count for "
+                           "none", at="5m", series=matches + jobs,
+                           expect=[sample(at_rate(144), **cl, hpc_job="42"), sample(at_rate(144), **cl, hpc_job="43"),
+                                   sample(at_rate(12), **cl, hpc_job="44")])]),
     ])]

@@ -1,10 +1,13 @@
-"""Storage: Lustre bandwidth per job (jobstats) and per filesystem, fill ratios (DESIGN.md §8).
+"""Storage: Lustre bandwidth per job (jobstats) and per filesystem, NFS bandwidth per export, fill ratios
+(DESIGN.md §8).
 
 Lustre jobstats need `jobid_var=SLURM_JOB_ID` on the clients and `?jobstats=true` on the exporter's
-scrape (docs/exporters.md); the job id then joins dcgm-exporter's hpc_job.
+scrape (docs/exporters.md); the job id then joins dcgm-exporter's hpc_job. NFS has no per-job counters:
+its client bandwidth per export comes from node_exporter's mountstats collector (--collector.mountstats,
+off by default), summed over the clients.
 """
 from hpcobs.context import Context
-from hpcobs.promql import aggregate
+from hpcobs.promql import aggregate, label_replace
 from hpcobs.rules import Group, Record
 from hpcobs.ruletest import Case, sample
 from hpcobs.synthetic import series
@@ -39,6 +42,19 @@ def groups(ctx: Context) -> list[Group]:
              mount("fs_size", 100 * 2 ** 30, "/"), mount("fs_avail", 75 * 2 ** 30, "/")]
     job42 = dict(**cl, hpc_job="42")
 
+    def nfs_rate(signal: str) -> str:
+        """Per export, named `fs` like a Lustre filesystem (one filesystem variable for both)."""
+        per_export = ctx.select("node_exporter", [signal], ("export",), over=lambda e: f"rate({e}[{w}])", op="sum")
+        return aggregate("sum", (c, "fs"), label_replace(per_export, "fs", "export", "(.+)"))
+
+    def nfs_client(signal, values, node):
+        return series(ctx, "node_exporter", signal, values, node=node, export="nfs01:/export/home", protocol="tcp",
+                      mountaddr="10.10.0.2")
+
+    nfs = [nfs_client("nfs_mount_read_bytes", "0+30000000x20", "n1"), nfs_client("nfs_mount_read_bytes", "0+60000000x20", "n2"),
+           nfs_client("nfs_mount_write_bytes", "0+3000000x20", "n1")]
+    home = dict(**cl, fs="nfs01:/export/home")
+
     return [Group("hpcobs-storage", domain="storage", interval=ctx.scrape_interval, rules=[
         Record("job:lustre_write_bytes:rate", lustre_rate("job_write_bytes", ("hpc_job",)),
                tests=[Case("bytes per second a job writes over every OST (checkpoints)", at="5m", series=lustre,
@@ -62,6 +78,12 @@ def groups(ctx: Context) -> list[Group]:
                tests=[Case("used fraction of each local mount (checkpoint staging, /)", at="5m", series=local,
                            expect=[sample(0.75, **cl, node="n1", mountpoint="/local"),
                                    sample(0.25, **cl, node="n1", mountpoint="/")])]),
+        Record("fs:nfs_read_bytes:rate", nfs_rate("nfs_mount_read_bytes"),
+               tests=[Case("bytes per second every client reads from the export", at="5m", series=nfs,
+                           expect=[sample(3e6, **home)])]),
+        Record("fs:nfs_write_bytes:rate", nfs_rate("nfs_mount_write_bytes"),
+               tests=[Case("bytes per second every client writes to the export", at="5m", series=nfs,
+                           expect=[sample(1e5, **home)])]),
         Record("node:nfs_retransmissions:rate",
                aggregate("sum", (c, "node"), ctx.select("node_exporter", ["nfs_rpc_retransmissions"], ("node",),
                                                          over=lambda e: f"rate({e}[{w}])", op="sum")),

@@ -32,6 +32,7 @@ _METRIC = {
         "unit": {"enum": list(UNITS)},
         "labels": {"type": "array", "items": {"type": "string"}},
         "optional": {"type": "boolean"},
+        "sparse": {"type": "boolean"},
         "renamed": {"type": "object", "additionalProperties": _SPELLING},
         "only_from": {"type": "string"},
         "canonical": {"type": "string", "pattern": "^[a-z][a-z0-9_]*$"},
@@ -83,6 +84,9 @@ class Metric:
     optional: bool
     help: str
     source: str
+    # Series exist only for things in a state or after an event (a rule's first match, a drained node):
+    # a handful at a time, whatever the fleet size.
+    sparse: bool = False
 
 
 @dataclass(frozen=True)
@@ -151,7 +155,7 @@ class Exporter:
                 name, unit = entry["renamed"][since]["name"], entry["renamed"][since]["unit"]
         labels = tuple(self.raw.get("gpu_labels", ())) + tuple(entry.get("labels", ()))
         return Metric(self.id, signal, name, entry["type"], unit, labels,
-                      bool(entry.get("optional", False)), entry["help"], entry["source"])
+                      bool(entry.get("optional", False)), entry["help"], entry["source"], bool(entry.get("sparse", False)))
 
     def all_metrics(self) -> list[Metric]:
         """Every spelling of every signal across versions (for lints and docs)."""
