@@ -49,8 +49,8 @@ def training_link(ctx: Context, job_field: str = "hpc_job") -> Link:
                 dashboard_url(TRAINING, **{c: f"${c}", "hpc_job": "${__data.fields.%s}" % job_field}), field=job_field)
 
 
-def node_link(ctx: Context) -> Link:
-    """A table cell link to the GPU cluster dashboard's node drill-down for the node in the row."""
+def node_link(ctx: Context, uid: str = GPU_CLUSTER, what: str = "GPUs") -> Link:
+    """A table cell link to a dashboard's node drill-down (GPUs by default) for the node in the row."""
     c = ctx.cluster
-    return Link("GPUs of node ${__data.fields.node}",
-                dashboard_url(GPU_CLUSTER, **{c: f"${c}", "node": "${__data.fields.node}"}), field="node")
+    return Link(f"{what} of node ${{__data.fields.node}}",
+                dashboard_url(uid, **{c: f"${c}", "node": "${__data.fields.node}"}), field="node")

@@ -1,5 +1,6 @@
-"""Slurm jobs: queue, node states, allocation by account and user, the job table with efficiency grades
-(DESIGN.md §11). Recorded series only; every job links to the training dashboard.
+"""Slurm jobs: queue, node states and drain reasons, allocation by account and user, the job table with
+efficiency grades, out-of-memory kills (DESIGN.md §11). Recorded series only; every job links to the
+training dashboard. Drain reasons and OOM counts appear where the Slurm exporter has them.
 
 Efficiency grades follow Princeton's jobstats GPU utilisation colours: red at or below 15%, orange
 below 25%, green from 25%.
@@ -17,7 +18,9 @@ GRADES = ((None, "red"), (POOR + 1e-6, "orange"), (LOW, "green"))
 
 
 def dashboard(ctx: Context) -> DashboardSpec:
+    c = ctx.cluster
     cl = common.in_cluster(ctx)
+    slurm = ctx.sources["slurm"]
     step = promql.duration_seconds(ctx.scrape_interval)
     parts = f'{cl}, partition=~"$partition"'
     owned = f'{parts}, account=~"$account", user=~"$user"'
@@ -45,6 +48,14 @@ def dashboard(ctx: Context) -> DashboardSpec:
         bargauge("Node states by partition", f"partition:slurm_nodes:count{{{parts}}} > 0",
                  legend="{{partition}} {{state}}", unit="none", width=16,
                  description="Current node count per partition and state."),
+        *([table("Drain and down reasons", [
+            Column(f"(time() - node:slurm_drained_since:timestamp{{{cl}}}) / 3600 "
+                   f"* on ({c}, node) group_left (reason) node:slurm_drain_reason:info{{{cl}}}",
+                   "Hours since", ((None, "green"), (1, "orange"), (24, "red")), cell="color-text"),
+        ], labels=["node", "reason"], width=24, height=7, links=(common.node_link(ctx),), shows=("slurm_nodes_down",),
+            description="Drained and down nodes, the reason set with scontrol (or by Slurm, e.g. Kill task failed) "
+                        "and how long ago (SckyzO exporter's drain_reason collector); click a node for its GPUs.")]
+          if "node_drain_reason" in slurm.exporter.signals() else []),
     ])
 
     allocation = Row("Allocation", [
@@ -65,16 +76,20 @@ def dashboard(ctx: Context) -> DashboardSpec:
             Column(f"sum_over_time(job:gpu_power:watts{{{owned}}}[$__range]) * {step} / 3600 / 1000", "Energy (kWh)"),
             Column(f"avg_over_time(job:gpu_utilization:avg{{{owned}}}[$__range]) * 100",
                    "Mean GPU utilisation % (grade)", GRADES, cell="color-background"),
-            Column(f"job:gpus_allocated_idle:count{{{owned}}}", "Idle GPUs", ((None, "green"), (1, "red")),
-                   cell="color-text"),
+            Column(f"job:gpus_allocated_idle:count{{{owned}}} or job:gpus_allocated:count{{{owned}}} * 0", "Idle GPUs",
+                   ((None, "green"), (1, "red")), cell="color-text"),
         ], labels=job_labels, height=12, links=(common.training_link(ctx),),
             description="Running jobs with GPUs: mean utilisation and energy over the range, efficiency grade "
                         "(jobstats: red <= 15%, orange < 25%); click a job for its training view."),
         table("Jobs with idle GPUs", [
             Column(f"job:gpus_allocated_idle:count{{{owned}}} > 0", "Idle GPUs", ((None, "orange"),),
                    cell="color-text"),
-        ], labels=job_labels, width=12, links=(common.training_link(ctx),),
+        ], labels=job_labels, width=12, links=(common.training_link(ctx),), shows=("idle_gpus",),
             description=f"Jobs holding GPUs at 0% for {ctx.thresholds['gpu_idle_window']}."),
+        *([timeseries("Jobs ended out of memory", f"partition:slurm_jobs_oom:count{{{parts}}}",
+                      legend="{{partition}}", unit="none", width=12, shows=("oom_kill",),
+                      description="Jobs slurmctld lists in state OUT_OF_MEMORY, per partition (Slurm's own metrics).")]
+          if slurm.exporter.signals_for("partition_jobs_oom") else []),
         logs("Out-of-memory kills", '$log_selector |~ `oom[-_]kill|invoked oom-killer|[Oo]ut of memory|OOM failure`',
              width=12, description="Slurm and kernel out-of-memory kill lines; set log_selector to your log shipper's "
                                    "stream selector."),

@@ -1,11 +1,12 @@
 """Training: one job ($hpc_job) — progress, stragglers, NCCL, its GPUs, its logs and traces (DESIGN.md §11).
 
-Job-level series are recorded; the raw series read here (loss, NCCL per message size, GPU memory) are
-those of ONE job, selected through the catalogue.
+Job-level series are recorded; the raw series read here (per-rank step time, loss, NCCL per message
+size, GPU memory) are those of ONE job, selected through the catalogue.
 """
 from hpcobs.context import Context
-from hpcobs.dashboard import (DashboardSpec, Link, Query, Row, Variable, explore_url, logs, stat, text,
+from hpcobs.dashboard import (DashboardSpec, Link, Query, Row, Variable, explore_url, heatmap, logs, stat, text,
                               timeseries)
+from hpcobs.promql import aggregate
 
 from . import common
 
@@ -22,6 +23,15 @@ def dashboard(ctx: Context) -> DashboardSpec:
     tempo = ctx.config.get("grafana", "datasources")["tempo"]["uid"]
     traces = explore_url(tempo, "tempo", '{ .hpc_job = "$hpc_job" }', "traceql")
     job_gpus = f'gpu:job:info{{{job}, node=~"$node"}}'
+    job_gpu_util = f"gpu:utilization:ratio{{{cl}}} * on ({c}, node, gpu) group_right () {job_gpus}"
+    job_gpu_memory = ctx.gpu("memory_used", keep=("hpc_job",), where={**raw_job, "node": '=~"$node"'})
+
+    def per_rank(signal: str) -> str:
+        return ctx.select("training", [signal], ("rank", "node"), op="sum", where=raw_job,
+                          over=lambda e: f"rate({e}[$__rate_interval])")
+
+    # A rank's step time, as the recording rules compute it (rate of step seconds over rate of steps).
+    rank_step = f"{per_rank('step_seconds')} / ({per_rank('steps')} > 0)"
 
     progress = Row("Progress", [
         stat("Median step time", f"job:training_step_seconds:median{{{job}}}", unit="s", width=4,
@@ -45,16 +55,21 @@ def dashboard(ctx: Context) -> DashboardSpec:
             Query(f"job:training_step_seconds:median{{{job}}}", "median rank"),
             Query(f"job:training_step_seconds:max{{{job}}}", "slowest rank"),
         ], unit="s", description="Step time of the fastest, median and slowest rank."),
-        timeseries("Straggler ratio", f"job:training_straggler:ratio{{{job}}}", legend="median / slowest",
+        timeseries("Straggler ratio over time", f"job:training_straggler:ratio{{{job}}}", legend="median / slowest",
                    unit="percentunit", min=0, max=1, thresholds=((None, "red"), (straggler, "green")),
                    description=f"Median over slowest rank step time; below {straggler} is a straggler."),
-        timeseries("Slowest rank", f"job:training_slowest_rank:step_seconds{{{job}}}",
+        timeseries("Slowest rank over time", f"job:training_slowest_rank:step_seconds{{{job}}}",
                    legend="rank {{rank}} on {{node}}", unit="s", width=8,
                    description="Which rank, on which node, was the slowest over time, and its step time."),
-        timeseries("Tokens/s", f"job:training_tokens:rate{{{job}}}", legend="tokens/s", unit="short", width=8,
+        timeseries("Tokens/s over time", f"job:training_tokens:rate{{{job}}}", legend="tokens/s", unit="short", width=8,
                    description="Tokens per second over every rank."),
-        timeseries("Model TFLOP/s", f"job:training_model_flops:rate{{{job}}} / 1e12", legend="TFLOP/s",
+        timeseries("Model TFLOP/s over time", f"job:training_model_flops:rate{{{job}}} / 1e12", legend="TFLOP/s",
                    unit="short", width=8, description="Model FLOPs per second over every rank, in TFLOP/s."),
+        heatmap("Step time by rank", rank_step, legend="rank {{rank}}", unit="s", width=12, height=9,
+                description="Step time of every rank of the job (one row per rank, raw training series of this "
+                            "job): a straggler is a hot row, a slow node a hot band."),
+        timeseries("Slowest ranks", f"topk(10, {rank_step})", legend="rank {{rank}} on {{node}}", unit="s",
+                   width=12, height=9, description="Step time of the ten slowest ranks of the job and their nodes."),
         timeseries("Loss", ctx.select("training", ["loss"], ("hpc_job",), op="avg", where=raw_job),
                    legend="loss", unit="none", width=24, height=7,
                    description="Training loss the job's ranks report at their last step (mean over ranks)."),
@@ -75,14 +90,17 @@ def dashboard(ctx: Context) -> DashboardSpec:
     ])
 
     gpus = Row("GPUs of the job", [
-        timeseries("GPU utilisation by GPU",
-                   f"gpu:utilization:ratio{{{cl}}} * on ({c}, node, gpu) group_right () {job_gpus}",
-                   legend="{{node}} GPU {{gpu}}", unit="percentunit", min=0, max=1,
-                   description="Utilisation of each GPU the job holds."),
-        timeseries("GPU memory used by GPU",
-                   ctx.gpu("memory_used", keep=("hpc_job",), where={**raw_job, "node": '=~"$node"'}),
-                   legend="{{node}} GPU {{gpu}}", unit="bytes",
-                   description="Framebuffer memory used on each GPU of the job (raw DCGM series of this job)."),
+        timeseries("GPU utilisation by GPU", job_gpu_util, legend="{{node}} GPU {{gpu}}", unit="percentunit",
+                   min=0, max=1, description="Utilisation of each GPU the job holds (one rank per GPU)."),
+        timeseries("GPU memory used by GPU", job_gpu_memory, legend="{{node}} GPU {{gpu}}", unit="bytes",
+                   description="Framebuffer memory used on each GPU of the job (raw DCGM series of this job; one "
+                               "rank per GPU)."),
+        timeseries("GPU utilisation by node", aggregate("avg", (c, "node"), job_gpu_util), legend="{{node}}",
+                   unit="percentunit", min=0, max=1,
+                   description="Mean utilisation of the job's GPUs on each of its nodes: a cold node holds the "
+                               "job back."),
+        timeseries("GPU memory used by node", aggregate("sum", (c, "node"), job_gpu_memory), legend="{{node}}",
+                   unit="bytes", description="Framebuffer memory the job uses on each of its nodes."),
         timeseries("SM and tensor activity", [
             Query(f"job:gpu_sm_active:avg{{{job}}}", "SM active"),
             Query(f"job:gpu_tensor_active:avg{{{job}}}", "tensor active"),

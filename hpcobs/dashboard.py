@@ -82,6 +82,9 @@ class Panel:
     time_from: str | None = None           # panel-relative time, e.g. "now/d" (today so far)
     content: str = ""                      # text panels (markdown)
     text_mode: str = "auto"                # stat: auto | value_and_name | name
+    # The simulator's fault scenarios this panel is about (hpcobs.simulate.kinds()): a panel that is empty
+    # on a healthy cluster names the fault that fills it, and the live tests check it on that fault.
+    shows: tuple[str, ...] = ()
 
 
 def _queries(expr: str | Query | list[Query], legend: str, instant: bool) -> tuple[Query, ...]:
@@ -445,6 +448,11 @@ def panel_queries(dashboard: dict) -> list[tuple[str, str, str, str]]:
     return [(dashboard["uid"], panel["title"], target["expr"], panel["datasource"]["type"])
             for panel in dashboard["panels"] if panel["type"] != "row"
             for target in panel.get("targets", [])]
+
+
+def fault_panels(spec: DashboardSpec) -> dict[str, tuple[str, ...]]:
+    """Title -> the fault scenarios it shows, for the panels that are about a fault."""
+    return {panel.title: panel.shows for row in spec.rows for panel in row.panels if panel.shows}
 
 
 # --------------------------------------------------------------------------------------------- schemas

@@ -119,7 +119,8 @@ def test_heatmap_is_the_modern_one_on_pre_bucketed_series(dashboards):
     assert heatmaps
     for panel in heatmaps:
         assert panel["options"]["calculate"] is False
-        assert all(t["format"] == "time_series" and "{{node}}" in t["legendFormat"] for t in panel["targets"])
+        # one row per series (node, rank), named by its label
+        assert all(t["format"] == "time_series" and re.search(r"\{\{\w+\}\}", t["legendFormat"]) for t in panel["targets"])
 
 
 def test_panel_ids_are_unique(dashboards):
@@ -230,8 +231,17 @@ def test_every_raw_metric_is_in_the_catalogue_and_only_drill_downs_read_raw_seri
             names = lint.metric_names(expr) - {"ALERTS"}
             raw = names - recorded
             assert raw <= known, f"{place}: reads {raw - known}, neither in the catalogue nor recorded"
-            if raw:   # raw series only for ONE node or ONE job
-                assert '="$node"' in expr or '="$hpc_job"' in expr, f"{place} reads raw {raw} across the cluster"
+            for name in raw:   # raw series only for ONE node or ONE job, in every selector that reads them
+                for selector in re.finditer(rf"\b{re.escape(name)}\{{([^}}]*)\}}", expr):
+                    assert re.search(r'="\$(node|hpc_job)"|=~"\(\$node\)', selector.group(1)), \
+                        f"{place} reads raw {name} across the cluster"
+
+
+def test_panel_titles_are_unique_per_dashboard(dashboards):
+    """Titles name panels in the live report and in fault_panels()."""
+    for dashboard in dashboards.values():
+        titles = [panel["title"] for panel in panels(dashboard)]
+        assert len(titles) == len(set(titles)), f"{dashboard['uid']}: {sorted(t for t in titles if titles.count(t) > 1)}"
 
 
 def test_panel_queries_lists_every_target(dashboards):

@@ -1,35 +1,33 @@
 """Every dashboard query, with its variables resolved on the simulated cluster, returns data in real
-Prometheus and real VictoriaMetrics.
+Prometheus and real VictoriaMetrics, on the cluster the panel is about.
 
-The cluster runs every fault scenario (so the fault panels have something to show), the recording rules
-are replayed on both servers, and each variable takes the value a user would pick: the hero training
-job, one of its nodes, its partition and account. Loki panels are listed as not checked: no Loki runs here.
+Two clusters are simulated, replayed through the recording rules on both servers and read as a user
+would: variables take the values a user would pick (the hero training job, one of its nodes, its
+partition and account; All for the other multi-value ones) and panels are read over the whole window.
+- healthy: every panel shows data, except the fault panels (DashboardSpec panels with `shows=`), which
+  must stay silent (no series, or only zeros);
+- faults: every fault scenario in its slot (test_scenarios); every panel shows data, the fault panels
+  included, on the hero's node or job or, for a fault placed elsewhere, on the node or job it hit.
+Loki panels are listed as not checked: no Loki runs here.
 """
 import json
 import re
 
 import pytest
 
+import dashboards as dashboard_modules
 from hpcobs import lint, pipeline
 from hpcobs.context import Context
-from hpcobs.dashboard import panel_queries
-from hpcobs.simulate import Simulation, write
+from hpcobs.dashboard import ALL, fault_panels, panel_queries
+from hpcobs.simulate import Simulation, kinds, write
 
 from .conftest import raw_names_read, recording_layer_files
-from .test_scenarios import SCENARIOS
+from .test_scenarios import HOURS, SCENARIOS
 
-HOURS = 2.75
 STEP = 30
 GRAFANA_BUILTINS = {"__range": "1h", "__range_s": "3600", "__interval": "1m", "__rate_interval": "2m",
                     "__interval_ms": "60000"}
-# Panels whose data exists only when a fault is active at the evaluation time, or in an optional field.
-MAY_BE_EMPTY = {
-    ("hpcobs-network-storage", "Port state by node"): "no scenario trains a link below its nominal rate",
-    ("hpcobs-gpu-cluster", "Throttled GPUs by node"): "DCGM_EXP_CLOCK_EVENTS_COUNT is not in the default CSV",
-    ("hpcobs-gpu-cluster", "Nodes"): "its throttled-GPUs column, as above",
-    ("hpcobs-security", "Critical events by rule"): "the simulated Falco rules are Warning and Error",
-    ("hpcobs-security", "Critical events by node"): "as above",
-}
+CLUSTERS = {"healthy": "healthy", "faults": SCENARIOS}
 
 
 @pytest.fixture(scope="module")
@@ -38,32 +36,48 @@ def dashboards(generated):
 
 
 @pytest.fixture(scope="module")
-def world(config, dashboards, tmp_path_factory, prometheus_factory, victoria_factory):
+def shows(config):
+    """(dashboard uid, panel title) -> the fault scenarios the panel is about."""
+    ctx = Context(config)
+    specs = [module.dashboard(ctx) for module in dashboard_modules.MODULES]
+    return {(spec.uid, title): scenarios for spec in specs for title, scenarios in fault_panels(spec).items()}
+
+
+def test_fault_panels_name_real_scenarios(shows):
+    unknown = {key: s for key, scenarios in shows.items() for s in scenarios if s not in kinds()}
+    assert not unknown, unknown
+
+
+@pytest.fixture(scope="module")
+def clusters(config, dashboards, tmp_path_factory, prometheus_factory, victoria_factory):
     ctx = Context(config)
     groups = [g for gs in pipeline.rule_groups(ctx).values() for g in gs]
-    sim = Simulation(config, nodes=10, gpus_per_node=8, hours=HOURS, scenarios=SCENARIOS, seed=1)
     panel_names = {n for d in dashboards for _, _, expr, kind in panel_queries(d) if kind == "prometheus"
                    for n in lint.metric_names(_substituted(expr, {}))}
     names = raw_names_read(config, groups) | panel_names | {"up"}
-    folder = tmp_path_factory.mktemp("dashboards-live")
-    openmetrics, jsonl = folder / "cluster.om", folder / "cluster.jsonl"
-    with open(openmetrics, "w") as out:
-        write(sim, "openmetrics", out, names=names)
-    with open(jsonl, "w") as out:
-        write(sim, "vm", out, names=names)
-    layers = recording_layer_files([g for g in groups if any(hasattr(r, "record") for r in g.rules)], folder)
-    start, end = sim.window.start, sim.window.start + sim.window.duration - STEP
-    prometheus = prometheus_factory(openmetrics=openmetrics, lookback_delta=f"{STEP * 3 // 2}s")
-    prometheus.replay_rules(layers, start, end, f"{STEP}s")
-    victoria = victoria_factory(jsonl=jsonl)
-    victoria.backfill_rules(layers, start, end, f"{STEP}s")
-    hero = next(j for j in sim.cluster.jobs if j.id == sim.cluster.roles.hero_job)
-    preferred = {"hpc_job": hero.id, "node": sim.cluster.nodes[hero.nodes[0]].name, "partition": hero.partition,
-                 "account": hero.account, "user": hero.user}
-    # Variables are picked inside the straggler's slot, while the hero job runs (test_scenarios); panels
-    # are read over the last two hours, as a user would look at them.
-    return {"prometheus": prometheus, "victoriametrics": victoria, "at": start + 25 * 60, "from": end - 7200,
-            "to": end, "preferred": preferred}
+    out = {}
+    for name, scenarios in CLUSTERS.items():
+        sim = Simulation(config, nodes=10, gpus_per_node=8, hours=HOURS, scenarios=scenarios, seed=1)
+        folder = tmp_path_factory.mktemp(f"dashboards-{name}")
+        openmetrics, jsonl = folder / "cluster.om", folder / "cluster.jsonl"
+        with open(openmetrics, "w") as stream:
+            write(sim, "openmetrics", stream, names=names)
+        with open(jsonl, "w") as stream:
+            write(sim, "vm", stream, names=names)
+        layers = recording_layer_files([g for g in groups if any(hasattr(r, "record") for r in g.rules)], folder)
+        start, end = sim.window.start, sim.window.start + sim.window.duration - STEP
+        prometheus = prometheus_factory(openmetrics=openmetrics, lookback_delta=f"{STEP * 3 // 2}s")
+        prometheus.replay_rules(layers, start, end, f"{STEP}s")
+        victoria = victoria_factory(jsonl=jsonl)
+        victoria.backfill_rules(layers, start, end, f"{STEP}s")
+        hero = next(j for j in sim.cluster.jobs if j.id == sim.cluster.roles.hero_job)
+        preferred = {"hpc_job": hero.id, "node": sim.cluster.nodes[hero.nodes[0]].name,
+                     "partition": hero.partition, "account": hero.account, "user": hero.user}
+        # Variables are picked inside the straggler's slot, while the hero job runs (test_scenarios); panels
+        # are read over the whole simulation, where every fault had its slot.
+        out[name] = {"prometheus": prometheus, "victoriametrics": victoria, "at": start + 25 * 60,
+                     "from": start, "to": end, "preferred": preferred}
+    return out
 
 
 def _substituted(expr: str, values: dict[str, str]) -> str:
@@ -81,37 +95,53 @@ def _resolve_variables(dashboard: dict, server, at: float, preferred: dict[str, 
         match = re.fullmatch(r"\s*label_values\((.*),\s*(\w+)\s*\)\s*", variable["query"], re.S)
         expr, label = _substituted(match.group(1), values), match.group(2)
         seen = sorted({s.labels.get(label) for s in server.query(expr, at)} - {None})
-        values[variable["name"]] = preferred.get(variable["name"]) if preferred.get(variable["name"]) in seen \
-            else (seen[0] if seen else "")
+        if preferred.get(variable["name"]) in seen:
+            values[variable["name"]] = preferred[variable["name"]]
+        else:       # a user leaves a multi-value variable at All, or picks one value
+            values[variable["name"]] = ALL if variable.get("includeAll") else (seen[0] if seen else "")
     return values
 
 
 @pytest.mark.live
 @pytest.mark.parametrize("backend", ["prometheus", "victoriametrics"])
-def test_every_panel_query_returns_data(world, dashboards, backend):
-    server, at = world[backend], world["at"]
-    checked, empty, skipped, elsewhere = 0, [], [], []
+def test_every_panel_shows_its_cluster(clusters, dashboards, shows, backend):
+    failures, report, skipped = [], {}, set()
+    for cluster_name, world in clusters.items():
+        server = world[backend]
 
-    def has_data(expr):
-        return bool(server.query_range(expr, world["from"], world["to"], 300))
+        def points(expr):
+            return [v for s in server.query_range(expr, world["from"], world["to"], 300) for _, v in s.points]
 
-    for dashboard in dashboards:
-        values = _resolve_variables(dashboard, server, at, world["preferred"])
-        for uid, title, expr, kind in panel_queries(dashboard):
-            if kind != "prometheus":
-                skipped.append(f"{uid} / {title} ({kind})")
-                continue
-            checked += 1
-            if has_data(_substituted(expr, values)):
-                continue
-            # A fault panel shows its fault where the fault is: on another node, GPU or job than the
-            # hero's. Let every variable take any value, as picking the faulty node would.
-            anywhere = _substituted(re.sub(r'="(\$\{?\w+\}?)"', r'=~"\1"', expr), {})
-            if has_data(anywhere):
-                elsewhere.append(f"{uid} / {title}")
-            elif (uid, title) not in MAY_BE_EMPTY:
-                empty.append(f"{uid} / {title}: {_substituted(expr, values)}")
-    print(f"{backend}: {checked} queries, {checked - len(empty)} returned data ({len(elsewhere)} of them for "
-          f"another node or job than the hero's: {elsewhere}); not checked: {skipped}")
-    assert checked > 50
-    assert not empty, "\n".join(empty)
+        for dashboard in dashboards:
+            values = _resolve_variables(dashboard, server, world["at"], world["preferred"])
+            queries = panel_queries(dashboard)
+            for index, (uid, title, expr, kind) in enumerate(queries):
+                if kind != "prometheus":
+                    skipped.add(f"{uid} / {title} ({kind})")
+                    continue
+                about_a_fault = (uid, title) in shows
+                def shows_data(values_or_any):
+                    found = points(_substituted(expr if values_or_any else anywhere, values_or_any or {}))
+                    return any(found) if about_a_fault else bool(found)
+
+                # A fault shows where it is: on another node, GPU or job than the hero's. Let every
+                # variable take any value, as picking the faulty node would.
+                anywhere = re.sub(r'="(\$\{?\w+\}?)"', r'=~"\1"', expr)
+                shown = shows_data(values) or (cluster_name == "faults" and shows_data(None))
+                # A panel's queries are told apart by their position among the panel's queries.
+                target = [q[1] for q in queries[:index]].count(title)
+                report.setdefault((uid, title, target), {})[cluster_name] = shown
+                if cluster_name == "healthy" and about_a_fault and shown:
+                    failures.append(f"{uid} / {title}: not silent on the healthy cluster: {expr}")
+                elif not shown and (cluster_name == "faults" or not about_a_fault):
+                    failures.append(f"{uid} / {title}: no data on the {cluster_name} cluster: "
+                                    f"{_substituted(expr, values)}")
+    with_data = sum(1 for r in report.values() if r.get("faults"))
+    print(f"\n{backend}: {len(report)} panel queries; data on the faults cluster: {with_data}; "
+          f"on the healthy cluster: {sum(1 for r in report.values() if r.get('healthy'))} "
+          f"(the fault panels' queries are silent there by design). Not checked: {sorted(skipped)}")
+    for (uid, title, target), seen in sorted(report.items()):
+        print(f"  {uid:24} {title[:52]:52} {chr(65 + target)} healthy={'data' if seen['healthy'] else '-':4} "
+              f"faults={'data' if seen['faults'] else '-'}{'  (fault: ' + ', '.join(shows[uid, title]) + ')' if (uid, title) in shows else ''}")
+    assert len(report) > 50
+    assert not failures, "\n".join(failures)
