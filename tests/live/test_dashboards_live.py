@@ -21,7 +21,7 @@ from hpcobs.context import Context
 from hpcobs.dashboard import ALL, fault_panels, panel_queries
 from hpcobs.simulate import Simulation, kinds, write
 
-from .conftest import raw_names_read, recording_layer_files
+from .conftest import SUMMARY, raw_names_read, recording_layer_files
 from .test_scenarios import HOURS, SCENARIOS
 
 STEP = 30
@@ -137,9 +137,11 @@ def test_every_panel_shows_its_cluster(clusters, dashboards, shows, backend):
                     failures.append(f"{uid} / {title}: no data on the {cluster_name} cluster: "
                                     f"{_substituted(expr, values)}")
     with_data = sum(1 for r in report.values() if r.get("faults"))
-    print(f"\n{backend}: {len(report)} panel queries; data on the faults cluster: {with_data}; "
-          f"on the healthy cluster: {sum(1 for r in report.values() if r.get('healthy'))} "
-          f"(the fault panels' queries are silent there by design). Not checked: {sorted(skipped)}")
+    silent = sum(1 for key, r in report.items() if key[:2] in shows and not r.get("healthy"))
+    SUMMARY.append(f"dashboards on {backend}: {len(report)} panel queries; data on the fault cluster: {with_data}; "
+                   f"on the healthy cluster: {sum(1 for r in report.values() if r.get('healthy'))}, and "
+                   f"{silent} fault-panel queries silent there; Loki panels not run: {len(skipped)}")
+    print(f"\n{SUMMARY[-1]}: {sorted(skipped)}")
     for (uid, title, target), seen in sorted(report.items()):
         print(f"  {uid:24} {title[:52]:52} {chr(65 + target)} healthy={'data' if seen['healthy'] else '-':4} "
               f"faults={'data' if seen['faults'] else '-'}{'  (fault: ' + ', '.join(shows[uid, title]) + ')' if (uid, title) in shows else ''}")
