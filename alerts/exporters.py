@@ -114,7 +114,7 @@ def _targets_down(ctx: Context) -> list[Alert]:
 
 def _scrape_errors(ctx: Context) -> list[Alert]:
     c = ctx.cluster
-    cl = {c: ctx.config.get("cluster", "name")}
+    cl = ctx.cluster_labels
     out = []
     has_gpus = ctx.sources["dcgm"].enabled or ctx.sources["amd"].enabled
 
@@ -218,7 +218,7 @@ def _gpu_exporter_without_gpus(ctx: Context) -> list[Alert]:
 def _attribution(ctx: Context) -> list[Alert]:
     """Job attribution (DESIGN.md §7) broken: GPUs Slurm gave to a job carry no hpc_job, or a job has no info."""
     c = ctx.cluster
-    cl = {c: ctx.config.get("cluster", "name")}
+    cl = ctx.cluster_labels
     th = ctx.thresholds
     out = []
     version = ctx.sources["dcgm"].versions[0]

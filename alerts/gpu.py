@@ -58,7 +58,7 @@ def groups(ctx: Context) -> list[Group]:
 def _nvidia(ctx: Context) -> list[Alert]:
     """Alerts on dcgm-exporter fields (Xid, row remapping, clock events, NVLink, DCGM health)."""
     c = ctx.cluster
-    cl = {c: ctx.config.get("cluster", "name")}
+    cl = ctx.cluster_labels
     th = ctx.thresholds
     w = ctx.rate_window
     xids = ctx.sources["dcgm"].exporter
@@ -354,7 +354,7 @@ def _nvidia(ctx: Context) -> list[Alert]:
 def _any_vendor(ctx: Context) -> list[Alert]:
     """Alerts on canonical quantities every GPU exporter has, and on recorded series."""
     c = ctx.cluster
-    cl = {c: ctx.config.get("cluster", "name")}
+    cl = ctx.cluster_labels
     th = ctx.thresholds
     w = ctx.rate_window
     where_gpu = f"GPU {L('gpu')} on {L('node')} (cluster {L(c)}, job {L('hpc_job')})"
@@ -471,7 +471,7 @@ def _any_vendor(ctx: Context) -> list[Alert]:
 def _amd(ctx: Context) -> list[Alert]:
     """AMD Device Metrics Exporter only (exporters.amd.enabled)."""
     c = ctx.cluster
-    cl = {c: ctx.config.get("cluster", "name")}
+    cl = ctx.cluster_labels
 
     def health(values, **kw):
         return series(ctx, "amd", "health", values, node="n1", gpu="1", **kw)

@@ -10,7 +10,7 @@ ENDED_WITHIN = "15m"
 
 def groups(ctx: Context) -> list[Group]:
     c = ctx.cluster
-    cl = {c: ctx.config.get("cluster", "name")}
+    cl = ctx.cluster_labels
 
     def job(minutes_running):
         samples = 2 * minutes_running

@@ -17,7 +17,7 @@ DASHBOARD = "hpcobs-network-storage"
 
 def groups(ctx: Context) -> list[Group]:
     c = ctx.cluster
-    cl = {c: ctx.config.get("cluster", "name")}
+    cl = ctx.cluster_labels
     th = ctx.thresholds
     step = duration_seconds(ctx.scrape_interval)
     where = f"cluster {label(c)}"

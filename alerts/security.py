@@ -18,7 +18,7 @@ DASHBOARD = "hpcobs-security"
 
 def groups(ctx: Context) -> list[Group]:
     c = ctx.cluster
-    cl = {c: ctx.config.get("cluster", "name")}
+    cl = ctx.cluster_labels
     th = ctx.thresholds
     step = duration_seconds(ctx.scrape_interval)
     window = th["security_event_window"]

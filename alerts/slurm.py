@@ -25,7 +25,7 @@ def groups(ctx: Context) -> list[Group]:
 
 def _partitions(ctx: Context) -> list[Alert]:
     c = ctx.cluster
-    cl = {c: ctx.config.get("cluster", "name")}
+    cl = ctx.cluster_labels
     th = ctx.thresholds
     slurm = ctx.sources["slurm"]
     common = dict(runbook="slurm", dashboard=DASHBOARD, dashboard_vars=(c, "partition"))
@@ -123,7 +123,7 @@ def _jobs(ctx: Context) -> list[Alert]:
     if not ctx.sources["dcgm"].enabled:
         return []
     c = ctx.cluster
-    cl = {c: ctx.config.get("cluster", "name")}
+    cl = ctx.cluster_labels
     idle = ctx.thresholds["gpu_idle_window"]
     idle_s = duration_seconds(idle)
     samples = (idle_s + 1200) // 30

@@ -23,7 +23,7 @@ TIB_KIB = 1024 ** 3           # one TiB in the KiB the Lustre exporter reports
 
 def groups(ctx: Context) -> list[Group]:
     c = ctx.cluster
-    cl = {c: ctx.config.get("cluster", "name")}
+    cl = ctx.cluster_labels
     th = ctx.thresholds
     step = duration_seconds(ctx.scrape_interval)
     where = f"cluster {label(c)}"

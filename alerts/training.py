@@ -66,7 +66,7 @@ def rank_series(ctx: Context, step_times: dict[tuple[str, str], float | tuple[fl
 
 def groups(ctx: Context) -> list[Group]:
     c = ctx.cluster
-    cl = {c: ctx.config.get("cluster", "name")}
+    cl = ctx.cluster_labels
     th = ctx.thresholds
     step = duration_seconds(ctx.scrape_interval)
     where = f"user {label('user')}, cluster {label(c)}"

@@ -54,6 +54,11 @@ class Context:
         return self.config["scrape_interval"]
 
     @property
+    def cluster_labels(self) -> dict[str, str]:
+        """The cluster label with this cluster's name, as rule test samples carry it."""
+        return {self.cluster: self.config.get("cluster", "name")}
+
+    @property
     def rate_window(self) -> str:
         """Shortest safe window for rate()/increase(): four scrape intervals."""
         return promql.duration(4 * promql.duration_seconds(self.scrape_interval))

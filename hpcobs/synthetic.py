@@ -11,7 +11,7 @@ import re
 from .context import Context
 from .promql import si_factor
 from .ruletest import Series
-from .simulate.labels import DRIVER, GPU_MODEL, amd_gpu_labels, dcgm_gpu_labels, gpu_uuid  # noqa: F401  (re-exported)
+from .simulate.labels import amd_gpu_labels, dcgm_gpu_labels
 from .simulate.model import EXPORTER_PORTS
 
 

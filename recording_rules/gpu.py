@@ -24,13 +24,12 @@ THROTTLE_EVENTS = '=~"hw_slowdown|sw_thermal|hw_thermal|hw_power_brake"'
 
 def groups(ctx: Context) -> list[Group]:
     c = ctx.cluster
-    cl = {c: ctx.config.get("cluster", "name")}
+    cl = ctx.cluster_labels
     xids = ctx.sources["dcgm"].exporter
     drain_xid = {"err_code": '=~"%s"' % "|".join(map(str, xids.xids("drain")))}
     versions = ctx.sources["dcgm"].versions
     nvidia = ctx.sources["dcgm"].enabled
     with_amd = ctx.sources["amd"].enabled
-    w = ctx.rate_window
     idle_window = ctx.thresholds["gpu_idle_window"]
 
     def util(ratios, **kw):

@@ -19,7 +19,7 @@ def groups(ctx: Context) -> list[Group]:
     if not ctx.sources["dcgm"].enabled:
         return []
     c = ctx.cluster
-    cl = {c: ctx.config.get("cluster", "name")}
+    cl = ctx.cluster_labels
     w = ctx.rate_window
     classes = ctx.sources["dcgm"].exporter.raw["xid_classes"]
 

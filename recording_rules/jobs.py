@@ -17,7 +17,7 @@ OWNED = {"hpc_job": '!=""'}
 
 def groups(ctx: Context) -> list[Group]:
     c = ctx.cluster
-    cl = {c: ctx.config.get("cluster", "name")}
+    cl = ctx.cluster_labels
     w = ctx.rate_window
     idle_window = ctx.thresholds["gpu_idle_window"]
 

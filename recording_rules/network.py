@@ -17,7 +17,7 @@ ACTIVE = 4      # node_infiniband_state_id: 4 = ACTIVE (node_exporter infiniband
 
 def groups(ctx: Context) -> list[Group]:
     c = ctx.cluster
-    cl = {c: ctx.config.get("cluster", "name")}
+    cl = ctx.cluster_labels
     w = ctx.rate_window
     nominal = ctx.thresholds["ib_port_rate_bytes_per_second"]
 

@@ -20,7 +20,7 @@ from hpcobs.synthetic import gpu_si_series, series
 
 def groups(ctx: Context) -> list[Group]:
     c = ctx.cluster
-    cl = {c: ctx.config.get("cluster", "name")}
+    cl = ctx.cluster_labels
     w = ctx.rate_window
     seconds = duration_seconds(w)
 

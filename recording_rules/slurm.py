@@ -16,8 +16,7 @@ STATES = ("alloc", "mixed", "idle", "down", "drain", "fail")
 
 
 def groups(ctx: Context) -> list[Group]:
-    c = ctx.cluster
-    cl = {c: ctx.config.get("cluster", "name")}
+    cl = ctx.cluster_labels
     slurm = ctx.sources["slurm"]
 
     def partition_total(canonical: str) -> str:

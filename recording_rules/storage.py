@@ -17,7 +17,7 @@ OST = {"component": '="ost"'}
 
 def groups(ctx: Context) -> list[Group]:
     c = ctx.cluster
-    cl = {c: ctx.config.get("cluster", "name")}
+    cl = ctx.cluster_labels
     w = ctx.rate_window
 
     def lustre_rate(signal: str, by: tuple[str, ...]) -> str:

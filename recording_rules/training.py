@@ -17,7 +17,7 @@ JOB = ("hpc_job",)
 
 def groups(ctx: Context) -> list[Group]:
     c = ctx.cluster
-    cl = {c: ctx.config.get("cluster", "name")}
+    cl = ctx.cluster_labels
     w = ctx.rate_window
 
     def rate_of(signal: str, by=RANK) -> str:

@@ -1,6 +1,5 @@
 """out/ is deterministic, written atomically, and `check` catches a stale tree."""
 import os
-import shutil
 
 import pytest
 

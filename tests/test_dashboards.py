@@ -8,6 +8,8 @@ import yaml
 from hpcobs import dashboard as engine
 from hpcobs import lint, tools, validate
 
+from .test_catalogue import recorded_names
+
 DASHBOARDS = "grafana/dashboards/"
 UIDS = {"hpcobs-gpu-cluster", "hpcobs-network-storage", "hpcobs-training", "hpcobs-security", "hpcobs-slurm-jobs"}
 PROMETHEUS = {"type": "prometheus", "uid": "${datasource}"}
@@ -25,12 +27,7 @@ def dashboards(generated):
 
 @pytest.fixture(scope="module")
 def recorded(generated):
-    names = set()
-    for path, text in generated.items():
-        if path.startswith("prometheus/rules/"):
-            for group in yaml.safe_load(text)["groups"]:
-                names |= {r["record"] for r in group["rules"] if "record" in r}
-    return names
+    return recorded_names(generated)
 
 
 def panels(dashboard):

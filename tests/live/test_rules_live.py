@@ -8,7 +8,6 @@ differences this exposed.
 import math
 
 import pytest
-import yaml
 
 from hpcobs import pipeline
 from hpcobs.context import Context
