@@ -32,6 +32,21 @@ def cluster_variable(ctx: Context, series: str = "cluster:gpus:count") -> Variab
     return Variable(c, "Cluster", f"label_values({series}, {c})", description="Cluster (label %s)." % c)
 
 
+OWNERS = {"partition": "Partition", "account": "Account", "user": "User", "hpc_job": "Job"}
+
+
+def owner_variables(ctx: Context, names: tuple[str, ...], given: tuple[str, ...] = ()) -> tuple[Variable, ...]:
+    """Multi-value partition > account > user > job variables on the job-info record, each listing the
+    values the variables before it (and the `given` ones, defined elsewhere) leave."""
+    matchers, out = [in_cluster(ctx)] + [f'{name}=~"${name}"' for name in given], []
+    for name in names:
+        out.append(Variable(name, OWNERS[name], f"label_values(job:slurm_job_info:max{{{', '.join(matchers)}}}, {name})",
+                            multi=True, include_all=True,
+                            description="Slurm job id (filters the job tables)." if name == "hpc_job" else ""))
+        matchers.append(f'{name}=~"${name}"')
+    return tuple(out)
+
+
 def in_cluster(ctx: Context) -> str:
     return f'{ctx.cluster}="${ctx.cluster}"'
 

@@ -172,7 +172,6 @@ def dashboard(ctx: Context) -> DashboardSpec:
             description="Which job holds each GPU of the node; click a job for its training view."),
     ])
 
-    job_info = f"job:slurm_job_info:max{{{cl}}}"
     return DashboardSpec(
         uid=UID,
         title=common.TITLES[UID],
@@ -181,14 +180,7 @@ def dashboard(ctx: Context) -> DashboardSpec:
         tags=("hpcobs", "gpu"),
         variables=(
             common.cluster_variable(ctx),
-            Variable("partition", "Partition", f"label_values({job_info}, partition)", multi=True, include_all=True),
-            Variable("account", "Account", f'label_values(job:slurm_job_info:max{{{cl}, partition=~"$partition"}}, account)',
-                     multi=True, include_all=True),
-            Variable("user", "User", f'label_values(job:slurm_job_info:max{{{cl}, partition=~"$partition", '
-                                     f'account=~"$account"}}, user)', multi=True, include_all=True),
-            Variable("hpc_job", "Job", f'label_values(job:slurm_job_info:max{{{cl}, partition=~"$partition", '
-                                       f'account=~"$account", user=~"$user"}}, hpc_job)', multi=True, include_all=True,
-                     description="Slurm job id (filters the job tables)."),
+            *common.owner_variables(ctx, ("partition", "account", "user", "hpc_job")),
             Variable("node", "Node", f"label_values(node:gpus:count{{{cl}}}, node)",
                      description="Node of the drill-down row."),
             Variable("gpu", "GPU", f'label_values(gpu:utilization:ratio{{{cl}, node="$node"}}, gpu)',

@@ -124,7 +124,6 @@ def dashboard(ctx: Context) -> DashboardSpec:
              description="Opens Grafana Explore on the Tempo datasource with the job's traces."),
     ])
 
-    info = f"job:slurm_job_info:max{{{cl}}}"
     return DashboardSpec(
         uid=UID,
         title=common.TITLES[UID],
@@ -132,9 +131,7 @@ def dashboard(ctx: Context) -> DashboardSpec:
         tags=("hpcobs", "training"),
         variables=(
             common.cluster_variable(ctx),
-            Variable("account", "Account", f"label_values({info}, account)", multi=True, include_all=True),
-            Variable("user", "User", f'label_values(job:slurm_job_info:max{{{cl}, account=~"$account"}}, user)',
-                     multi=True, include_all=True),
+            *common.owner_variables(ctx, ("account", "user")),
             Variable("hpc_job", "Job", f'label_values(job:gpus_allocated:count{{{cl}, user=~"$user"}}, hpc_job)',
                      description="Slurm job id."),
             Variable("node", "Node", f'label_values(gpu:job:info{{{job}}}, node)', multi=True, include_all=True,
