@@ -16,8 +16,8 @@ PROMETHEUS = {"type": "prometheus", "uid": "${datasource}"}
 LOKI = {"type": "loki", "uid": "${loki}"}
 # Values a Grafana variable takes when an expression is checked: ranges become durations, the rest a value
 # (a multi-value variable renders as a regex alternation, as Grafana formats it for Prometheus and Loki).
-DURATIONS = {"__range": "1h", "__interval": "1m", "__rate_interval": "2m", "__range_s": "3600"}
-_VARIABLE = re.compile(r"\$\{([A-Za-z_]\w*)(?::\w+)?\}|\$([A-Za-z_]\w*)|\[\[([A-Za-z_]\w*)\]\]")
+DURATIONS = {"__range": "1h", "__interval": "1m", "__rate_interval": "2m", "__range_s": "3600", "__interval_ms": "60000"}
+_VARIABLE = engine.GRAFANA_VARIABLE
 
 
 @pytest.fixture(scope="module")

@@ -18,15 +18,14 @@ import pytest
 import dashboards as dashboard_modules
 from hpcobs import lint, pipeline
 from hpcobs.context import Context
-from hpcobs.dashboard import ALL, fault_panels, panel_queries
+from hpcobs.dashboard import ALL, GRAFANA_VARIABLE, fault_panels, panel_queries
 from hpcobs.simulate import Simulation, kinds, write
 
+from ..test_dashboards import DURATIONS
 from .conftest import SUMMARY, raw_names_read, recording_layer_files
 from .test_scenarios import HOURS, SCENARIOS
 
 STEP = 30
-GRAFANA_BUILTINS = {"__range": "1h", "__range_s": "3600", "__interval": "1m", "__rate_interval": "2m",
-                    "__interval_ms": "60000"}
 CLUSTERS = {"healthy": "healthy", "faults": SCENARIOS}
 
 
@@ -82,9 +81,9 @@ def clusters(config, dashboards, tmp_path_factory, prometheus_factory, victoria_
 
 def _substituted(expr: str, values: dict[str, str]) -> str:
     def value(match):
-        name = match.group(1) or match.group(2)
-        return GRAFANA_BUILTINS.get(name, values.get(name, ".*"))
-    return re.sub(r"\$\{([A-Za-z_]\w*)(?::\w+)?\}|\$([A-Za-z_]\w*)", value, expr)
+        name = next(g for g in match.groups() if g)
+        return DURATIONS.get(name, values.get(name, ALL))
+    return GRAFANA_VARIABLE.sub(value, expr)
 
 
 def _resolve_variables(dashboard: dict, server, at: float, preferred: dict[str, str]) -> dict[str, str]:
