@@ -1,4 +1,5 @@
 """What the dashboards share: their uids (alerts link to them), cross links, common variables."""
+from hpcobs import promql
 from hpcobs.context import Context
 from hpcobs.dashboard import Link, Variable, dashboard_url
 
@@ -45,6 +46,12 @@ def owner_variables(ctx: Context, names: tuple[str, ...], given: tuple[str, ...]
                             description="Slurm job id (filters the job tables)." if name == "hpc_job" else ""))
         matchers.append(f'{name}=~"${name}"')
     return tuple(out)
+
+
+def over_range(ctx: Context, rate: str) -> str:
+    """A recorded per-second series integrated over the dashboard's range (energy from watts, GPU-hours
+    from GPUs, events from events/s): one sample per rule evaluation, each standing for one interval."""
+    return f"sum_over_time({rate}[$__range]) * {promql.duration_seconds(ctx.scrape_interval)}"
 
 
 def in_cluster(ctx: Context) -> str:

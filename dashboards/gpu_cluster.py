@@ -3,7 +3,6 @@
 Cluster-level panels read recorded series only; the node drill-down row reads the raw per-GPU series of
 ONE node ($node), through the catalogue (ctx.gpu), never typed raw names.
 """
-from hpcobs import promql
 from hpcobs.context import Context
 from hpcobs.dashboard import Column, DashboardSpec, Query, Row, Variable, heatmap, stat, table, timeseries
 
@@ -20,7 +19,6 @@ XID_FAULTS = ("xid79", "xid48", "xid13", "dbe", "row_remap_failure")
 def dashboard(ctx: Context) -> DashboardSpec:
     c = ctx.cluster
     cl = common.in_cluster(ctx)
-    step = promql.duration_seconds(ctx.scrape_interval)     # recording rules are evaluated every scrape interval
     one_node = {c: f'="${c}"', "node": '="$node"', "gpu": '=~"$gpu"'}
     owned = f'{cl}, partition=~"$partition", account=~"$account", user=~"$user", hpc_job=~"$hpc_job"'
 
@@ -53,7 +51,7 @@ def dashboard(ctx: Context) -> DashboardSpec:
              description="Mean over nodes of the fraction of time SMs had a warp resident (DCGM profiling)."),
         stat("GPU power", f"sum(node:gpu_power:watts{{{cl}}})", unit="watt", width=4,
              description="Board power of every GPU, summed."),
-        stat("GPU energy today", f"sum(sum_over_time(node:gpu_power:watts{{{cl}}}[$__range])) * {step} / 3600",
+        stat("GPU energy today", f"sum({common.over_range(ctx, f'node:gpu_power:watts{{{cl}}}')}) / 3600",
              unit="watth", width=4, time_from="now/d",
              description="GPU energy since midnight: the recorded power integrated over the rule evaluation "
                          f"interval ({ctx.scrape_interval})."),
@@ -75,7 +73,7 @@ def dashboard(ctx: Context) -> DashboardSpec:
                    legend="{{account}}", unit="none", stack=True,
                    description="GPUs held by each account's jobs (jobs without Slurm info have no account)."),
         table("Top jobs by GPU-hours", [
-            Column(f"topk(10, sum_over_time(job:gpus_allocated:count{{{owned}}}[$__range]) * {step} / 3600)",
+            Column(f"topk(10, {common.over_range(ctx, f'job:gpus_allocated:count{{{owned}}}')} / 3600)",
                    "GPU-hours"),
         ], labels=["hpc_job", "user", "account", "partition"], width=12, links=(common.training_link(ctx),),
             description="GPU-hours held over the dashboard's range (recorded GPU count x evaluation interval); "

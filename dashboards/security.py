@@ -4,6 +4,8 @@ critical events, logs (DESIGN.md §11).
 Recorded series only. Falco rule names are not typed here: the outbound and checkpoint panels select
 the rules listed in config (thresholds.security_outbound_rules / security_checkpoint_rules).
 """
+from functools import partial
+
 from hpcobs import promql
 from hpcobs.context import Context
 from hpcobs.dashboard import Column, DashboardSpec, Row, Variable, logs, stat, table, timeseries
@@ -18,7 +20,6 @@ TETRAGON_FAULTS = ("checkpoint_foreign_read", "crypto_miner")
 def dashboard(ctx: Context) -> DashboardSpec:
     cl = common.in_cluster(ctx)
     nodes = f'{cl}, node=~"$node"'
-    step = promql.duration_seconds(ctx.scrape_interval)
     critical = int(ctx.thresholds.get("security_falco_critical_priority", 2))
     crit = promql.one_of([str(p) for p in range(critical + 1)])      # Falco priority: 0 Emergency ... 7 Debug
     outbound_rules = f"rule_name{promql.one_of(ctx.thresholds['security_outbound_rules'])}"
@@ -28,10 +29,7 @@ def dashboard(ctx: Context) -> DashboardSpec:
     critical_rules = f"cluster:falco_events:rate{{{cl}, priority{crit}}}"
     outbound_series = f"cluster:falco_events:rate{{{cl}, {outbound_rules}}}"
     actions = f"node:tetragon_policy_actions:rate{{{nodes}}}"
-
-    def events(expr: str) -> str:
-        """Events over the dashboard's range from a recorded per-second rate."""
-        return f"sum_over_time({expr}[$__range]) * {step}"
+    events = partial(common.over_range, ctx)         # events over the range, from a recorded rate
 
     overview = Row("Overview", [
         stat("Falco events/s", f"sum(node:falco_events:rate{{{nodes}}}) or vector(0)", unit="eps", width=5,

@@ -5,7 +5,6 @@ training dashboard. Drain reasons and OOM counts appear where the Slurm exporter
 Efficiency grades follow Princeton's jobstats GPU utilisation colours: red at or below 15%, orange
 below 25%, green from 25%.
 """
-from hpcobs import promql
 from hpcobs.context import Context
 from hpcobs.dashboard import Column, DashboardSpec, Query, Row, Variable, bargauge, logs, stat, table, timeseries
 
@@ -21,7 +20,6 @@ def dashboard(ctx: Context) -> DashboardSpec:
     c = ctx.cluster
     cl = common.in_cluster(ctx)
     slurm = ctx.sources["slurm"]
-    step = promql.duration_seconds(ctx.scrape_interval)
     parts = f'{cl}, partition=~"$partition"'
     owned = f'{parts}, account=~"$account", user=~"$user"'
 
@@ -73,7 +71,7 @@ def dashboard(ctx: Context) -> DashboardSpec:
         table("Jobs", [
             Column(f"job:gpus_allocated:count{{{owned}}}", "GPUs"),
             Column(f"job:gpu_power:watts{{{owned}}}", "Power (W)"),
-            Column(f"sum_over_time(job:gpu_power:watts{{{owned}}}[$__range]) * {step} / 3600 / 1000", "Energy (kWh)"),
+            Column(f"{common.over_range(ctx, f'job:gpu_power:watts{{{owned}}}')} / 3600 / 1000", "Energy (kWh)"),
             Column(f"avg_over_time(job:gpu_utilization:avg{{{owned}}}[$__range]) * 100",
                    "Mean GPU utilisation % (grade)", GRADES, cell="color-background"),
             Column(f"job:gpus_allocated_idle:count{{{owned}}} or job:gpus_allocated:count{{{owned}}} * 0", "Idle GPUs",
