@@ -2,13 +2,13 @@
 
 Falco's rules_matches_total and Tetragon's policy and action counters only appear with their first match,
 already at 1 or more: rate() and increase() never see that first step, and a critical event is often a
-single match. So an event alert fires on a counter that rose within the event window OR on a series that
-did not exist one window ago. Reading the raw counters is cheap here (the selection is filtered on a
+single match. So an event alert fires on a counter that rose within the event window or on a series that
+did not exist one window ago (hpcobs.promql.rise_within, which the security records use too). Reading the raw counters is cheap here (the selection is filtered on a
 priority, a few rule names or policies, and only matched rules have series) and needed: the records keep
 per-node totals by priority and per-rule totals without the node.
 """
 from hpcobs.context import Context
-from hpcobs.promql import duration, duration_seconds, one_of
+from hpcobs.promql import duration, duration_seconds, one_of, rise_within
 from hpcobs.rules import Alert, Group, label
 from hpcobs.ruletest import Case, alert
 from hpcobs.synthetic import series
@@ -29,11 +29,8 @@ def groups(ctx: Context) -> list[Group]:
 
     def event(exporter: str, signal: str, by: tuple[str, ...], matchers: dict[str, str]) -> str:
         """Counters of matching series that rose within the window, or appeared within it."""
-        rose = ctx.select(exporter, [signal], by, op="sum", where=matchers,
-                          over=lambda e: f"increase({e}[{window}])")
-        present = ctx.select(exporter, [signal], by, op="group", where=matchers)
-        before = ctx.select(exporter, [signal], by, op="group", where=matchers, over=lambda e: f"{e} offset {window}")
-        return f"({rose} > 0) or ({present} unless {before})"
+        rise = ctx.select(exporter, [signal], by, op="sum", where=matchers, over=lambda e: rise_within(e, window))
+        return f"{rise} > 0"
 
     critical = th["security_falco_critical_priority"]
     priorities = {"priority": one_of([str(p) for p in range(critical + 1)])}

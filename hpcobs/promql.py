@@ -60,6 +60,13 @@ def label_replace(expr: str, dst: str, src: str, regex: str, replacement: str = 
     return f'label_replace({expr}, "{dst}", "{replacement}", "{src}", "{regex}")'
 
 
+def rise_within(counter: str, window: str) -> str:
+    """How much an event counter rose within the window, counting the whole value of a series that
+    appeared within it: event counters (Falco, Tetragon) appear with their first match already at 1 or
+    more, which rate() and increase() never see. A counter reset counts nothing for one window."""
+    return f"(clamp_min({counter} - {counter} offset {window}, 0) or {counter})"
+
+
 def duration_seconds(text: str) -> int:
     """Prometheus duration text (e.g. 1m30s) to seconds."""
     units = {"ms": 0.001, "s": 1, "m": 60, "h": 3600, "d": 86400, "w": 604800, "y": 31536000}

@@ -12,7 +12,7 @@ a lone match away. So the rate here is the counter's rise over the window, count
 series that appeared within it, divided by the window (a counter reset counts nothing for one window).
 """
 from hpcobs.context import Context
-from hpcobs.promql import aggregate, duration_seconds
+from hpcobs.promql import aggregate, duration_seconds, rise_within
 from hpcobs.rules import Group, Record
 from hpcobs.ruletest import Case, sample
 from hpcobs.synthetic import gpu_si_series, series
@@ -25,8 +25,7 @@ def groups(ctx: Context) -> list[Group]:
     seconds = duration_seconds(w)
 
     def events_rate(exporter: str, signal: str, by: tuple[str, ...]) -> str:
-        rise = ctx.select(exporter, [signal], by, op="sum",
-                          over=lambda e: f"(clamp_min({e} - {e} offset {w}, 0) or {e})")
+        rise = ctx.select(exporter, [signal], by, op="sum", over=lambda e: rise_within(e, w))
         return f"{rise} / {seconds}"
 
     def falco(values, node, rule, priority):
