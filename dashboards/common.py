@@ -54,6 +54,12 @@ def over_range(ctx: Context, rate: str) -> str:
     return f"sum_over_time({rate}[$__range]) * {promql.duration_seconds(ctx.scrape_interval)}"
 
 
+def or_zero(condition_count: str, everyone: str) -> str:
+    """A count that only has series where its condition holds (idle GPUs, unhealthy GPUs), as 0 for every
+    other node or job of `everyone`, so a table shows 0 rather than an empty cell."""
+    return f"({condition_count} or {everyone} * 0)"
+
+
 def in_cluster(ctx: Context) -> str:
     return f'{ctx.cluster}="${ctx.cluster}"'
 

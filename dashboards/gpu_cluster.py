@@ -25,8 +25,7 @@ def dashboard(ctx: Context) -> DashboardSpec:
     nvidia = ctx.sources["dcgm"].enabled
 
     def or_zero(condition_count: str) -> str:
-        """A count that only exists where its condition holds, as 0 on every other node."""
-        return f"({condition_count}{{{cl}}} or node:gpus:count{{{cl}}} * 0)"
+        return common.or_zero(f"{condition_count}{{{cl}}}", f"node:gpus:count{{{cl}}}")
 
     def per_gpu(canonical: str) -> str:
         return ctx.gpu(canonical, where=one_node)

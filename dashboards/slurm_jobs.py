@@ -74,7 +74,8 @@ def dashboard(ctx: Context) -> DashboardSpec:
             Column(f"{common.over_range(ctx, f'job:gpu_power:watts{{{owned}}}')} / 3600 / 1000", "Energy (kWh)"),
             Column(f"avg_over_time(job:gpu_utilization:avg{{{owned}}}[$__range]) * 100",
                    "Mean GPU utilisation % (grade)", GRADES, cell="color-background"),
-            Column(f"job:gpus_allocated_idle:count{{{owned}}} or job:gpus_allocated:count{{{owned}}} * 0", "Idle GPUs",
+            Column(common.or_zero(f"job:gpus_allocated_idle:count{{{owned}}}", f"job:gpus_allocated:count{{{owned}}}"),
+                   "Idle GPUs",
                    ((None, "green"), (1, "red")), cell="color-text"),
         ], labels=job_labels, height=12, links=(common.training_link(ctx),),
             description="Running jobs with GPUs: mean utilisation and energy over the range, efficiency grade "
