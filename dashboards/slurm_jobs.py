@@ -75,8 +75,7 @@ def dashboard(ctx: Context) -> DashboardSpec:
             Column(f"avg_over_time(job:gpu_utilization:avg{{{owned}}}[$__range]) * 100",
                    "Mean GPU utilisation % (grade)", GRADES, cell="color-background"),
             Column(common.or_zero(f"job:gpus_allocated_idle:count{{{owned}}}", f"job:gpus_allocated:count{{{owned}}}"),
-                   "Idle GPUs",
-                   ((None, "green"), (1, "red")), cell="color-text"),
+                   "Idle GPUs", ((None, "green"), (1, "red")), cell="color-text"),
         ], labels=job_labels, height=12, links=(common.training_link(ctx),),
             description="Running jobs with GPUs: mean utilisation and energy over the range, efficiency grade "
                         "(jobstats: red <= 15%, orange < 25%); click a job for its training view."),
