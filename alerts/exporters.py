@@ -9,7 +9,7 @@ from dataclasses import dataclass
 from hpcobs import catalogue
 from hpcobs.context import Context, either
 from hpcobs.promql import duration, duration_seconds, label_replace
-from hpcobs.rules import Alert, Group
+from hpcobs.rules import Alert, Group, label
 from hpcobs.ruletest import Case, Series, alert
 from hpcobs.simulate.model import EXPORTER_PORTS, SLURM_CONTROLLER
 from hpcobs.synthetic import dcgm, raw_value, series
@@ -58,9 +58,6 @@ SLURM_NODE_GPUS = {
 }
 
 
-def L(label: str) -> str:
-    return "{{ $labels.%s }}" % label
-
 
 def groups(ctx: Context) -> list[Group]:
     rules = [*_targets_down(ctx), *_scrape_errors(ctx), *_gpu_exporter_without_gpus(ctx), *_attribution(ctx)]
@@ -97,8 +94,8 @@ def _targets_down(ctx: Context) -> list[Alert]:
             expr=label_replace(f"{UP}{selector} == 0", "node", "instance", INSTANCE_HOST),
             for_=down_for,
             summary=f"A {target.title} scrape target does not answer.",
-            description=f"Prometheus cannot scrape {L('instance')} ({L('job')}, cluster {L(c)}) for {down_for}: "
-                        f"{target.blind} are blind. Check the exporter's service on {L('node')} and whether the "
+            description=f"Prometheus cannot scrape {label('instance')} ({label('job')}, cluster {label(c)}) for {down_for}: "
+                        f"{target.blind} are blind. Check the exporter's service on {label('node')} and whether the "
                         "host is up.",
             runbook="exporters", dashboard=DASHBOARD, dashboard_vars=(c, "node"),
             fired_by=FIRED_BY.get(target.role, ()),
@@ -128,7 +125,7 @@ def _scrape_errors(ctx: Context) -> list[Alert]:
                 expr=f'{ctx.select("node_exporter", ["textfile_scrape_error"])} == 1',
                 for_="5m",
                 summary="node_exporter cannot read a file of its textfile directory.",
-                description=f"node_exporter on {L('node')} (cluster {L(c)}) fails to open or parse a .prom file "
+                description=f"node_exporter on {label('node')} (cluster {label(c)}) fails to open or parse a .prom file "
                             "of its textfile directory: the job-info series of our prolog and NCCL Inspector "
                             "metrics may be stale or missing there.",
                 runbook="exporters", dashboard=DASHBOARD, dashboard_vars=(c, "node"),
@@ -149,8 +146,8 @@ def _scrape_errors(ctx: Context) -> list[Alert]:
                 expr=f"({failing} == 0) and on ({c}, node) node:gpus:count",
                 for_="15m",
                 summary="A node_exporter collector that hpcobs reads fails on a GPU node.",
-                description=f"node_exporter's {L('collector')} collector fails on GPU node {L('node')} (cluster "
-                            f"{L(c)}): the metrics it reads (and the alerts on them) are missing on this node.",
+                description=f"node_exporter's {label('collector')} collector fails on GPU node {label('node')} (cluster "
+                            f"{label(c)}): the metrics it reads (and the alerts on them) are missing on this node.",
                 runbook="exporters", dashboard=DASHBOARD, dashboard_vars=(c, "node"),
                 fires_on=[Case(f"the {collectors[0]} collector fails", at="20m",
                                series=[*gpu_node, node("collector_success", "1 1 0x60", collector=collectors[0])],
@@ -174,7 +171,7 @@ def _scrape_errors(ctx: Context) -> list[Alert]:
             expr=f'{ctx.select("slurm", ["collector_success"], ("collector",), op="min")} == 0',
             for_="10m",
             summary="A collector of the Slurm exporter fails.",
-            description=f"The Slurm exporter's {L('collector')} collector fails (cluster {L(c)}): the Slurm "
+            description=f"The Slurm exporter's {label('collector')} collector fails (cluster {label(c)}): the Slurm "
                         "command it runs (sinfo, squeue, sdiag, sshare) errors or times out, so its series "
                         "and the Slurm alerts on them are missing.",
             runbook="exporters", dashboard="hpcobs-slurm-jobs", dashboard_vars=(c,),
@@ -201,8 +198,8 @@ def _gpu_exporter_without_gpus(ctx: Context) -> list[Alert]:
         expr=f"{answering} unless on ({c}, node) node:gpus:count",
         for_="10m",
         summary="A GPU exporter answers but reports no GPU.",
-        description=f"{L('instance')} ({L('job')}, cluster {L(c)}) answers its scrapes but exposes no GPU series "
-                    f"for {L('node')}: the GPU driver is not loaded, the DCGM host engine (or AMD's gpuagent) is "
+        description=f"{label('instance')} ({label('job')}, cluster {label(c)}) answers its scrapes but exposes no GPU series "
+                    f"for {label('node')}: the GPU driver is not loaded, the DCGM host engine (or AMD's gpuagent) is "
                     "down, or every GPU fell off the bus.",
         runbook="exporters", dashboard=DASHBOARD, dashboard_vars=(c, "node"),
         fires_on=[Case("the exporter answers with its own metrics only", at="15m", series=[_up(ctx, role, "1x40")],
@@ -246,7 +243,7 @@ def _attribution(ctx: Context) -> list[Alert]:
                  f"unless on ({c}, node, gpu) gpu:job:info) and on ({c}, node) ({allocated} > 0)",
             for_=mapping_for,
             summary="Busy GPUs on a node Slurm has allocated carry no job label.",
-            description=f"GPUs on {L('node')} (cluster {L(c)}) are busy and Slurm has allocated GPUs there, but "
+            description=f"GPUs on {label('node')} (cluster {label(c)}) are busy and Slurm has allocated GPUs there, but "
                         "dcgm-exporter labels none of them with hpc_job: the prolog is not writing the GPU "
                         "mapping files (or dcgm-exporter runs without --hpc-job-mapping-dir), so per-job GPU "
                         "views and job-owner alerts miss these jobs.",
@@ -279,7 +276,7 @@ def _attribution(ctx: Context) -> list[Alert]:
             expr=f"group by ({c}, hpc_job) (gpu:job:info) unless on ({c}, hpc_job) job:slurm_job_info:max",
             for_=info_for,
             summary="A job running on GPUs has no job-info series.",
-            description=f"Job {L('hpc_job')} (cluster {L(c)}) holds GPUs but has had no job-info series for "
+            description=f"Job {label('hpc_job')} (cluster {label(c)}) holds GPUs but has had no job-info series for "
                         f"{info_for}: its user, account and partition are unknown, so it is missing from "
                         "account and partition views; check the prolog (or the job-info exporter).",
             runbook="exporters", dashboard=DASHBOARD, dashboard_vars=(c,),

@@ -7,8 +7,8 @@ collect simply produce no series: those alerts stay silent, they never fire on a
 Runbooks: docs/runbooks/gpu.md, one section per alert.
 """
 from hpcobs.context import Context
-from hpcobs.promql import aggregate, duration, duration_seconds, label_replace
-from hpcobs.rules import Alert, Group
+from hpcobs.promql import aggregate, duration, duration_seconds, label_replace, one_of
+from hpcobs.rules import Alert, Group, label
 from hpcobs.ruletest import Case, Series, alert
 from hpcobs.synthetic import dcgm, gpu_si_series, series
 
@@ -28,15 +28,6 @@ THROTTLE_EVENTS = ("hw_slowdown", "hw_thermal", "sw_thermal", "hw_power_brake")
 HEALTH_FAIL = 20
 NVLINK_CRC = ("nvlink_crc_flit_errors", "nvlink_crc_data_errors")
 NVLINK_REPLAY = ("nvlink_replay_errors", "nvlink_recovery_errors")
-
-
-def L(label: str) -> str:
-    """A label reference in an annotation template."""
-    return "{{ $labels.%s }}" % label
-
-
-def regex(values) -> str:
-    return '=~"%s"' % "|".join(map(str, values))
 
 
 def gpu_series(ctx: Context, canonical: str, values: str, *, node: str = "n1", gpu: str = "1",
@@ -66,7 +57,7 @@ def _nvidia(ctx: Context) -> list[Alert]:
     drain = [x for x in xids.xids("drain") if x != fell_off_bus]        # Xid 79 is GpuFellOffBus's
     application = xids.xids("application")
     warning = xids.xids("warning")
-    where_gpu = f"GPU {L('gpu')} on {L('node')} (cluster {L(c)}, job {L('hpc_job')})"
+    where_gpu = f"GPU {label('gpu')} on {label('node')} (cluster {label(c)}, job {label('hpc_job')})"
     common = dict(runbook="gpu", dashboard=DASHBOARD, dashboard_vars=(c, "node", "gpu"))
     throttle_for = th["gpu_throttle_for"]
     link_for = th["gpu_link_errors_for"]
@@ -91,8 +82,8 @@ def _nvidia(ctx: Context) -> list[Alert]:
     # The Xid value is sticky and the GPU's series may vanish right after Xid 79: look back over a
     # window so the alert survives the series going stale.
     last_xid = ctx.gpu("xid", keep=JOB, over=lambda raw: f"last_over_time({raw}[5m])")
-    app_now = ctx.gpu("xid", keep=(*JOB, "err_code"), where={"err_code": regex(application), "hpc_job": '!=""'})
-    app_before = ctx.gpu("xid", keep=("err_code",), where={"err_code": regex(application)},
+    app_now = ctx.gpu("xid", keep=(*JOB, "err_code"), where={"err_code": one_of(application), "hpc_job": '!=""'})
+    app_before = ctx.gpu("xid", keep=("err_code",), where={"err_code": one_of(application)},
                          over=lambda raw: f"{raw} offset {XID_NEW_WINDOW}")
 
     throttle_s = duration_seconds(throttle_for)
@@ -129,10 +120,10 @@ def _nvidia(ctx: Context) -> list[Alert]:
         ),
         Alert(
             "GpuXidDrainClass", severity="critical", team="gpu-ops",
-            expr=ctx.gpu("xid", keep=(*JOB, "err_code"), where={"err_code": regex(drain)}),
+            expr=ctx.gpu("xid", keep=(*JOB, "err_code"), where={"err_code": one_of(drain)}),
             for_="1m",
             summary="A GPU reported an Xid error that needs a GPU reset or a node drain.",
-            description=f"{where_gpu} reported Xid {L('err_code')}, a drain-class error: drain the node, "
+            description=f"{where_gpu} reported Xid {label('err_code')}, a drain-class error: drain the node, "
                         "reset the GPU or reboot, and run dcgmi diag before resuming it.",
             fired_by=("xid48", "dbe", "row_remap_failure"), **common,
             fires_on=[Case("Xid 48 (double-bit ECC) on a GPU running a job", at="5m",
@@ -151,8 +142,8 @@ def _nvidia(ctx: Context) -> list[Alert]:
             expr=f"{app_now} unless on ({c}, node, gpu, err_code) {app_before}",
             for_="1m",
             summary="A job hit an application-class Xid error on its GPU.",
-            description=f"Job {L('hpc_job')} hit Xid {L('err_code')} on GPU {L('gpu')} of {L('node')} "
-                        f"(cluster {L(c)}): an error raised by the job's own code (illegal memory access, "
+            description=f"Job {label('hpc_job')} hit Xid {label('err_code')} on GPU {label('gpu')} of {label('node')} "
+                        f"(cluster {label(c)}): an error raised by the job's own code (illegal memory access, "
                         "page fault, aborted kernel), not a GPU fault; check the job's output and fix or "
                         "resubmit it.",
             fired_by=("xid13",), **common,
@@ -172,10 +163,10 @@ def _nvidia(ctx: Context) -> list[Alert]:
         ),
         Alert(
             "GpuXidWarningClass", severity="info", team="gpu-ops",
-            expr=ctx.gpu("xid", keep=(*JOB, "err_code"), where={"err_code": regex(warning)}),
+            expr=ctx.gpu("xid", keep=(*JOB, "err_code"), where={"err_code": one_of(warning)}),
             for_="1m",
             summary="A GPU reported an Xid error that asks for a GPU reset at the next opportunity.",
-            description=f"{where_gpu} reported Xid {L('err_code')} (memory remapping event, high single-bit "
+            description=f"{where_gpu} reported Xid {label('err_code')} (memory remapping event, high single-bit "
                         "ECC rate or contained memory error): reset the GPU when its job ends.",
             fired_by=("row_remap_pending",), **common,
             fires_on=[Case("Xid 94 (contained ECC error)", at="5m", series=[xid(94, "_ _ 94x10", hpc_job="7")],
@@ -236,10 +227,10 @@ def _nvidia(ctx: Context) -> list[Alert]:
         ),
         Alert(
             "GpuThermalSlowdown", severity="warning", team="gpu-ops",
-            expr=f'{per_gpu("clock_events", "clock_event", where={"clock_event": regex(THROTTLE_EVENTS)})} > 0',
+            expr=f'{per_gpu("clock_events", "clock_event", where={"clock_event": one_of(THROTTLE_EVENTS)})} > 0',
             for_=throttle_for,
             summary="A GPU is clocked down by a hardware, thermal or power-brake slowdown.",
-            description=f"{where_gpu} has been slowed down by {L('clock_event')} for {throttle_for}: check its "
+            description=f"{where_gpu} has been slowed down by {label('clock_event')} for {throttle_for}: check its "
                         "cooling (fans, airflow, inlet temperature) or the node's power supply; the whole job "
                         "runs at this GPU's pace.",
             fired_by=("thermal",), **common,
@@ -330,8 +321,8 @@ def _nvidia(ctx: Context) -> list[Alert]:
             expr=f'{per_gpu("health_status", "health_watch", "health_error_code")} == {HEALTH_FAIL}',
             for_="1m",
             summary="DCGM health checks report a GPU as failed.",
-            description=f"DCGM's {L('health_watch')} health watch failed on {where_gpu} with "
-                        f"{L('health_error_code')}: drain the node and run dcgmi health -c and dcgmi diag -r 3.",
+            description=f"DCGM's {label('health_watch')} health watch failed on {where_gpu} with "
+                        f"{label('health_error_code')}: drain the node and run dcgmi health -c and dcgmi diag -r 3.",
             fired_by=("dbe",), **common,
             fires_on=[Case("MEM watch FAIL after a double-bit error", at="5m",
                            series=[dcgm(ctx, "health_status", "0 0 20x10", node="n1", gpu="1", hpc_job="7",
@@ -357,7 +348,7 @@ def _any_vendor(ctx: Context) -> list[Alert]:
     cl = ctx.cluster_labels
     th = ctx.thresholds
     w = ctx.rate_window
-    where_gpu = f"GPU {L('gpu')} on {L('node')} (cluster {L(c)}, job {L('hpc_job')})"
+    where_gpu = f"GPU {label('gpu')} on {label('node')} (cluster {label(c)}, job {label('hpc_job')})"
     common = dict(runbook="gpu", dashboard=DASHBOARD, dashboard_vars=(c, "node"))
     per_gpu = dict(common, dashboard_vars=(c, "node", "gpu"))
     idle = th["gpu_idle_window"]
@@ -430,7 +421,7 @@ def _any_vendor(ctx: Context) -> list[Alert]:
              f"and on ({c}, node) (node:gpus_allocated_idle:count > 0)",
         for_="5m",
         summary="A job holds GPUs on a node that have done no work at all for the idle window.",
-        description=f"Job {L('hpc_job')} holds GPUs on {L('node')} (cluster {L(c)}) whose utilisation has been "
+        description=f"Job {label('hpc_job')} holds GPUs on {label('node')} (cluster {label(c)}) whose utilisation has been "
                     f"0 at every sample for {idle}: release them (fix the job's device selection or ask for "
                     "fewer GPUs).",
         fired_by=("idle_gpus",) if nvidia else (), **common,
@@ -452,7 +443,7 @@ def _any_vendor(ctx: Context) -> list[Alert]:
         expr=f"node:gpus:count < max_over_time(node:gpus:count[{lookback}])",
         for_="5m",
         summary="A node reports fewer GPUs than it did recently.",
-        description=f"{L('node')} (cluster {L(c)}) reports fewer GPUs than its maximum over the last {lookback} "
+        description=f"{label('node')} (cluster {label(c)}) reports fewer GPUs than its maximum over the last {lookback} "
                     "while its GPU exporter still answers: a GPU fell off the bus or its driver lost it; "
                     "check nvidia-smi -L (rocm-smi on AMD) and the kernel log.",
         fired_by=("xid79",) if nvidia else (), **common,
@@ -481,7 +472,7 @@ def _amd(ctx: Context) -> list[Alert]:
         expr=f'{ctx.select("amd", ["health"], (*GPU, *JOB))} == 0',
         for_="1m",
         summary="The AMD Device Metrics Exporter reports a GPU as unhealthy.",
-        description=f"GPU {L('gpu')} on {L('node')} (cluster {L(c)}, job {L('hpc_job')}) is reported unhealthy "
+        description=f"GPU {label('gpu')} on {label('node')} (cluster {label(c)}, job {label('hpc_job')}) is reported unhealthy "
                     "(gpu_health 0): drain the node, check amd-smi and the kernel log (amdgpu RAS events), run "
                     "AGFHC or rvs before resuming it.",
         runbook="gpu", dashboard=DASHBOARD, dashboard_vars=(c, "node", "gpu"),

@@ -6,16 +6,13 @@ Runbooks: docs/runbooks/slurm.md, one section per alert.
 """
 from hpcobs.context import Context
 from hpcobs.promql import duration, duration_seconds
-from hpcobs.rules import Alert, Group
+from hpcobs.rules import Alert, Group, label
 from hpcobs.ruletest import Case, alert
 from hpcobs.simulate.model import SLURM_CONTROLLER
 from hpcobs.synthetic import dcgm, series
 
 DASHBOARD = "hpcobs-slurm-jobs"
 
-
-def L(label: str) -> str:
-    return "{{ $labels.%s }}" % label
 
 
 def groups(ctx: Context) -> list[Group]:
@@ -46,8 +43,8 @@ def _partitions(ctx: Context) -> list[Alert]:
             expr=f'partition:slurm_nodes:count{{state="{state}"}} > {limit}',
             for_=for_,
             summary=summary,
-            description=f"Partition {L('partition')} of cluster {L(c)} has had more than {limit} node(s) in state "
-                        f"{L('state')} for {for_}: {meaning} List them with sinfo -R -p {L('partition')}.",
+            description=f"Partition {label('partition')} of cluster {label(c)} has had more than {limit} node(s) in state "
+                        f"{label('state')} for {for_}: {meaning} List them with sinfo -R -p {label('partition')}.",
             fired_by=fired_by, **common,
             fires_on=[Case(f"{limit + 1} node(s) {state}", at=duration(for_s + 300),
                            series=[partition_series(canonical, f"0 0 {limit + 1}x{samples}")],
@@ -81,8 +78,8 @@ def _partitions(ctx: Context) -> list[Alert]:
             expr=f"partition:slurm_jobs_pending:count > {pending}",
             for_=backlog_for,
             summary="Jobs pile up in a Slurm partition's queue.",
-            description=f"Partition {L('partition')} of cluster {L(c)} has had more than {pending} pending jobs "
-                        f"for {backlog_for}: check squeue -p {L('partition')} -t PD for the reasons (Resources, "
+            description=f"Partition {label('partition')} of cluster {label(c)} has had more than {pending} pending jobs "
+                        f"for {backlog_for}: check squeue -p {label('partition')} -t PD for the reasons (Resources, "
                         "nodes down or drained, reservations, a stuck scheduler).",
             fired_by=("queue_backlog",), **common,
             fires_on=[Case("the queue stays long", at=duration(backlog_s + 300),
@@ -106,8 +103,8 @@ def _partitions(ctx: Context) -> list[Alert]:
             no_for_reason="an OOM kill is an event; slurmctld lists the job in OUT_OF_MEMORY state only for "
                           "MinJobAge (300 s by default), so a for: would only shorten the alert",
             summary="Slurm jobs ended out of memory.",
-            description=f"Jobs of partition {L('partition')} (cluster {L(c)}) ended OUT_OF_MEMORY: sacct -r "
-                        f"{L('partition')} -s OOM -S now-1hour lists them and their owners; many at once point "
+            description=f"Jobs of partition {label('partition')} (cluster {label(c)}) ended OUT_OF_MEMORY: sacct -r "
+                        f"{label('partition')} -s OOM -S now-1hour lists them and their owners; many at once point "
                         "to a node or a memory limit, not to one job.",
             fired_by=("oom_kill",), **common,
             fires_on=[Case("a job OOM-killed", at="3m", series=[partition_series("partition_jobs_oom", "0 0 1x10")],
@@ -139,8 +136,8 @@ def _jobs(ctx: Context) -> list[Alert]:
         expr="job:gpus_allocated_idle:count > 0",
         for_="5m",
         summary="A Slurm job holds GPUs it has not used at all for the idle window.",
-        description=f"Job {L('hpc_job')} of {L('user')} (account {L('account')}, partition {L('partition')}, "
-                    f"cluster {L(c)}) holds GPUs whose utilisation has been 0 at every sample for {idle}: cancel "
+        description=f"Job {label('hpc_job')} of {label('user')} (account {label('account')}, partition {label('partition')}, "
+                    f"cluster {label(c)}) holds GPUs whose utilisation has been 0 at every sample for {idle}: cancel "
                     "it or resubmit it with the GPUs it really uses.",
         runbook="slurm", dashboard=DASHBOARD, dashboard_vars=(c, "partition", "account", "user"),
         fired_by=("idle_gpus",),

@@ -89,10 +89,10 @@ def duration(seconds: int) -> str:
 _REGEX_SPECIAL = set(".^$*+?()[]{}|\\")
 
 
-def one_of(names: list[str] | tuple[str, ...]) -> str:
-    """A matcher (=~"...") for exactly these names: regex metacharacters escaped, then the string
-    literal's backslashes and quotes."""
+def one_of(names) -> str:
+    """A matcher (=~"...") for exactly these names (or numbers, e.g. Xid codes): regex metacharacters
+    escaped, then the string literal's backslashes and quotes."""
     def literal(name: str) -> str:
         regex = "".join("\\" + ch if ch in _REGEX_SPECIAL else ch for ch in name)
         return regex.replace("\\", "\\\\").replace('"', '\\"')
-    return '=~"' + "|".join(literal(n) for n in names) + '"'
+    return '=~"' + "|".join(literal(str(n)) for n in names) + '"'

@@ -12,7 +12,7 @@ are written in SI units and converted to what each exporter version exposes (hpc
 A group only reads raw series or groups before it, so the same layering replays on any ruler.
 """
 from hpcobs.context import Context
-from hpcobs.promql import aggregate
+from hpcobs.promql import aggregate, one_of
 from hpcobs.rules import Group, Record
 from hpcobs.ruletest import Case, sample
 from hpcobs.synthetic import amd, dcgm, gpu_si_series
@@ -26,7 +26,7 @@ def groups(ctx: Context) -> list[Group]:
     c = ctx.cluster
     cl = ctx.cluster_labels
     xids = ctx.sources["dcgm"].exporter
-    drain_xid = {"err_code": '=~"%s"' % "|".join(map(str, xids.xids("drain")))}
+    drain_xid = {"err_code": one_of(xids.xids("drain"))}
     versions = ctx.sources["dcgm"].versions
     nvidia = ctx.sources["dcgm"].enabled
     with_amd = ctx.sources["amd"].enabled
