@@ -6,11 +6,13 @@ Optional dcgm-exporter fields (ECC, NVLink errors, clock events, health) that a 
 collect simply produce no series: those alerts stay silent, they never fire on absence.
 Runbooks: docs/runbooks/gpu.md, one section per alert.
 """
+from functools import partial
+
 from hpcobs.context import Context
 from hpcobs.promql import aggregate, duration, duration_seconds, label_replace, one_of
 from hpcobs.rules import Alert, Group, label
 from hpcobs.ruletest import Case, Series, alert
-from hpcobs.synthetic import dcgm, gpu_si_series, series
+from hpcobs.synthetic import dcgm, gpu_si_series, gpu_utilization, series
 
 GPU = ("node", "gpu")
 JOB = ("hpc_job",)
@@ -363,9 +365,7 @@ def _any_vendor(ctx: Context) -> list[Alert]:
     def on_gpu(**labels):
         return {**cl, "node": "n1", "gpu": "1", **labels}
 
-    def util(ratios, **kw):
-        """Utilisation of one GPU written as 0-1 ratios, converted to what its exporter exposes."""
-        return gpu_si_series(ctx, "utilization", ratios, **kw)
+    util = partial(gpu_utilization, ctx)
 
     def ecc(values, **kw):
         return gpu_si_series(ctx, "ecc_uncorrectable", values, **kw)

@@ -2,7 +2,7 @@
 from hpcobs.context import Context
 from hpcobs.rules import Alert, Group
 from hpcobs.ruletest import Case, alert
-from hpcobs.synthetic import gpu_si_series, series
+from hpcobs.synthetic import gpu_utilization, series
 
 # Long enough to cover the lookback (5m) after which an ended series disappears without staleness markers.
 ENDED_WITHIN = "15m"
@@ -16,7 +16,7 @@ def groups(ctx: Context) -> list[Group]:
         samples = 2 * minutes_running
         return [series(ctx, "job_info", "job_info", f"1x{samples}", node="n1", hpc_job="42", user="alice",
                        account="llm", partition="gpu", job_name="train", qos="normal"),
-                gpu_si_series(ctx, "utilization", f"0.9x{samples}", node="n1", gpu="0", hpc_job="42")]
+                gpu_utilization(ctx, f"0.9x{samples}", node="n1", gpu="0", hpc_job="42")]
 
     return [Group("hpcobs-jobs-alerts", domain="jobs", interval=ctx.scrape_interval, rules=[
         Alert(

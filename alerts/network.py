@@ -28,9 +28,6 @@ def groups(ctx: Context) -> list[Group]:
     def port(signal, values, node="n1", device="mlx5_0"):
         return series(ctx, "node_exporter", signal, values, node=node, device=device, port="1")
 
-    def at(seconds: int) -> str:
-        return duration(seconds)
-
     start = 10                                  # faults start at this scrape in every case
 
     def per_second(rate: float, scrapes: int) -> str:
@@ -50,14 +47,14 @@ def groups(ctx: Context) -> list[Group]:
             summary=summary,
             description=f"{what} on {label('node')} ({where}) for {th[for_key]}: {act}",
             runbook="network", dashboard=DASHBOARD, dashboard_vars=(c, "node"), fired_by=fired_by,
-            fires_on=[Case(f"twice the threshold for longer than {th[for_key]}", at=at(fires + 10 * step),
+            fires_on=[Case(f"twice the threshold for longer than {th[for_key]}", at=duration(fires + 10 * step),
                            series=[port(signal, per_second(2 * threshold, n)), port(signal, f"0x{start + n}", device="mlx5_1")],
                            expect=[alert(**n1)])],
             silent_on=[
-                Case("a clean port", at=at(fires + 10 * step), series=[port(signal, f"0x{start + n}")]),
-                Case("just under the threshold", at=at(fires + 10 * step),
+                Case("a clean port", at=duration(fires + 10 * step), series=[port(signal, f"0x{start + n}")]),
+                Case("just under the threshold", at=duration(fires + 10 * step),
                      series=[port(signal, per_second(0.9 * threshold, n))]),
-                Case(f"above the threshold for less than {th[for_key]}", at=at(fires - 3 * step),
+                Case(f"above the threshold for less than {th[for_key]}", at=duration(fires - 3 * step),
                      series=[port(signal, per_second(2 * threshold, n))]),
             ],
         )
@@ -88,15 +85,15 @@ def groups(ctx: Context) -> list[Group]:
                         f"{th['ib_port_not_active_for']}; multi-node jobs on it lose that rail. Drain the node and "
                         "check the port with ibstat.",
             runbook="network", dashboard=DASHBOARD, dashboard_vars=(c, "node"), fired_by=("ib_port_down",),
-            fires_on=[Case("a port DOWN while the others are ACTIVE", at=at(down_fires + 5 * step),
+            fires_on=[Case("a port DOWN while the others are ACTIVE", at=duration(down_fires + 5 * step),
                            series=[port("ib_state", down, device="mlx5_1"), port("ib_state", active)],
                            expect=[alert(**n1)])],
             silent_on=[
-                Case("every port ACTIVE", at=at(down_fires + 5 * step),
+                Case("every port ACTIVE", at=duration(down_fires + 5 * step),
                      series=[port("ib_state", active), port("ib_state", active, device="mlx5_1")]),
-                Case("one scrape DOWN (a flap is IbLinkFlapping's)", at=at(down_fires + 5 * step),
+                Case("one scrape DOWN (a flap is IbLinkFlapping's)", at=duration(down_fires + 5 * step),
                      series=[port("ib_state", f"4x{start} 1 4x{not_active_for // step + 19}", device="mlx5_1")]),
-                Case(f"DOWN for less than {th['ib_port_not_active_for']}", at=at(down_fires - 3 * step),
+                Case(f"DOWN for less than {th['ib_port_not_active_for']}", at=duration(down_fires - 3 * step),
                      series=[port("ib_state", down, device="mlx5_1")]),
             ],
         ),
@@ -109,16 +106,16 @@ def groups(ctx: Context) -> list[Group]:
                         f"{flaps} times in {flap_window}: reseat or replace the cable or transceiver, then drain the "
                         "node if it continues.",
             runbook="network", dashboard=DASHBOARD, dashboard_vars=(c, "node"), fired_by=("ib_link_flap",),
-            fires_on=[Case(f"{flaps} downs within {flap_window}", at=at(min(flap_window_s // 2, 50 * step)),
+            fires_on=[Case(f"{flaps} downs within {flap_window}", at=duration(min(flap_window_s // 2, 50 * step)),
                            series=[flapping(flap_window_s // step)],
                            expect=[alert(**n1, device="mlx5_2", port="1")])],
             silent_on=[
-                Case("no down", at=at(min(flap_window_s // 2, 50 * step)),
+                Case("no down", at=duration(min(flap_window_s // 2, 50 * step)),
                      series=[port("ib_link_downed", f"3x{flap_window_s // step}")]),
                 Case("a single down (a port that went down and stayed down, or a peer reboot)",
-                     at=at(min(flap_window_s // 2, 50 * step)),
+                     at=duration(min(flap_window_s // 2, 50 * step)),
                      series=[flapping(flap_window_s // step, downs=1)]),
-                Case(f"{flaps} downs, but longer ago than {flap_window}", at=at(flap_window_s + (start + flaps + 10) * step),
+                Case(f"{flaps} downs, but longer ago than {flap_window}", at=duration(flap_window_s + (start + flaps + 10) * step),
                      series=[flapping(2 * flap_window_s // step)]),
             ],
         ),
@@ -150,15 +147,15 @@ def groups(ctx: Context) -> list[Group]:
                         f"{th['ib_rate_below_nominal_for']}: a degraded cable or a lane down; every job crossing it "
                         "runs at the slower rate.",
             runbook="network", dashboard=DASHBOARD, dashboard_vars=(c, "node"),
-            fires_on=[Case("a port at half its nominal rate", at=at(slow_fires + 5 * step),
+            fires_on=[Case("a port at half its nominal rate", at=duration(slow_fires + 5 * step),
                            series=[port("ib_rate", f"{nominal}x{start + below_len}"), port("ib_rate", slow, device="mlx5_1")],
                            expect=[alert(**n1)])],
             silent_on=[
-                Case("every port at the nominal rate", at=at(slow_fires + 5 * step),
+                Case("every port at the nominal rate", at=duration(slow_fires + 5 * step),
                      series=[port("ib_rate", f"{nominal}x{start + below_len}"),
                              port("ib_rate", f"{nominal}x{start + below_len}", device="mlx5_1")]),
                 Case(f"slow for less than {th['ib_rate_below_nominal_for']} (retraining after a reset)",
-                     at=at(slow_fires - 3 * step), series=[port("ib_rate", slow, device="mlx5_1")]),
+                     at=duration(slow_fires - 3 * step), series=[port("ib_rate", slow, device="mlx5_1")]),
             ],
         ),
     ])]

@@ -9,7 +9,7 @@ from hpcobs.promql import duration, duration_seconds
 from hpcobs.rules import Alert, Group, label
 from hpcobs.ruletest import Case, alert
 from hpcobs.simulate.model import SLURM_CONTROLLER
-from hpcobs.synthetic import dcgm, series
+from hpcobs.synthetic import gpu_utilization, series
 
 DASHBOARD = "hpcobs-slurm-jobs"
 
@@ -126,8 +126,8 @@ def _jobs(ctx: Context) -> list[Alert]:
     samples = (idle_s + 1200) // 30
     owner = dict(user="alice", account="llm", partition="gpu")
 
-    def util(values, gpu):
-        return dcgm(ctx, "gpu_utilization", values, node="n1", gpu=gpu, hpc_job="7")
+    def util(ratios, gpu):
+        return gpu_utilization(ctx, ratios, node="n1", gpu=gpu, hpc_job="7")
 
     info = series(ctx, "job_info", "job_info", f"1x{samples}", node="n1", hpc_job="7", job_name="train", qos="normal",
                   **owner)
@@ -142,12 +142,12 @@ def _jobs(ctx: Context) -> list[Alert]:
         runbook="slurm", dashboard=DASHBOARD, dashboard_vars=(c, "partition", "account", "user"),
         fired_by=("idle_gpus",),
         fires_on=[Case(f"two of the job's three GPUs at 0% for {idle}", at=duration(idle_s + 600),
-                       series=[info, util(f"0x{samples}", "0"), util(f"0x{samples}", "1"), util(f"60x{samples}", "2")],
+                       series=[info, util(f"0x{samples}", "0"), util(f"0x{samples}", "1"), util(f"0.6x{samples}", "2")],
                        expect=[alert(**cl, hpc_job="7", **owner)])],
         silent_on=[Case("every GPU of the job busy", at=duration(idle_s + 600),
-                        series=[info, util(f"60x{samples}", "0")]),
+                        series=[info, util(f"0.6x{samples}", "0")]),
                    Case(f"a single busy sample inside the last {idle}", at=duration(idle_s + 600),
-                        series=[info, util(f"0x{(600 + 300) // 30} 60 0x{samples}", "0")]),
+                        series=[info, util(f"0x{(600 + 300) // 30} 0.6 0x{samples}", "0")]),
                    Case("idle for the window, but for less than the for: duration", at=duration(idle_s + 150),
                         series=[info, util(f"0x{samples}", "0")])],
     )]

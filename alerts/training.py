@@ -10,7 +10,7 @@ from hpcobs.context import Context
 from hpcobs.promql import duration, duration_seconds
 from hpcobs.rules import Alert, Group, label
 from hpcobs.ruletest import Case, Series, alert
-from hpcobs.synthetic import gpu_si_series, series
+from hpcobs.synthetic import gpu_utilization, series
 
 DASHBOARD = "hpcobs-training"
 OWNER = ("user", "account", "partition")
@@ -74,9 +74,6 @@ def groups(ctx: Context) -> list[Group]:
     job42 = dict(**cl, hpc_job="42", **ALICE)
     info = [job_info(ctx, "42")]
 
-    def at(seconds: int) -> str:
-        return duration(seconds)
-
     # -- straggler ---------------------------------------------------------------------------------
     ratio, straggler_for = th["training_straggler_ratio"], duration_seconds(th["training_straggler_for"])
     straggler_len = straggler_for // step + 20
@@ -100,8 +97,8 @@ def groups(ctx: Context) -> list[Group]:
 
     change = before * step                     # the step time changes here; rate() needs a window to follow
     # The doubled step time dominates the rate window 2 or 3 scrapes after the change.
-    regression_at = at(change + 3 * step + regression_for + 10 * step)
-    regression_early = at(change + 2 * step + regression_for - 3 * step)
+    regression_at = duration(change + 3 * step + regression_for + 10 * step)
+    regression_early = duration(change + 2 * step + regression_for - 3 * step)
 
     # -- hang --------------------------------------------------------------------------------------
     hang_for = duration_seconds(th["training_hang_for"])
@@ -109,12 +106,12 @@ def groups(ctx: Context) -> list[Group]:
     hang_len = stop + hang_for // step + 30
 
     def gpus(job_id: str | None = "42", samples=hang_len):
-        return [gpu_si_series(ctx, "utilization", f"1x{samples}", node=n, gpu=g, hpc_job=job_id)
+        return [gpu_utilization(ctx, f"1x{samples}", node=n, gpu=g, hpc_job=job_id)
                 for n, g in (("n1", "0"), ("n2", "0"))]
 
     hung = rank_series(ctx, {("0", "n1"): 0.5, ("1", "n2"): 0.5}, length=hang_len, stop_after=stop)
     # The rate window holds no step from (stop + 3) or (stop + 4) scrapes on (left edge in or out).
-    hang_at, hang_early = at((stop + 4) * step + hang_for + 10 * step), at((stop + 3) * step + hang_for - 3 * step)
+    hang_at, hang_early = duration((stop + 4) * step + hang_for + 10 * step), duration((stop + 3) * step + hang_for - 3 * step)
 
     # -- NCCL --------------------------------------------------------------------------------------
     nccl_factor, window = th["training_nccl_slowdown_factor"], th["training_baseline_window"]
@@ -131,7 +128,7 @@ def groups(ctx: Context) -> list[Group]:
         return [collective(slow), collective(slow, gpu="GPU1", node="n2"),
                 collective(f"500x{calm + nccl_for // step + 21}", name="AllGather")]
 
-    nccl_at, nccl_early = at((calm + 1) * step + nccl_for + 5 * step), at((calm + 1) * step + nccl_for - 3 * step)
+    nccl_at, nccl_early = duration((calm + 1) * step + nccl_for + 5 * step), duration((calm + 1) * step + nccl_for - 3 * step)
 
     # -- throughput --------------------------------------------------------------------------------
     drop, drop_for = th["training_throughput_drop_ratio"], duration_seconds(th["training_throughput_drop_for"])
@@ -142,8 +139,8 @@ def groups(ctx: Context) -> list[Group]:
         return rank_series(ctx, {("0", "n1"): 0.5, ("1", "n2"): 0.5}, phases=[(steady, 4.0), (after_drop, steps_after)])
 
     # Tokens/s falls under the ratio 2 or 3 scrapes into the drop.
-    drop_at = at((steady + 3) * step + drop_for + 10 * step)
-    drop_early = at((steady + 2) * step + drop_for - 3 * step)
+    drop_at = duration((steady + 3) * step + drop_for + 10 * step)
+    drop_early = duration((steady + 2) * step + drop_for - 3 * step)
 
     tokens = "job:training_tokens:rate"
 
@@ -159,13 +156,13 @@ def groups(ctx: Context) -> list[Group]:
                         "the whole job runs at its pace. Check that node's GPUs (clocks, thermals, PCIe) and drain it "
                         "if it is the hardware.",
             runbook="training", dashboard=DASHBOARD, dashboard_vars=(c, "hpc_job"), fired_by=("straggler",),
-            fires_on=[Case("rank 3 takes twice as long per step", at=at(step + straggler_for + 10 * step),
+            fires_on=[Case("rank 3 takes twice as long per step", at=duration(step + straggler_for + 10 * step),
                            series=four_ranks(1.0) + info, expect=[alert(**job42, rank="3", node="n2")])],
             silent_on=[
-                Case("balanced ranks", at=at(step + straggler_for + 10 * step), series=four_ranks(0.5) + info),
-                Case(f"a slowest rank just above the {ratio} ratio", at=at(step + straggler_for + 10 * step),
+                Case("balanced ranks", at=duration(step + straggler_for + 10 * step), series=four_ranks(0.5) + info),
+                Case(f"a slowest rank just above the {ratio} ratio", at=duration(step + straggler_for + 10 * step),
                      series=four_ranks(borderline) + info),
-                Case(f"straggling for less than {th['training_straggler_for']}", at=at(step + straggler_for - 3 * step),
+                Case(f"straggling for less than {th['training_straggler_for']}", at=duration(step + straggler_for - 3 * step),
                      series=four_ranks(1.0) + info),
             ],
         ),

@@ -84,6 +84,11 @@ def gpu_si_series(ctx: Context, canonical: str, si_values: str, *, node: str, gp
     return amd(ctx, signal, raw_values(ctx, "amd", signal, si_values), node=node, gpu=gpu, hpc_job=hpc_job, **extra)
 
 
+
+def gpu_utilization(ctx: Context, ratios: str, **kw) -> Series:
+    """Utilisation of one GPU written as 0-1 ratios, from the first enabled GPU exporter (or `vendor`)."""
+    return gpu_si_series(ctx, "utilization", ratios, **kw)
+
 def series(ctx: Context, exporter_id: str, signal: str, values: str, *, node: str, exporter_version: str | None = None,
            cluster: str | None = None, **labels: str) -> Series:
     """A series of any exporter, labels given by their canonical names (hpc_job, gpu...) and mapped to the

@@ -11,11 +11,13 @@ combines what each enabled vendor reports (drain-class Xid or failed row remap; 
 are written in SI units and converted to what each exporter version exposes (hpcobs.synthetic.gpu_si_series).
 A group only reads raw series or groups before it, so the same layering replays on any ruler.
 """
+from functools import partial
+
 from hpcobs.context import Context
 from hpcobs.promql import aggregate, one_of
 from hpcobs.rules import Group, Record
 from hpcobs.ruletest import Case, sample
-from hpcobs.synthetic import amd, dcgm, gpu_si_series
+from hpcobs.synthetic import amd, dcgm, gpu_si_series, gpu_utilization
 
 GPU = ("node", "gpu")
 OWNED = {"hpc_job": '!=""'}
@@ -32,9 +34,7 @@ def groups(ctx: Context) -> list[Group]:
     with_amd = ctx.sources["amd"].enabled
     idle_window = ctx.thresholds["gpu_idle_window"]
 
-    def util(ratios, **kw):
-        """Utilisation of one GPU written as 0-1 ratios, from the first enabled GPU exporter (or `vendor`)."""
-        return gpu_si_series(ctx, "utilization", ratios, **kw)
+    util = partial(gpu_utilization, ctx)
 
     def gpu_si(canonical, values, **kw):
         return gpu_si_series(ctx, canonical, values, **kw)

@@ -5,11 +5,13 @@ partition come from one job-info series per job. The job-info series is normalis
 every job-level series; a job whose info is missing keeps its series, without user and account. Account and partition views sum the job level, weighting
 averages by GPUs held.
 """
+from functools import partial
+
 from hpcobs.context import Context
 from hpcobs.promql import aggregate
 from hpcobs.rules import Group, Record
 from hpcobs.ruletest import Case, sample
-from hpcobs.synthetic import gpu_si_series, series
+from hpcobs.synthetic import gpu_si_series, gpu_utilization, series
 
 OWNER = ("user", "account", "partition")
 OWNED = {"hpc_job": '!=""'}
@@ -32,9 +34,7 @@ def groups(ctx: Context) -> list[Group]:
         return series(ctx, "job_info", "job_info", "1x20", node=node, hpc_job=job, user=user, account=account,
                       partition=partition, job_name="train", qos="normal")
 
-    def util(ratios, **kw):
-        """Utilisation of one GPU written as 0-1 ratios, from the first enabled GPU exporter (or `vendor`)."""
-        return gpu_si_series(ctx, "utilization", ratios, **kw)
+    util = partial(gpu_utilization, ctx)
 
     def gpu_si(canonical, values, **kw):
         return gpu_si_series(ctx, canonical, values, **kw)

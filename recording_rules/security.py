@@ -15,7 +15,7 @@ from hpcobs.context import Context
 from hpcobs.promql import aggregate, duration_seconds, rise_within
 from hpcobs.rules import Group, Record
 from hpcobs.ruletest import Case, sample
-from hpcobs.synthetic import gpu_si_series, series
+from hpcobs.synthetic import gpu_utilization, series
 
 
 def groups(ctx: Context) -> list[Group]:
@@ -42,7 +42,7 @@ def groups(ctx: Context) -> list[Group]:
     kills = [series(ctx, "tetragon", "selector_actions", "_x5 1+2x15", node="n1", policy="block-miners",
                     action="signal", hook="kprobe:tcp_connect", hook_index="0", policy_namespace="",
                     selector_index="0", selector_label="")]
-    jobs = [gpu_si_series(ctx, "utilization", "0.9x20", node=node, gpu=gpu, hpc_job=job)
+    jobs = [gpu_utilization(ctx, "0.9x20", node=node, gpu=gpu, hpc_job=job)
             for node, gpu, job in (("n2", "0", "42"), ("n2", "1", "43"), ("n1", "0", "44"), ("n3", "0", "45"))]
     per_second = 1 / seconds
 
