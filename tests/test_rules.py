@@ -115,28 +115,6 @@ def test_tests_catch_an_alert_that_fires_too_early(generated, tmp_path):
     assert not result.ok
 
 
-@pytest.mark.parametrize("site_text", [
-    "exporters:\n  dcgm:\n    versions: ['3.x-4.5', '4.6-4.8', '4.9', '4.10+']\n",
-    "exporters:\n  dcgm:\n    versions: ['3.x-4.5', '4.6-4.8', '4.9', '4.10+']\n  amd: {enabled: true, metric_prefix: amd_}\n"
-    "  slurm: {flavour: native}\n  job_info: {source: jontk}\n",
-])
-def test_a_fleet_mixing_every_dcgm_version_passes_its_tests(tmp_path, site_text):
-    """3.x-4.5 (Hostname), 4.6-4.8 (hostname), 4.9 (renamed, SI) and 4.10+ in one cluster, with AMD nodes,
-    Slurm's native metrics and jontk's job info in the second variant."""
-    from hpcobs import config as config_module
-    from hpcobs import outdir
-    site = tmp_path / "site.yaml"
-    site.write_text(site_text)
-    files = pipeline.generate(config_module.load(site))
-    rules = files[RULE_FILES + "gpu.rules.yaml"]
-    assert '"Hostname"' in rules and '"hostname"' in rules
-    assert "DCGM_FI_DEV_GPU_UTIL{" in rules and "DCGM_FI_DEV_GPU_UTIL_RATIO{" in rules
-    assert "DCGM_FI_DEV_XID_ERRORS{" in rules and "DCGM_FI_DEV_XID_ERROR{" in rules
-    outdir.write_tree(tmp_path / "out", files)
-    result = tools.test_rules(*(tmp_path / "out" / p for p in files_under(files, TEST_FILES)))
-    assert result.ok, result.output
-
-
 def test_synthetic_series_written_in_si_units_convert_value_by_value(config):
     """Rule tests write raw series in SI units; each dcgm-exporter version gets the values it exposes."""
     from hpcobs.synthetic import raw_values
@@ -153,25 +131,33 @@ def test_synthetic_series_written_in_si_units_convert_value_by_value(config):
 
 
 DCGM_DISABLED_AMD_ONLY = "exporters:\n  dcgm: {enabled: false}\n  amd: {enabled: true}\n"
+EVERY_DCGM_VERSION = "exporters:\n  dcgm:\n    versions: ['3.x-4.5', '4.6-4.8', '4.9', '4.10+']\n"
+# 3.x-4.5 (Hostname), 4.6-4.8 (hostname), 4.9 (renamed, SI) and 4.10+ in one cluster.
+EVERY_SPELLING = ('"Hostname"', '"hostname"', "DCGM_FI_DEV_GPU_UTIL{", "DCGM_FI_DEV_GPU_UTIL_RATIO{",
+                  "DCGM_FI_DEV_XID_ERRORS{", "DCGM_FI_DEV_XID_ERROR{")
 
 
-@pytest.mark.parametrize("site_text", [
-    "exporters:\n  dcgm:\n    versions: ['4.9']\n",
-    "exporters:\n  dcgm:\n    versions: ['4.10+']\n",
-    "exporters:\n  dcgm:\n    versions: ['4.10+', '3.x-4.5']\n",
-    DCGM_DISABLED_AMD_ONLY,
-], ids=["dcgm-4.9", "dcgm-4.10+", "dcgm-4.10+-then-3.x", "amd-only"])
-def test_a_site_with_si_dcgm_first_or_amd_only_builds_and_passes_every_rule_test(tmp_path, site_text):
-    """A fleet whose first dcgm-exporter version exposes SI units (utilisation as a 0-1 ratio, bytes, joules),
-    and a fleet without dcgm-exporter at all: every rule, alert and dashboard builds and every domain's
-    promtool tests pass; without dcgm-exporter nothing reads a DCGM_ series."""
+@pytest.mark.parametrize("site_text, in_gpu_rules, nowhere", [
+    pytest.param(EVERY_DCGM_VERSION, EVERY_SPELLING, (), id="every-dcgm-version"),
+    pytest.param(EVERY_DCGM_VERSION + "  amd: {enabled: true, metric_prefix: amd_}\n  slurm: {flavour: native}\n"
+                 "  job_info: {source: jontk}\n", EVERY_SPELLING, (), id="every-dcgm-version+amd+slurm-native+jontk"),
+    pytest.param("exporters:\n  dcgm:\n    versions: ['4.9']\n", (), (), id="dcgm-4.9"),
+    pytest.param("exporters:\n  dcgm:\n    versions: ['4.10+']\n", (), (), id="dcgm-4.10+"),
+    pytest.param("exporters:\n  dcgm:\n    versions: ['4.10+', '3.x-4.5']\n", (), (), id="dcgm-4.10+-then-3.x"),
+    pytest.param(DCGM_DISABLED_AMD_ONLY, (), ("DCGM_",), id="amd-only"),
+])
+def test_a_site_builds_and_passes_every_rule_test(tmp_path, site_text, in_gpu_rules, nowhere):
+    """Fleets mixing every dcgm-exporter version (with AMD nodes, Slurm's native metrics and jontk's job
+    info in one variant), fleets whose first version exposes SI units (utilisation as a 0-1 ratio, bytes,
+    joules), and a fleet without dcgm-exporter: every rule, alert and dashboard builds, every domain's
+    promtool tests pass, and nothing reads a series the fleet does not have."""
     from hpcobs import config as config_module
     from hpcobs import outdir
     site = tmp_path / "site.yaml"
     site.write_text(site_text)
     files = pipeline.generate(config_module.load(site))
-    if site_text == DCGM_DISABLED_AMD_ONLY:
-        assert not [path for path, text in files.items() if "DCGM_" in text]
+    assert all(spelling in files[RULE_FILES + "gpu.rules.yaml"] for spelling in in_gpu_rules)
+    assert not [path for path, text in files.items() for name in nowhere if name in text]
     outdir.write_tree(tmp_path / "out", files)
-    result = tools.test_rules(*sorted((tmp_path / "out" / TEST_FILES).glob("*.tests.yaml")))
+    result = tools.test_rules(*(tmp_path / "out" / p for p in files_under(files, TEST_FILES)))
     assert result.ok, result.output
