@@ -15,6 +15,7 @@ from typing import Any
 import jsonschema
 import yaml
 
+from . import config_checks
 from .errors import UserError
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -39,6 +40,50 @@ class Config:
         return node
 
 
+class _Loader(getattr(yaml, "CSafeLoader", yaml.SafeLoader)):
+    """Safe YAML, parsed by libyaml when available. Refuses a key given twice in one mapping (plain YAML keeps
+    the last one silently, so half of a doubled `exporters:` block would vanish), and documents that are
+    recursive through aliases, nested deeper than any config, or too large to walk once aliases are
+    expanded (a "billion laughs")."""
+
+    MAX_DEPTH = 32
+    MAX_VALUES = 100_000
+
+    def construct_document(self, node):
+        self._measure(node, {}, [])
+        return super().construct_document(node)
+
+    def _measure(self, node, sizes: dict[int, int], within: list) -> int:
+        """How many values the node stands for once its aliases are expanded."""
+        if id(node) in sizes:
+            return sizes[id(node)]
+        if node in within:
+            self._refuse(node, "an alias refers to a mapping or list that contains it; remove the recursion")
+        if len(within) >= self.MAX_DEPTH:
+            self._refuse(node, f"nested deeper than {self.MAX_DEPTH} levels; flatten it")
+        children = [part for pair in node.value for part in pair] if isinstance(node, yaml.MappingNode) else \
+            node.value if isinstance(node, yaml.SequenceNode) else []
+        size = 1 + sum(self._measure(child, sizes, within + [node]) for child in children)
+        if size > self.MAX_VALUES:
+            self._refuse(node, f"aliases expand this to more than {self.MAX_VALUES:,} values; write the repeated parts out")
+        sizes[id(node)] = size
+        return size
+
+    def construct_mapping(self, node, deep=False):
+        seen = set()
+        for key_node, _ in node.value:
+            if isinstance(key_node, yaml.ScalarNode) and key_node.tag != "tag:yaml.org,2002:merge":
+                key = self.construct_object(key_node)
+                if key in seen:
+                    self._refuse(key_node, f"key {key!r} is given twice in one mapping; keep one")
+                seen.add(key)
+        return super().construct_mapping(node, deep)
+
+    @staticmethod
+    def _refuse(node, problem: str):
+        raise yaml.constructor.ConstructorError(None, None, problem, node.start_mark)
+
+
 def _read_yaml(path: Path) -> Any:
     try:
         text = path.read_text(encoding="utf-8")
@@ -47,7 +92,7 @@ def _read_yaml(path: Path) -> Any:
     except OSError as exc:
         raise UserError(f"config error: {path}: cannot read ({exc.strerror})")
     try:
-        return yaml.safe_load(text)
+        return yaml.load(text, Loader=_Loader)
     except yaml.YAMLError as exc:
         mark = getattr(exc, "problem_mark", None)
         where = f":{mark.line + 1}:{mark.column + 1}" if mark else ""
@@ -90,7 +135,7 @@ def _explain(error: jsonschema.ValidationError) -> list[tuple[list[Any], list[An
     if error.validator == "additionalProperties" and isinstance(error.instance, dict):
         allowed = sorted(error.schema.get("properties", {}))
         out = []
-        for key in sorted(set(error.instance) - set(allowed)):
+        for key in sorted(set(error.instance) - set(allowed), key=str):
             guess = difflib.get_close_matches(str(key), allowed, n=1, cutoff=0.6)
             hint = f"did you mean '{guess[0]}'?" if guess else f"expected one of {allowed}"
             out.append((path + [key], path + [key], f"unknown key; {hint}"))
@@ -101,22 +146,39 @@ def _explain(error: jsonschema.ValidationError) -> list[tuple[list[Any], list[An
     if error.validator == "enum":
         return [(path, path, f"{error.instance!r} is not one of {error.validator_value}")]
     if error.validator == "type":
-        return [(path, path, f"{error.instance!r} is not of type {error.validator_value}")]
-    if error.validator == "pattern":
-        expected = error.schema.get("x-expected", f"matching {error.validator_value}")
+        scalar = not isinstance(error.instance, (dict, list))
+        quote = "; put it in quotes" if error.validator_value == "string" and scalar else ""
+        if error.schema.get("format") == "duration" and isinstance(error.instance, (int, float)):
+            quote = "; write it with its unit, e.g. 30s"
+        return [(path, path, f"{error.instance!r} is not of type {error.validator_value}{quote}")]
+    if error.validator == "format":
+        if "propertyNames" in error.schema_path:
+            path = path + [error.instance]
+        return [(path, path, str(error.cause) if error.cause else error.message)]
+    if error.validator in ("minLength", "minItems", "minProperties"):
+        expected = error.schema.get("x-expected", "at least one value")
+        return [(path, path, f"{error.instance!r} is empty; write {expected}")]
+    expected = error.schema.get("x-expected")
+    if error.validator in ("pattern", "minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum") and expected:
         return [(path, path, f"{error.instance!r} is not {expected}")]
+    if error.validator == "pattern":
+        return [(path, path, f"{error.instance!r} is not matching {error.validator_value}")]
     return [(path, path, error.message)]
 
 
 def validate(doc: Any, sources: list[tuple[Path, Any]]) -> None:
-    """Raise UserError listing every schema problem, blaming the last file that sets the key."""
+    """Raise UserError listing every problem, schema and config_checks alike, blaming the last file that sets
+    the key. A key the schema already refuses gets no second line from the checks that assume it valid."""
     schema = json.loads(SCHEMA.read_text(encoding="utf-8"))
-    validator = jsonschema.Draft7Validator(schema)
+    validator = jsonschema.Draft7Validator(schema, format_checker=config_checks.FORMATS)
+    found = [explained for error in validator.iter_errors(doc) for explained in _explain(error)]
+    refused = [path for path, _, _ in found]
+    found += [(path, path, message) for path, message in config_checks.problems(doc)
+              if not any(path[:len(r)] == r for r in refused)]
     lines = []
-    for error in sorted(validator.iter_errors(doc), key=lambda e: (list(map(str, e.absolute_path)), e.message)):
-        for path, held, message in _explain(error):
-            blamed = next((p for p, d in reversed(sources) if _holds(d, held)), sources[-1][0])
-            lines.append(f"config error: {blamed}: {_key_path(path)}: {message}")
+    for path, held, message in sorted(found, key=lambda f: (list(map(str, f[0])), f[2])):
+        blamed = next((p for p, d in reversed(sources) if _holds(d, held)), sources[-1][0])
+        lines.append(f"config error: {blamed}: {_key_path(path)}: {message}")
     if lines:
         raise UserError(sorted(set(lines), key=lines.index))
 

@@ -5,15 +5,21 @@
 """
 from __future__ import annotations
 
-import re
 from dataclasses import dataclass, replace
+from functools import cache
+from typing import TYPE_CHECKING
 
-from . import catalogue
+import promql_parser
+
+from . import catalogue, escape, promregex
 from .catalogue import Exporter, Metric
-from .config import Config
-from .errors import UserError
 
-_MATCHER = re.compile(r'\s*([a-zA-Z_][a-zA-Z0-9_]*)\s*(=~|!=|!~|=)\s*"((?:[^"\\]|\\.)*)"\s*(?:,|$)')
+if TYPE_CHECKING:     # config validation imports this module to check selectors
+    from .config import Config
+
+# promql_parser's MatchOp is not hashable: looked up by equality.
+_OPS = ((promql_parser.MatchOp.Equal, "="), (promql_parser.MatchOp.NotEqual, "!="),
+        (promql_parser.MatchOp.Re, "=~"), (promql_parser.MatchOp.NotRe, "!~"))
 
 
 @dataclass(frozen=True)
@@ -23,20 +29,65 @@ class Matcher:
     value: str
 
     def __str__(self) -> str:
-        return f'{self.label}{self.op}"{self.value}"'
+        return escape.promql_matcher(self.label, self.op, self.value)
 
 
-def parse_selector(text: str, where: str) -> tuple[Matcher, ...]:
-    """Parse `a="x", b=~"y"` into matchers; `where` names the config key for the error."""
-    matchers, pos = [], 0
-    text = text.strip()
-    while pos < len(text):
-        match = _MATCHER.match(text, pos)
-        if not match or match.end() == pos:
-            raise UserError(f"config error: {where}: {text!r} is not a list of label matchers; write e.g. job=\"dcgm-exporter\"")
-        matchers.append(Matcher(*match.groups()))
-        pos = match.end()
-    return tuple(matchers)
+def parse_selector(text: str) -> tuple[Matcher, ...]:
+    """`a="x", b=~"y"` as matchers (values unescaped), read by a PromQL parser; ValueError ("problem; fix")
+    for anything but one plain list of matchers. Label names, values and regexes are checked when the
+    config is loaded (hpcobs.config_checks)."""
+    try:
+        parsed = promql_parser.parse("{" + text + "}")
+    except ValueError as exc:
+        # The parser checks regexes too (with Rust's dialect); say which one and why RE2 refuses it.
+        pattern = str(exc).removeprefix("illegal regex for ")
+        if pattern != str(exc):
+            raise ValueError(promregex.problem(pattern) or f"the regex {pattern!r} is not valid; fix it") from None
+        if "at least one non-empty matcher" in str(exc):
+            raise ValueError(f"{text!r} matches every series (each of its matchers accepts a missing label); "
+                             'name the exporter\'s job, e.g. job="dcgm-exporter"') from None
+        parsed = None
+    if not isinstance(parsed, promql_parser.VectorSelector) or parsed.offset is not None or parsed.at is not None:
+        raise ValueError(f'{text!r} is not a list of label matchers; write e.g. job="dcgm-exporter"')
+    if parsed.matchers.or_matchers:
+        raise ValueError(f"{text!r} joins matchers with `or`, which Prometheus 2 cannot read; "
+                         'write one list of matchers, with a regex for alternatives (job=~"a|b")')
+    return tuple(Matcher(m.name, next(text for op, text in _OPS if op == m.op), m.value)
+                 for m in parsed.matchers.matchers)
+
+
+def scrape_labels(matchers: tuple[Matcher, ...]) -> dict[str, str]:
+    """Labels a series must carry to match every matcher (for synthetic series); ValueError ("problem; fix")
+    when no value can be invented for a label. A label left out is the empty value, which Prometheus
+    matchers see for an absent label."""
+    labels = {}
+    for label in dict.fromkeys(m.label for m in matchers):
+        on_label = [m for m in matchers if m.label == label]
+        value = _invent(tuple(on_label))
+        if value is None:
+            wanted = ", ".join(map(str, on_label))
+            raise ValueError(f"no label value can be invented that matches {wanted} (needed for the rule tests' "
+                             f'synthetic series); write the value itself ({label}="...") or an alternation of values '
+                             f'({label}=~"a|b")')
+        if value:
+            labels[label] = value
+    return labels
+
+
+@cache
+def _invent(matchers: tuple[Matcher, ...]) -> str | None:
+    """A value of one label that satisfies all its matchers: the value an equality or a regex names, else none."""
+    candidates = [m.value if m.op == "=" else promregex.example(m.value) for m in matchers if m.op in ("=", "=~")]
+    for value in [c for c in candidates if c is not None] or ["", "synthetic"]:
+        if all(_satisfies(m, value) for m in matchers):
+            return value
+    return None
+
+
+def _satisfies(matcher: Matcher, value: str) -> bool:
+    if matcher.op in ("=", "!="):
+        return (value == matcher.value) == (matcher.op == "=")
+    return promregex.fullmatch(matcher.value, value) == (matcher.op == "=~")
 
 
 @dataclass(frozen=True)
@@ -80,15 +131,7 @@ class Source:
 
     def scrape_labels(self) -> dict[str, str]:
         """Labels a series of this exporter must carry to match the selector (for synthetic series)."""
-        labels = {}
-        for matcher in self.matchers:
-            if matcher.op == "=":
-                labels[matcher.label] = matcher.value
-            elif matcher.op == "=~" and re.fullmatch(r"[\w.-]+(\|[\w.-]+)*", matcher.value):
-                labels[matcher.label] = matcher.value.split("|")[0]
-            elif matcher.op in ("=~",):
-                raise UserError(f"cannot synthesise a series matching {matcher}; use = or a plain a|b alternation")
-        return labels
+        return scrape_labels(self.matchers)
 
 
 class Sources:
@@ -103,11 +146,8 @@ class Sources:
             versions = tuple(settings.get("versions", ())) or (None,)
             prefix = settings.get(exporter.name_prefix_config, "") if exporter.name_prefix_config else ""
             overrides = dict(settings.get("metric_names", {}))
-            unknown = sorted(set(overrides) - set(exporter.signals()))
-            if unknown:
-                raise UserError(f"config error: exporters.{exporter_id}.metric_names: unknown signal(s) {unknown}; "
-                                f"known: {exporter.signals()}")
-            matchers = parse_selector(settings["selector"], f"exporters.{exporter_id}.selector")
+            # Loading the config has checked selectors and overrides (hpcobs.config_checks).
+            matchers = parse_selector(settings["selector"])
             self._sources[exporter_id] = Source(exporter, settings["enabled"], versions, matchers, prefix, overrides)
 
     @staticmethod

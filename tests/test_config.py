@@ -88,8 +88,8 @@ def test_bad_selector_is_a_config_error(tmp_path, generated):
     site.write_text("exporters:\n  dcgm:\n    selector: 'job=dcgm'\n")
     result = run_build("--config", str(site), "--out", str(tmp_path / "out"))
     assert result.returncode == 2
-    assert result.stderr.strip() == ("config error: exporters.dcgm.selector: 'job=dcgm' is not a list of label "
-                                    "matchers; write e.g. job=\"dcgm-exporter\"")
+    assert result.stderr.strip() == (f"config error: {site}: exporters.dcgm.selector: 'job=dcgm' is not a list of "
+                                    "label matchers; write e.g. job=\"dcgm-exporter\"")
 
 
 @pytest.mark.parametrize("text", [
