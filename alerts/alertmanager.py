@@ -1,7 +1,10 @@
 """Alertmanager: receivers and team routes from the config, grouping and inhibitions (DESIGN.md §10)."""
 from hpcobs.context import Context
+from hpcobs.escape import alertmanager_matcher, go_template_text
 
 # Receiver settings in the config -> Alertmanager receiver blocks. Secrets are only ever file paths.
+# Fields Alertmanager expands as Go templates (channel, to; smtp_from is every email's `from`) are escaped.
+_TEMPLATED = {"slack_channel", "email_to"}
 _RECEIVER_KINDS = {
     "slack_api_url_file": ("slack_configs", {"slack_api_url_file": "api_url_file", "slack_channel": "channel"}),
     "pagerduty_routing_key_file": ("pagerduty_configs", {"pagerduty_routing_key_file": "routing_key_file"}),
@@ -18,7 +21,8 @@ def _receiver(settings: dict) -> dict:
     out = {"name": settings["name"]}
     for trigger, (block, fields) in _RECEIVER_KINDS.items():
         if trigger in settings:
-            out[block] = [{target: settings[key] for key, target in fields.items() if key in settings}]
+            out[block] = [{target: go_template_text(settings[key]) if key in _TEMPLATED else settings[key]
+                           for key, target in fields.items() if key in settings}]
             out[block][0]["send_resolved"] = block != "email_configs"
             if "webhook_credentials_file" in settings and block == "webhook_configs":
                 out[block][0]["http_config"] = {"authorization": {"credentials_file": settings["webhook_credentials_file"]}}
@@ -26,7 +30,8 @@ def _receiver(settings: dict) -> dict:
 
 
 def _route(route: dict) -> dict:
-    entry = {"receiver": route["receiver"], "matchers": [f'{k}="{v}"' for k, v in sorted(route["match"].items())]}
+    entry = {"receiver": route["receiver"],
+             "matchers": [alertmanager_matcher(k, "=", v) for k, v in sorted(route["match"].items())]}
     if "group_by" in route:
         entry["group_by"] = list(route["group_by"])
     if route.get("continue"):
@@ -39,7 +44,8 @@ def config(ctx: Context) -> dict:
     c = ctx.cluster
     return {
         "global": {"resolve_timeout": am["resolve_timeout"],
-                   **({"smtp_smarthost": am["smtp_smarthost"], "smtp_from": am["smtp_from"], "smtp_require_tls": False}
+                   **({"smtp_smarthost": am["smtp_smarthost"], "smtp_from": go_template_text(am["smtp_from"]),
+                       "smtp_require_tls": False}
                       if "smtp_smarthost" in am else {})},
         "route": {
             "receiver": am["default_receiver"],

@@ -8,17 +8,15 @@ from dataclasses import dataclass
 
 from hpcobs import catalogue
 from hpcobs.context import Context, either
-from hpcobs.promql import duration, duration_seconds, label_replace
+from hpcobs.exporter_labels import EXPORTER_PORTS, SLURM_CONTROLLER
+from hpcobs.promql import duration, duration_seconds, label_replace, one_of
 from hpcobs.rules import Alert, Group, label
 from hpcobs.ruletest import Case, Series, alert
-from hpcobs.simulate.model import EXPORTER_PORTS, SLURM_CONTROLLER
 from hpcobs.synthetic import dcgm, raw_value, series
 
 from .gpu import gpu_series
 
 DASHBOARD = "hpcobs-gpu-cluster"
-# Prometheus writes `up` for every scrape target (1 answered, 0 failed): catalogue profile "prometheus".
-UP = catalogue.load()["prometheus"].metric("up").name
 # The host part of a target's `instance` (host:port), the node identity of DESIGN.md §6.
 INSTANCE_HOST = "([^:]+)(?::[0-9]+)?"
 # A GPU counts as busy when its utilisation rose above gpu_busy_ratio within this window (a
@@ -64,11 +62,16 @@ def groups(ctx: Context) -> list[Group]:
     return [Group("hpcobs-exporter-alerts", domain="exporters", interval=ctx.scrape_interval, rules=rules)]
 
 
+def up_name() -> str:
+    """Prometheus writes `up` for every scrape target (1 answered, 0 failed): catalogue profile "prometheus"."""
+    return catalogue.load()["prometheus"].metric("up").name
+
+
 def _up(ctx: Context, role: str, values: str, host: str = "n1") -> Series:
     source = ctx.sources[role]
     port = EXPORTER_PORTS.get(source.exporter.id, EXPORTER_PORTS["node_exporter"])
-    return Series(UP, {**source.scrape_labels(), ctx.cluster: ctx.config.get("cluster", "name"),
-                       "instance": f"{host}:{port}"}, values)
+    return Series(up_name(), {**source.scrape_labels(), ctx.cluster: ctx.config.get("cluster", "name"),
+                              "instance": f"{host}:{port}"}, values)
 
 
 def _up_labels(ctx: Context, role: str, host: str = "n1") -> dict[str, str]:
@@ -91,7 +94,7 @@ def _targets_down(ctx: Context) -> list[Alert]:
         host = SLURM_CONTROLLER if target.role == "slurm" else "n1"
         out.append(Alert(
             f"Exporter{target.name}Down", severity="warning", team=target.team,
-            expr=label_replace(f"{UP}{selector} == 0", "node", "instance", INSTANCE_HOST),
+            expr=label_replace(f"{up_name()}{selector} == 0", "node", "instance", INSTANCE_HOST),
             for_=down_for,
             summary=f"A {target.title} scrape target does not answer.",
             description=f"Prometheus cannot scrape {label('instance')} ({label('job')}, cluster {label(c)}) for {down_for}: "
@@ -138,7 +141,7 @@ def _scrape_errors(ctx: Context) -> list[Alert]:
     if ctx.sources["node_exporter"].enabled and has_gpus:
         collectors = ctx.thresholds["exporter_node_collectors"]
         failing = ctx.select("node_exporter", ["collector_success"], ("node", "collector"), op="min",
-                             where={"collector": '=~"%s"' % "|".join(collectors)})
+                             where={"collector": one_of(collectors)})
         gpu_node = [gpu_series(ctx, "utilization", "90x60", gpu="0")]
         out.append(
             Alert(
@@ -189,7 +192,7 @@ def _gpu_exporter_without_gpus(ctx: Context) -> list[Alert]:
     roles = [role for role in ("dcgm", "amd") if ctx.sources[role].enabled]
     if not roles:
         return []
-    answering = either([label_replace(f"{UP}{ctx.sources[role].selector()} == 1", "node", "instance", INSTANCE_HOST)
+    answering = either([label_replace(f"{up_name()}{ctx.sources[role].selector()} == 1", "node", "instance", INSTANCE_HOST)
                         for role in roles])
     role = roles[0]
 

@@ -8,6 +8,7 @@ priority, a few rule names or policies, and only matched rules have series) and 
 per-node totals by priority and per-rule totals without the node.
 """
 from hpcobs.context import Context
+from hpcobs.escape import go_template_text
 from hpcobs.promql import duration, duration_seconds, one_of, rise_within
 from hpcobs.rules import Alert, Group, label
 from hpcobs.ruletest import Case, alert
@@ -126,9 +127,9 @@ def groups(ctx: Context) -> list[Group]:
             for_=None, no_for_reason=no_for,
             summary="A process outside the owning job read a training checkpoint.",
             description=f"On {label('node')} ({where}) a process outside the owning job opened a checkpoint within "
-                        f"the last {window} (Falco rules {', '.join(checkpoint_rules)} or Tetragon policies "
-                        f"{', '.join(policies)}). Identify the binary and user with tetra getevents or the Falco "
-                        "output; model weights may be leaving with it.",
+                        f"the last {window} (Falco rules {go_template_text(', '.join(checkpoint_rules))} or Tetragon "
+                        f"policies {go_template_text(', '.join(policies))}). Identify the binary and user with tetra "
+                        "getevents or the Falco output; model weights may be leaving with it.",
             runbook="security", dashboard=DASHBOARD, dashboard_vars=(c, "node"), fired_by=("checkpoint_foreign_read",),
             fires_on=[
                 Case("the Falco rule and the Tetragon policy both match: one alert for the node", at=appears_at,

@@ -5,10 +5,10 @@ exporter flavour (SckyzO/vpenso or Slurm >= 25.11 native). OOM kills exist only 
 Runbooks: docs/runbooks/slurm.md, one section per alert.
 """
 from hpcobs.context import Context
+from hpcobs.exporter_labels import SLURM_CONTROLLER
 from hpcobs.promql import duration, duration_seconds
 from hpcobs.rules import Alert, Group, label
 from hpcobs.ruletest import Case, alert
-from hpcobs.simulate.model import SLURM_CONTROLLER
 from hpcobs.synthetic import gpu_utilization, series
 
 DASHBOARD = "hpcobs-slurm-jobs"

@@ -8,6 +8,7 @@ still looks half empty. The per-OST and health reads are raw (no record keeps th
 series per OST, one per Lustre host.
 """
 from hpcobs.context import Context
+from hpcobs.escape import promql_matcher
 from hpcobs.promql import duration, duration_seconds
 from hpcobs.rules import Alert, Group, label
 from hpcobs.ruletest import Case, alert
@@ -31,7 +32,7 @@ def groups(ctx: Context) -> list[Group]:
     fill_window, horizon = th["storage_fill_window"], th["storage_fill_horizon"]
     fill_for, full_for = duration_seconds(th["storage_fill_for"]), duration_seconds(th["storage_full_for"])
     min_ratio, full = th["storage_fill_min_ratio"], th["storage_full_ratio"]
-    local = f'node:filesystem_used:ratio{{mountpoint!~"{shared}"}}'
+    local = f"node:filesystem_used:ratio{{{promql_matcher('mountpoint', '!~', shared)}}}"
 
     def filling(ratio: str) -> str:
         return (f"({ratio} > {min_ratio}) and predict_linear({ratio}[{fill_window}], "

@@ -1,12 +1,13 @@
 """What content modules (recording_rules/, alerts/, dashboards/) receive: config, sources and helpers."""
 from __future__ import annotations
 
+import json
 import re
 from collections.abc import Callable
 from dataclasses import dataclass
 from functools import cached_property
 
-from . import promql
+from . import escape, promql
 from .config import Config
 from .sources import Sources
 
@@ -20,11 +21,13 @@ def _raw_matcher(raw: str | dict, condition: str) -> str:
     the wanted value in place of its first capture group."""
     if isinstance(raw, str):
         return f"{raw}{condition}"
-    match = re.fullmatch(r'(=~?)"(.*)"', condition)
+    match = re.fullmatch(r'(=~?)("(?:[^"\\]|\\.)*")', condition)
     if match is None:
         raise ValueError(f"only = and =~ can select on {raw['label']} through its regex, got {condition!r}")
-    pattern = re.sub(r"\((?!\?)[^)]*\)", lambda _: f"({match.group(2)})", raw["regex"], count=1)
-    return f'{raw["label"]}=~"{pattern}"'
+    # Conditions are literals from escape.promql_string (JSON escapes) or hand-written: JSON reads both.
+    wanted = json.loads(match.group(2))
+    pattern = re.sub(r"\((?!\?)[^)]*\)", lambda _: f"({wanted})", raw["regex"], count=1)
+    return escape.promql_matcher(raw["label"], "=~", pattern)
 
 
 def either(parts: list[str]) -> str:

@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import re
 
+from . import escape
 from .catalogue import UNITS
 
 # Factor that turns a value in the given unit into the canonical SI unit of its dimension.
@@ -57,7 +58,8 @@ def aggregate(op: str, labels: tuple[str, ...] | list[str], expr: str) -> str:
 
 
 def label_replace(expr: str, dst: str, src: str, regex: str, replacement: str = "$1") -> str:
-    return f'label_replace({expr}, "{dst}", "{replacement}", "{src}", "{regex}")'
+    args = ", ".join(map(escape.promql_string, (dst, replacement, src, regex)))
+    return f"label_replace({expr}, {args})"
 
 
 def rise_within(counter: str, window: str) -> str:
@@ -67,13 +69,46 @@ def rise_within(counter: str, window: str) -> str:
     return f"(clamp_min({counter} - {counter} offset {window}, 0) or {counter})"
 
 
+# Prometheus' duration grammar (prometheus/common model.ParseDuration): units largest first, each at most once.
+_DURATION = re.compile(r"(?:([0-9]+)y)?(?:([0-9]+)w)?(?:([0-9]+)d)?(?:([0-9]+)h)?(?:([0-9]+)m)?(?:([0-9]+)s)?(?:([0-9]+)ms)?")
+_DURATION_UNIT_MS = (31536000000, 604800000, 86400000, 3600000, 60000, 1000, 1)
+_DURATION_LOOSE = re.compile(r"([0-9]+(ms|s|m|h|d|w|y))+")
+# Prometheus holds a duration as a Go time.Duration, int64 nanoseconds: about 292 years.
+MAX_DURATION_MS = (2**63 - 1) // 1_000_000
+
+
+def duration_ms(text: str) -> int:
+    """Prometheus duration text (e.g. 1h30m) to milliseconds; ValueError ("problem; fix") for what Prometheus refuses."""
+    match = _DURATION.fullmatch(text) if text else None
+    if match is None:
+        if _DURATION_LOOSE.fullmatch(text):
+            raise ValueError(f"{text!r} repeats a unit or does not put its units largest first; write each unit "
+                             f"once, in the order y, w, d, h, m, s, ms ({_reordered(text)})")
+        raise ValueError(f"{text!r} is not a duration such as 30s, 5m or 1h30m")
+    numbers = [int(n) if len(n) <= 20 else MAX_DURATION_MS + 1 for n in match.groups(default="0")]
+    total = sum(n * unit for n, unit in zip(numbers, _DURATION_UNIT_MS))
+    if total > MAX_DURATION_MS:
+        raise ValueError(f"{text!r} is beyond the longest duration Prometheus can hold (about 292y); write a shorter one")
+    return total
+
+
+def _reordered(text: str) -> str:
+    """The same length written in Prometheus' order, when it is short enough to say so."""
+    sizes = dict(zip(("y", "w", "d", "h", "m", "s", "ms"), _DURATION_UNIT_MS))
+    parts = re.findall(r"([0-9]{1,20})(ms|s|m|h|d|w|y)", text)
+    ms = sum(int(n) * sizes[unit] for n, unit in parts)
+    if ms > MAX_DURATION_MS:
+        return "and keep it under about 292y"
+    whole = duration(ms // 1000) if ms >= 1000 else ""
+    return "e.g. " + (whole + (f"{ms % 1000}ms" if ms % 1000 else "") or "0s")
+
+
 def duration_seconds(text: str) -> int:
-    """Prometheus duration text (e.g. 1m30s) to seconds."""
-    units = {"ms": 0.001, "s": 1, "m": 60, "h": 3600, "d": 86400, "w": 604800, "y": 31536000}
-    parts = re.findall(r"([0-9]+)(ms|s|m|h|d|w|y)", text)
-    if not parts or "".join(n + u for n, u in parts) != text:
-        raise ValueError(f"not a duration: {text!r}")
-    return int(sum(int(n) * units[u] for n, u in parts))
+    """Prometheus duration text (e.g. 1m30s) to whole seconds; ValueError for anything else."""
+    ms = duration_ms(text)
+    if ms % 1000:
+        raise ValueError(f"{text!r} is not a whole number of seconds; write whole seconds (e.g. 1s, 90s)")
+    return ms // 1000
 
 
 def duration(seconds: int) -> str:
@@ -86,13 +121,6 @@ def duration(seconds: int) -> str:
     return out or "0s"
 
 
-_REGEX_SPECIAL = set(".^$*+?()[]{}|\\")
-
-
 def one_of(names) -> str:
-    """A matcher (=~"...") for exactly these names (or numbers, e.g. Xid codes): regex metacharacters
-    escaped, then the string literal's backslashes and quotes."""
-    def literal(name: str) -> str:
-        regex = "".join("\\" + ch if ch in _REGEX_SPECIAL else ch for ch in name)
-        return regex.replace("\\", "\\\\").replace('"', '\\"')
-    return '=~"' + "|".join(literal(str(n)) for n in names) + '"'
+    """A matcher (=~"...") for exactly these names (or numbers, e.g. Xid codes)."""
+    return "=~" + escape.promql_string(escape.regex_alternation(names))

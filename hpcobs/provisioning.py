@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 from .config import Config
+from .escape import grafana_provisioning
 
 DASHBOARDS_MOUNT = "/var/lib/grafana/dashboards/hpcobs"
 
@@ -23,7 +24,9 @@ def dashboards_provider() -> dict:
 
 
 def datasources(config: Config) -> dict:
-    ds = config.get("grafana", "datasources")
+    """The datasources; Grafana expands $ENV in provisioning values, so config strings are escaped."""
+    ds = {kind: {key: grafana_provisioning(value) for key, value in settings.items()}
+          for kind, settings in config.get("grafana", "datasources").items()}
     return {
         "apiVersion": 1,
         "datasources": [

@@ -4,13 +4,16 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass, field
 
+from .escape import go_template_text, url_query
 from .promql import duration_seconds
 from .ruletest import Case
 
 SEVERITIES = ("critical", "warning", "info")
 _RECORD_NAME = re.compile(r"^(gpu|node|job|account|partition|cluster|user|rank|port|fs|exporter):[a-z0-9_]+:[a-z0-9_]+$")
 _ALERT_NAME = re.compile(r"^(Gpu|Node|Ib|Storage|Training|Slurm|Security|Exporter)[A-Z][A-Za-z0-9]+$")
-_TEMPLATE_VAR = re.compile(r"\{\{\s*\$labels\.([a-zA-Z_][a-zA-Z0-9_]*)\s*\}\}")
+# The template actions hpcobs writes: a label (optionally URL-query encoded), or a string printed as is
+# (escape.go_template_text writes {{ "{" }}).
+_ACTION = re.compile(r'\{\{\s*(?:\$labels\.([a-zA-Z_][a-zA-Z0-9_]*)(\s*\|\s*urlquery)?|"([^"\\]*)")\s*\}\}')
 
 
 @dataclass
@@ -71,12 +74,13 @@ class Alert:
             raise ValueError(f"alert {self.alert}: " + "; ".join(problems))
 
     def annotations(self, grafana_url: str, runbook_base: str) -> dict[str, str]:
-        query = "&".join(f"var-{label}={{{{ $labels.{label} }}}}" for label in self.dashboard_vars)
+        """Annotation templates; label values enter the dashboard URL query encoded by Go's urlquery."""
+        query = "&".join(f"var-{label}={{{{ $labels.{label} | urlquery }}}}" for label in self.dashboard_vars)
         return {
             "summary": self.summary,
             "description": self.description,
-            "runbook_url": f"{runbook_base}/{self.runbook}.md#{self.alert.lower()}",
-            "dashboard_url": f"{grafana_url}/d/{self.dashboard}" + (f"?{query}" if query else ""),
+            "runbook_url": f"{go_template_text(runbook_base)}/{self.runbook}.md#{self.alert.lower()}",
+            "dashboard_url": f"{go_template_text(grafana_url)}/d/{self.dashboard}" + (f"?{query}" if query else ""),
         }
 
     def all_labels(self) -> dict[str, str]:
@@ -96,11 +100,27 @@ def label(name: str) -> str:
 
 
 def render_template(text: str, labels: dict[str, str]) -> str:
-    """Expand {{ $labels.x }} the way Prometheus does (missing labels expand to empty)."""
-    rest = re.sub(_TEMPLATE_VAR, "", text)
-    if "{{" in rest:
-        raise ValueError(f"only {{{{ $labels.x }}}} templates are supported in annotations: {text!r}")
-    return _TEMPLATE_VAR.sub(lambda m: labels.get(m.group(1), ""), text)
+    """Expand an annotation template the way Prometheus does, for the actions hpcobs writes:
+    {{ $labels.x }} (a missing label is empty), {{ $labels.x | urlquery }} and {{ "text" }}."""
+    out, pos = [], 0
+    for action in _ACTION.finditer(text):
+        out.append(_literal_text(text[pos:action.start()], text))
+        name, pipe, literal = action.groups()
+        if name is None:
+            out.append(literal)
+        else:
+            value = labels.get(name, "")
+            out.append(url_query(value) if pipe else value)
+        pos = action.end()
+    out.append(_literal_text(text[pos:], text))
+    return "".join(out)
+
+
+def _literal_text(chunk: str, text: str) -> str:
+    # A `{` outside the supported actions would open an action (or a parse error) in Go's template.
+    if "{" in chunk:
+        raise ValueError(f"annotations support only $labels.x, $labels.x | urlquery and string actions: {text!r}")
+    return chunk
 
 
 @dataclass

@@ -7,6 +7,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from .escape import promql_matcher
+
 
 @dataclass(frozen=True)
 class Series:
@@ -19,7 +21,7 @@ class Series:
 
 
 def selector_text(name: str, labels: dict[str, str]) -> str:
-    inner = ",".join(f'{k}="{v}"' for k, v in sorted(labels.items()))
+    inner = ",".join(promql_matcher(k, "=", v) for k, v in sorted(labels.items()))
     return f"{name}{{{inner}}}"
 
 

@@ -8,6 +8,7 @@ exporter have no reason), jobs ended out of memory only from Slurm's own metrics
 only where the exporter has them.
 """
 from hpcobs.context import Context
+from hpcobs.promql import label_replace
 from hpcobs.rules import Group, Record
 from hpcobs.ruletest import Case, sample
 from hpcobs.synthetic import series
@@ -23,8 +24,7 @@ def groups(ctx: Context) -> list[Group]:
         return ctx.select("slurm", slurm.exporter.signals_for(canonical), ("partition",), op="sum")
 
     def state(canonical_state: str) -> str:
-        return (f'label_replace({partition_total(f"partition_nodes_{canonical_state}")}, '
-                f'"state", "{canonical_state}", "", "")')
+        return label_replace(partition_total(f"partition_nodes_{canonical_state}"), "state", "", "", canonical_state)
 
     def partition_series(canonical: str, value: int, partition: str):
         (signal, *_) = slurm.exporter.signals_for(canonical)

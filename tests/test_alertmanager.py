@@ -62,7 +62,7 @@ def alert_labels(generated) -> dict[str, set[str]]:
     """Alert name -> the label names it carries in every firing case of the generated promtool tests."""
     carried: dict[str, set[str]] = {}
     for path, text in generated.items():
-        if path.startswith("prometheus/tests/"):
+        if path.startswith("prometheus/tests/") and path.endswith(".tests.yaml"):
             for test in yaml.safe_load(text)["tests"]:
                 for case in test.get("alert_rule_test", []):
                     for fired in case["exp_alerts"]:
