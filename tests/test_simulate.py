@@ -1,8 +1,10 @@
 """The simulator: deterministic, streaming, catalogue-exact, and every scenario shows its signal in PromQL."""
 import io
 import json
+import os
 import random
 import re
+import shlex
 import subprocess
 import sys
 import tracemalloc
@@ -401,3 +403,209 @@ def test_cli_promtool_output_is_a_valid_input_series_block(tmp_path):
     doc = yaml.safe_load(out.read_text())
     assert doc["interval"] == "30s" and doc["input_series"][0]["series"].startswith("DCGM_FI_")
     assert sys.executable and ROOT.exists()
+
+
+# -- hostile and careless arguments ----------------------------------------------------------------
+
+TINY = ["--nodes", "2", "--gpus-per-node", "2", "--hours", "0.05"]
+# (arguments after the tiny cluster and --out FILE, expected fragment of the one line, exit code). `{dir}` is a
+# fresh directory, `{file}` a regular file in it.
+BAD_ARGUMENTS = [
+    (["--hours", "nan"], "--hours nan: not a finite number", 2),
+    (["--hours", "inf"], "--hours inf: not a finite number", 2),
+    (["--hours", "-1"], "--hours -1: a simulation lasts more than 0 hours", 2),
+    (["--hours", "0"], "--hours 0: a simulation lasts more than 0 hours", 2),
+    (["--hours", "2h"], "--hours 2h: not a number of hours", 2),
+    (["--hours", "0.0001"], "shorter than one scrape interval (30s); give at least 0.0084", 2),
+    (["--hours", "1e9"], "more than the 1,000,000 one series may hold in memory; split it into runs", 2),
+    (["--hours"], "--hours: expected one argument", 2),
+    (["--nodes", "0"], "--nodes 0: less than 1", 2),
+    (["--nodes", "abc"], "--nodes abc: not a whole number; e.g. --nodes 16", 2),
+    (["--nodes", "1.5"], "--nodes 1.5: not a whole number", 2),
+    (["--nodes", "100001"], "--nodes 100001: more than 100,000 (the model holds every node in memory)", 2),
+    (["--nodes", "2000", "--gpus-per-node", "8", "--hours", "1"], "exceed --max-samples 200,000,000; pass", 2),
+    (["--gpus-per-node", "100000"], "--gpus-per-node 100000: more than 16, the most a real node has", 2),
+    (["--gpus-per-node", "17"], "--gpus-per-node 17: more than 16, the most a real node has; add --nodes", 2),
+    (["--gpus-per-node", "0"], "--gpus-per-node 0: less than 1", 2),
+    (["--max-samples", "0"], "--max-samples 0: less than 1", 2),
+    (["--max-samples", "1e9"], "--max-samples 1e9: not a whole number", 2),
+    (["--seed", "1.5"], "--seed 1.5: not a whole number", 2),
+    (["--format", "xml"], "--format xml: unknown format; use one of openmetrics, vm, promtool", 2),
+    (["--format", "VM"], "(did you mean vm?)", 2),
+    (["--start", "yesterday"], "--start yesterday: not an ISO 8601 time", 2),
+    (["--start", "1960-01-01"], "--start 1960-01-01: before 1970-01-01", 2),
+    (["--start", ""], "--start '': not an ISO 8601 time", 2),
+    (["--scenario", ""], "--scenario '': no scenario given; name at least one, e.g. healthy", 2),
+    (["--scenario", " , "], "no scenario given", 2),
+    (["--scenario", "xid79,,dbe"], "an empty scenario between commas; remove the extra comma", 2),
+    (["--scenario", "thermla"], "unknown scenario 'thermla'; did you mean thermal?", 2),
+    (["--scenario", "XID79"], "did you mean xid79?", 2),
+    (["--scenario", "xid0"], "xid0 is not an Xid code", 2),
+    (["--scenario", ":start=1m"], "no scenario name", 2),
+    (["--scenario", "xid79:start=abc"], "--scenario xid79:start=abc: start=abc is not a duration", 2),
+    (["--scenario", "xid79:start=-5m"], "start=-5m is not a duration", 2),
+    (["--scenario", "xid79:start=inf"], "start=inf never comes", 2),
+    (["--scenario", "xid79:duration=0s"], "duration=0s lasts no time", 2),
+    (["--scenario", "xid79:gpu=abc"], "gpu=abc is not a GPU index", 2),
+    (["--scenario", "xid79:gpu=99"], "gpu001 has GPUs 0..1, not 99; use gpu=0..1", 2),
+    (["--scenario", "xid79:node=nope"], "no node named 'nope'; use one of gpu001..gpu002", 2),
+    (["--scenario", "xid79:node="], "node= has no value", 2),
+    (["--scenario", "xid79:strat=1m"], "did you mean start=?", 2),
+    (["--scenario", "xid79:start=1m:start=2m"], "start= given twice; keep one", 2),
+    (["--scenario", "xid79:hca=mlx5_0"], "xid79 takes no hca=; it takes start, duration, node, gpu", 2),
+    (["--scenario", "healthy:start=1m"], "healthy takes no start=; remove it", 2),
+    (["--scenario", "oom_kill:duration=5m"], "oom_kill takes no duration=", 2),
+    (["--scenario", "xid79:start=10m,xid79:start=600s"], "--scenario xid79:start=600s: listed twice", 2),
+    (["--scenario", "xid79:start=10h"], "start=10h is not before the end of the simulation (3m)", 2),
+    (["--scenario", "ib_port_down:hca=mlx5_9"], "has HCAs mlx5_0..mlx5_1, not 'mlx5_9'", 2),
+    (["--scenario", "checkpoint_stall:job=1"], "no job '1' in the cluster; use job=400001", 2),
+    (["--scenario", "slurm_nodes_down"], "no node for its default target; add --nodes", 2),
+    (["--out", ""], "--out '': missing a file; give a file to write, or - for stdout", 2),
+    (["--out", "{dir}"], "is a directory; name a file in it", 2),
+    (["--out", "{dir}/missing/c.om"], "missing does not exist; create it first", 2),
+    (["--out", "{file}/c.om"], "cannot be used (Not a directory)", 2),
+    (["--expectations", "{dir}"], "--expectations {dir}: is a directory", 2),
+    (["--expectations", "{dir}/c.om"], "the same file as --out", 2),
+    (["--out", "-", "--expectations", "-"], "--expectations -: the same file as --out -", 2),
+    (["--nodez", "3"], "--nodez: unknown argument (did you mean --nodes?)", 2),
+    (["stray"], "stray: unknown argument", 2),
+    (["--out", "/dev/full"], "--out /dev/full: could not write (No space left on device); free some space", 1),
+    (["--expectations", "/dev/full"], "--expectations /dev/full: could not write (No space left on device)", 1),
+]
+
+
+def simulate_cli(argv: list[str], capsys) -> tuple[int, str]:
+    """`build.py simulate ARGV` in this process: exit code and stderr."""
+    from hpcobs import cli
+    try:
+        code = cli.main(["simulate", *argv])
+    except SystemExit as exc:                      # argparse's own mistakes exit from the parser
+        code = exc.code
+    return code, capsys.readouterr().err
+
+
+@pytest.mark.parametrize("extra, fragment, code", BAD_ARGUMENTS,
+                         ids=[" ".join(extra) or "empty" for extra, _, _ in BAD_ARGUMENTS])
+def test_every_bad_argument_is_one_line_with_the_fix(tmp_path, capsys, extra, fragment, code):
+    (tmp_path / "file").write_text("")
+    paths = {"dir": str(tmp_path), "file": str(tmp_path / "file")}
+    argv = TINY + ["--out", str(tmp_path / "c.om")] + [a.format(**paths) for a in extra]
+    exit_code, err = simulate_cli(argv, capsys)
+    lines = err.splitlines()
+    assert exit_code == code and len(lines) == 1, err
+    assert lines[0].startswith("simulate: ") and fragment.format(**paths) in lines[0], lines[0]
+    assert re.search(r": .+; .+", lines[0]), f"not `flag VALUE: problem; fix`: {lines[0]}"
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["file"], "a refused run wrote something"
+
+
+def test_bad_arguments_cover_every_class():
+    assert len(BAD_ARGUMENTS) >= 28
+    flags = {a for extra, _, _ in BAD_ARGUMENTS for a in extra if a.startswith("--")}
+    assert flags >= {"--nodes", "--gpus-per-node", "--hours", "--scenario", "--seed", "--format", "--out", "--start",
+                     "--expectations", "--max-samples"}
+
+
+def test_the_bound_says_how_to_go_bigger_and_the_escape_hatch_works(tmp_path, capsys):
+    out = tmp_path / "c.om"
+    code, err = simulate_cli(TINY + ["--max-samples", "1000", "--out", str(out)], capsys)
+    assert code == 2 and not out.exists()
+    estimate = int(re.search(r"about ([\d,]+) samples", err).group(1).replace(",", ""))
+    bigger = int(re.search(r"pass --max-samples (\d+) to go bigger", err).group(1))
+    assert "exceed --max-samples 1,000" in err and "or split it into runs" in err and bigger >= estimate
+    code, err = simulate_cli(TINY + ["--max-samples", str(bigger), "--out", str(out)], capsys)
+    written = int(re.search(r"([\d,]+) samples \(", err).group(1).replace(",", ""))
+    assert code == 0 and out.read_text().endswith("# EOF\n")
+    assert written <= estimate, "the estimate must not undercount what is written"
+
+
+@pytest.mark.parametrize("site", ["default", "mixed"])
+def test_the_sample_estimate_is_close_above_what_is_written(config, mixed, site):
+    from hpcobs.simulate.arguments import estimated_samples
+    for nodes, gpus in ((1, 1), (1, 8), (3, 16), (5, 4)):
+        sim = Simulation(config if site == "default" else mixed, nodes=nodes, gpus_per_node=gpus, hours=0.05, seed=1)
+        written = write(sim, "vm", Null()).samples
+        assert written <= estimated_samples(nodes, gpus, sim.window.steps) <= 1.6 * written, (nodes, gpus)
+
+
+def documented_runs() -> list[str]:
+    """Every `build.py simulate` command in the README and docs, and the benchmark's default run."""
+    lines = [line for doc in [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
+             for line in doc.read_text(encoding="utf-8").replace("\\\n", " ").splitlines() if "build.py" in line]
+    runs = [re.search(r"simulate (.*?)(`|$|  #)", line).group(1) for line in lines if "simulate --" in line]
+    return [run for run in runs if "--list-scenarios" not in run] + [
+        "--nodes 1024 --gpus-per-node 8 --hours 1 --format vm --out /dev/null --seed 1"]
+
+
+@pytest.mark.parametrize("run", documented_runs())
+def test_documented_runs_stay_within_the_bounds(config, run):
+    from hpcobs.simulate import arguments
+    args = arguments.parser("build.py simulate").parse_args(shlex.split(run))
+    arguments.check_size(arguments.checked(args), 30)
+
+
+def test_every_declared_target_is_read_by_its_scenario(config):
+    """A kind's parameters are what its resolver reads: a bad value for each is refused, never ignored."""
+    bad = {"node": ("nope", "no node named"), "gpu": ("99", "GPUs"), "hca": ("mlx5_99", "HCAs"), "job": ("1", "no job")}
+    for name, entry in kinds().items():
+        for target in set(entry.params) - {"start", "duration"}:
+            value, message = bad[target]
+            with pytest.raises(Exception, match=message):
+                Simulation(config, nodes=10, gpus_per_node=8, hours=0.5, scenarios=f"{name}:{target}={value}")
+
+
+# -- output files are written whole or not at all --------------------------------------------------
+
+def test_a_failed_write_leaves_the_previous_file_and_no_debris(tmp_path):
+    """A real write error mid-file (the file size limit, as a full disk would): one line, exit 1, the old file
+    untouched, no temporary file left."""
+    import resource
+    import signal
+
+    out = tmp_path / "c.om"
+    out.write_text("previous run\n")
+
+    def small_file_limit():
+        signal.signal(signal.SIGXFSZ, signal.SIG_IGN)             # a write past the limit fails with EFBIG
+        resource.setrlimit(resource.RLIMIT_FSIZE, (100_000, 100_000))
+
+    result = subprocess.run([sys.executable, str(ROOT / "build.py"), "simulate", *TINY, "--out", str(out)],
+                            capture_output=True, text=True, timeout=120, preexec_fn=small_file_limit)
+    assert result.returncode == 1 and len(result.stderr.splitlines()) == 1, result.stderr
+    assert f"simulate: --out {out}: could not write (File too large)" in result.stderr
+    assert out.read_text() == "previous run\n" and sorted(p.name for p in tmp_path.iterdir()) == ["c.om"]
+
+
+def test_an_interrupted_write_leaves_no_file(tmp_path):
+    import signal
+    import time
+
+    out = tmp_path / "c.om"
+    process = subprocess.Popen([sys.executable, str(ROOT / "build.py"), "simulate", "--nodes", "16", "--hours", "2",
+                                "--out", str(out)], stderr=subprocess.PIPE, text=True)
+    deadline = time.monotonic() + 60
+    while not any(tmp_path.iterdir()) and time.monotonic() < deadline:        # the temporary file appears
+        time.sleep(0.01)
+    process.send_signal(signal.SIGTERM)
+    _, err = process.communicate(timeout=60)
+    assert process.returncode == 128 + signal.SIGTERM, err
+    assert not any(tmp_path.iterdir()), f"left behind: {list(tmp_path.iterdir())}"
+
+
+def test_a_complete_write_replaces_the_file_through_its_symlink(tmp_path, capsys):
+    target, link = tmp_path / "real.om", tmp_path / "link.om"
+    target.write_text("old\n")
+    link.symlink_to(target)
+    code, err = simulate_cli(TINY + ["--out", str(link), "--expectations", str(tmp_path / "e.json")], capsys)
+    assert code == 0, err
+    assert link.is_symlink() and target.read_text().endswith("# EOF\n")
+    assert json.loads((tmp_path / "e.json").read_text())
+    assert oct(target.stat().st_mode & 0o777) == oct(0o666 & ~_umask())      # not the 0600 of a temp file
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["e.json", "link.om", "real.om"]
+    code, err = simulate_cli(TINY + ["--out", "/dev/null", "--expectations", "/dev/null"], capsys)
+    assert code == 0 and os.path.exists("/dev/null") and not os.path.isfile("/dev/null"), err
+
+
+def _umask() -> int:
+    mask = os.umask(0)
+    os.umask(mask)
+    return mask

@@ -4,11 +4,13 @@
     healthy,xid79:start=20m,ib_port_down:node=gpu002:hca=mlx5_3:duration=5m
 
 Parameters: start and duration (Prometheus durations, from the simulation start; duration "inf" = until
-the end), node, gpu, hca, job. Defaults: start 10m, a per-kind duration, and a target picked from the
-cluster's roles (model.py) so that composed scenarios land on different GPUs, ports and nodes.
+the end), node, gpu, hca, job; each kind takes only those it reads (Kind.params). Defaults: start 10m, a
+per-kind duration, and a target picked from the cluster's roles (model.py) so that composed scenarios land
+on different GPUs, ports and nodes. A mistake is a ScenarioError naming the item, the problem and the fix.
 """
 from __future__ import annotations
 
+import difflib
 import math
 import re
 from collections.abc import Callable
@@ -16,7 +18,7 @@ from dataclasses import dataclass, field, replace
 
 from ..context import Context
 from ..errors import UserError
-from ..promql import duration_seconds, si_factor
+from ..promql import duration, duration_seconds, si_factor
 from .core import UP, Window, seeded, window_mask
 from .expect import Expectation
 from .model import EXPORTER_PORTS, FOREVER, LUSTRE_FS, LUSTRE_OST_KIB, Cluster, Job, Node
@@ -36,6 +38,20 @@ XID_MESSAGES = {
 }
 
 
+PARAMETERS = ("start", "duration", "node", "gpu", "hca", "job")
+TIMING = ("start", "duration")
+REALISTIC_WEEK = "realistic_week"
+XID_CODE = re.compile(r"xid([1-9][0-9]{0,2})")      # any Xid code, as NVIDIA numbers them (1..999)
+
+
+class ScenarioError(UserError):
+    """A scenario that cannot run: `scenario ITEM: problem; fix` (the command line names it --scenario ITEM)."""
+
+    def __init__(self, item: str, problem: str, fix: str):
+        self.item, self.problem, self.fix = item, problem, fix
+        super().__init__(f"scenario {item}: {problem}; {fix}")
+
+
 @dataclass(frozen=True)
 class Spec:
     """A scenario as asked for (CLI text or code); targets left None are picked by the resolver."""
@@ -50,28 +66,106 @@ class Spec:
 
     @classmethod
     def parse(cls, text: str) -> list[Spec]:
-        specs = []
-        for item in filter(None, (part.strip() for part in text.split(","))):
-            kind, *params = item.split(":")
-            fields: dict = {}
-            for param in params:
-                key, sep, value = param.partition("=")
-                if not sep or key not in ("start", "duration", "node", "gpu", "hca", "job"):
-                    raise UserError(f"scenario {item!r}: {param!r} is not key=value with key one of "
-                                    "start, duration, node, gpu, hca, job")
-                if key in ("start", "duration"):
-                    fields[key] = INF if value == "inf" else _seconds(value, item)
-                else:
-                    fields[key] = int(value) if key == "gpu" else value
-            specs.append(cls(kind, **fields))
+        """`a,b:start=20m:node=gpu002` as specs. Every mistake is a ScenarioError naming the item and the fix;
+        an empty list is one (a healthy cluster is asked for by name)."""
+        items = [part.strip() for part in text.split(",")]
+        if not any(items):
+            raise ScenarioError(text, "no scenario given", "name at least one, e.g. healthy for a cluster without "
+                                                           "faults (--list-scenarios lists them)")
+        specs: list[Spec] = []
+        for item in items:
+            if not item:
+                raise ScenarioError(text, "an empty scenario between commas", "remove the extra comma")
+            spec = cls._parse_item(item)
+            if spec in specs:
+                raise ScenarioError(item, "listed twice", "remove one, or give it another target or start=")
+            specs.append(spec)
         return specs
 
+    @classmethod
+    def _parse_item(cls, item: str) -> Spec:
+        name, *params = item.split(":")
+        takes = parameters(name, item)
+        fields: dict = {}
+        for param in params:
+            key, sep, value = param.partition("=")
+            if not sep or key not in PARAMETERS:
+                near = difflib.get_close_matches(key, PARAMETERS, n=1)
+                raise ScenarioError(item, f"{param!r} is not key=value with key one of {', '.join(PARAMETERS)}",
+                                    f"did you mean {near[0]}=?" if near else f"e.g. {name}:start=10m")
+            if key not in takes:
+                raise ScenarioError(item, f"{name} takes no {key}=", f"it takes {', '.join(takes)}" if takes
+                                    else "remove it: this scenario takes no parameters")
+            if key in fields:
+                raise ScenarioError(item, f"{key}= given twice", "keep one")
+            fields[key] = _value(key, value, item)
+        return cls(name, **fields)
 
-def _seconds(text: str, where: str) -> int:
+    @property
+    def text(self) -> str:
+        """The spec as --scenario text."""
+        params = [(key, getattr(self, key)) for key in PARAMETERS if getattr(self, key) is not None]
+        return ":".join([self.kind] + [f"{key}={_duration_text(v) if key in TIMING else v}" for key, v in params])
+
+
+def parameters(name: str, item: str) -> tuple[str, ...]:
+    """The parameters a scenario takes; unknown names are a ScenarioError suggesting the closest."""
+    if name == REALISTIC_WEEK:
+        return ()
+    return kind_named(name, item).params
+
+
+def kind_named(name: str, item: str) -> Kind:
+    """The registered kind of a scenario name; any xid<N> is an Xid of code N."""
+    if name in KINDS:
+        return KINDS[name]
+    if XID_CODE.fullmatch(name):
+        return KINDS["xid48"]
+    if not name:
+        raise ScenarioError(item, "no scenario name", "write name:key=value, e.g. xid79:start=10m")
+    if re.fullmatch(r"xid[0-9]+", name):
+        raise ScenarioError(item, f"{name} is not an Xid code", "use xid1..xid999 without leading zeros, e.g. xid79")
+    near = difflib.get_close_matches(name.lower(), [*KINDS, REALISTIC_WEEK], n=1)
+    raise ScenarioError(item, f"unknown scenario {name!r}",
+                        f"did you mean {near[0]}? (--list-scenarios lists them)" if near
+                        else "--list-scenarios lists them; xid<N> is any Xid code")
+
+
+# What each parameter value must look like, as the fix of a refused value.
+_EXAMPLES = {"start": "a duration from the simulation start, e.g. start=10m or start=1h30m",
+             "duration": "a duration, e.g. duration=20m, or duration=inf for until the end",
+             "gpu": "a GPU index from 0, e.g. gpu=0", "node": "a node name, e.g. node=gpu001",
+             "hca": "an HCA name, e.g. hca=mlx5_0", "job": "a Slurm job id, e.g. job=400001"}
+
+
+def _value(key: str, value: str, item: str):
+    if key == "gpu":
+        if not re.fullmatch(r"[0-9]+", value):
+            raise ScenarioError(item, f"gpu={value} is not a GPU index", f"give {_EXAMPLES[key]}")
+        return int(value)
+    if key not in TIMING:
+        if not value:
+            raise ScenarioError(item, f"{key}= has no value", f"give {_EXAMPLES[key]}")
+        return value
+    if value == "inf":
+        if key == "duration":
+            return INF
+        raise ScenarioError(item, "start=inf never comes", f"give {_EXAMPLES[key]}")
     try:
-        return duration_seconds(text)
+        seconds = duration_seconds(value)
     except ValueError:
-        raise UserError(f"scenario {where!r}: {text!r} is not a duration (e.g. 90s, 10m, 1h30m, inf)") from None
+        raise ScenarioError(item, f"{key}={value} is not a duration", f"give {_EXAMPLES[key]}") from None
+    if key == "duration" and seconds == 0:
+        raise ScenarioError(item, "duration=0s lasts no time", f"give {_EXAMPLES[key]}")
+    return seconds
+
+
+def _span(first, last) -> str:
+    return str(first) if first == last else f"{first}..{last}"
+
+
+def _duration_text(seconds: int) -> str:
+    return "inf" if seconds >= INF else duration(seconds)
 
 
 @dataclass(frozen=True)
@@ -133,7 +227,14 @@ class Scene:
         self.ctx, self.cluster, self.seed = ctx, cluster, seed
         self.window: Window = cluster.window
         self.jobs = {j.id: j for j in cluster.jobs}
-        self.kind = ""
+        self.spec = Spec("")                 # the scenario being resolved
+
+    @property
+    def kind(self) -> str:
+        return self.spec.kind
+
+    def refuse(self, problem: str, fix: str) -> ScenarioError:
+        return ScenarioError(self.spec.text, problem, fix)
 
     # -- time ------------------------------------------------------------------------------------
     def idx(self, seconds: int) -> int:
@@ -149,16 +250,24 @@ class Scene:
             try:
                 node = self.cluster.node(spec.node)
             except StopIteration:
-                raise UserError(f"scenario {spec.kind}: no node named {spec.node!r}; nodes are "
-                                f"{self.cluster.nodes[0].name}..{self.cluster.nodes[-1].name}") from None
+                raise self.refuse(f"no node named {spec.node!r}", f"use one of {self._node_names()}") from None
         elif default is None:
-            raise UserError(f"scenario {spec.kind}: the cluster has no node for its default target; "
-                            "add nodes (--nodes) or name one with node=...")
+            raise self.refuse("the cluster has no node for its default target", "add --nodes or name one with node=")
         else:
             node = self.cluster.nodes[default]
         if node.vendor != vendor:
-            raise UserError(f"scenario {spec.kind}: node {node.name} is {node.vendor}, the scenario needs {vendor}")
+            raise self.refuse(f"node {node.name} is {node.vendor}, the scenario needs {vendor}",
+                              f"name a {vendor} node: {self._node_names(vendor)}")
         return node
+
+    def _node_names(self, vendor: str | None = None) -> str:
+        """The node names as ranges, e.g. gpu001..gpu006, amd001..amd002."""
+        ranges = []
+        for prefix in ("gpu", "amd"):
+            names = [n.name for n in self.cluster.nodes if n.name.startswith(prefix) and vendor in (None, n.vendor)]
+            if names:
+                ranges.append(_span(names[0], names[-1]))
+        return ", ".join(ranges) or "none"
 
     def hero(self, position: int) -> int | None:
         hero = self.cluster.roles.hero
@@ -171,19 +280,23 @@ class Scene:
     def gpu(self, spec: Spec, node: Node, default: int) -> int:
         gpu = spec.gpu if spec.gpu is not None else default % node.gpus
         if not 0 <= gpu < node.gpus:
-            raise UserError(f"scenario {spec.kind}: {node.name} has GPUs 0..{node.gpus - 1}, not {gpu}")
+            raise self.refuse(f"{node.name} has GPUs {_span(0, node.gpus - 1)}, not {gpu}",
+                              f"use gpu={_span(0, node.gpus - 1)}")
         return gpu
 
     def hca(self, spec: Spec, node: Node, default: int) -> str:
         hca = spec.hca or node.hcas[default % len(node.hcas)]
         if hca not in node.hcas:
-            raise UserError(f"scenario {spec.kind}: {node.name} has HCAs {list(node.hcas)}, not {hca!r}")
+            raise self.refuse(f"{node.name} has HCAs {_span(node.hcas[0], node.hcas[-1])}, not {hca!r}",
+                              f"use hca={_span(node.hcas[0], node.hcas[-1])}")
         return hca
 
     def job(self, spec: Spec, default: str | None) -> Job:
         job_id = spec.job or default
         if job_id not in self.jobs:
-            raise UserError(f"scenario {spec.kind}: no job {job_id!r} (the hero job is {self.cluster.roles.hero_job})")
+            hero = self.cluster.roles.hero_job
+            raise self.refuse(f"no job {job_id!r} in the cluster",
+                              f"use job={hero} (the hero job)" if hero else "add --nodes: the cluster runs no such job")
         return self.jobs[job_id]
 
     def running(self, job: Job, at: int) -> bool:
@@ -217,7 +330,8 @@ class Scene:
         source = self.ctx.sources[exporter]
         metric = self.metric(exporter, signal, on)
         if metric is None:
-            raise UserError(f"scenario {self.kind}: {exporter} on {on.name if on else '?'} does not expose {signal}")
+            raise self.refuse(f"{exporter} on {on.name if on else 'the cluster'} does not expose {signal}",
+                              "name another node=, or enable the exporter version that has it in the config")
         out = dict(source.scrape_labels())
         if on is not None:
             version = on.version if exporter == "dcgm" else None
@@ -257,21 +371,24 @@ class Kind:
     duration: int
     doc: str
     resolve: Resolver = field(repr=False)
+    params: tuple[str, ...] = TIMING      # what a --scenario item of this kind may set
 
 
 KINDS: dict[str, Kind] = {}
 
 
-def kind(name: str, duration: int, doc: str):
+def kind(name: str, duration: int, doc: str, targets: tuple[str, ...] = (), timing: tuple[str, ...] = TIMING):
+    """Register a resolver; `targets` are the node/gpu/hca/job parameters it reads, `timing` start and duration
+    unless the kind has no window (healthy) or is an instant (oom_kill)."""
     def register(fn: Resolver) -> Resolver:
-        KINDS[name] = Kind(name, duration, doc, fn)
+        KINDS[name] = Kind(name, duration, doc, fn, timing + targets)
         return fn
     return register
 
 
 def _gpu_fault(scene: Scene, spec: Spec, default_node: int | None, default_gpu: int):
     if not scene.ctx.config["exporters"]["dcgm"]["enabled"]:
-        raise UserError(f"scenario {spec.kind}: needs exporters.dcgm.enabled")
+        raise scene.refuse("needs dcgm-exporter", "set exporters.dcgm.enabled: true in the config")
     node = scene.node(spec, default_node)
     gpu = scene.gpu(spec, node, default_gpu)
     return node, gpu, {"node": node.name, "gpu": str(gpu)}
@@ -300,7 +417,7 @@ def _xid_class(scene: Scene, code: int) -> str:
     return "unclassified"
 
 
-@kind("healthy", 0, "No fault: every GPU of a job is busy, every exporter up, training progresses.")
+@kind("healthy", 0, "No fault: every GPU of a job is busy, every exporter up, training progresses.", timing=())
 def _healthy(scene: Scene, spec: Spec, start: int, end: int) -> Fault:
     expectations = []
     at = scene.window.duration - scene.window.step
@@ -318,7 +435,8 @@ def _healthy(scene: Scene, spec: Spec, start: int, end: int) -> Fault:
 
 
 @kind("xid79", INF, "Xid 79, GPU fallen off the bus: the Xid is reported, one scrape later the GPU's series stop; "
-                    "the rank on it dies and the job hangs. Default target: last hero node, GPU 3.")
+                    "the rank on it dies and the job hangs. Default target: last hero node, GPU 3.",
+      targets=("node", "gpu"))
 def _xid79(scene: Scene, spec: Spec, start: int, end: int) -> Fault:
     node, gpu, target = _gpu_fault(scene, spec, scene.hero(-1), 3)
     lost = start + 2 * scene.window.step
@@ -349,11 +467,12 @@ for _code, _doc in ((48, "drain class: double-bit ECC error, the node must be dr
                     (13, "application class: graphics engine exception, the job owner's problem")):
     kind(f"xid{_code}", INF, f"Xid {_code}, {_doc}. Sticky until a driver reload (a finite duration ends "
                              "with one, resetting the node's energy and volatile counters). Any code works: "
-                             "xid<N>. Default target: first hero node, GPU 1.")(_xid_code)
+                             "xid<N>. Default target: first hero node, GPU 1.", targets=("node", "gpu"))(_xid_code)
 
 
 @kind("dbe", INF, "Uncorrectable (double-bit) ECC error: volatile and aggregate DBE counters +1, an "
-                  "uncorrectable row remap, remap pending, Xid 48, MEM health FAIL. Default: first hero node, GPU 2.")
+                  "uncorrectable row remap, remap pending, Xid 48, MEM health FAIL. Default: first hero node, GPU 2.",
+      targets=("node", "gpu"))
 def _dbe(scene: Scene, spec: Spec, start: int, end: int) -> Fault:
     node, gpu, target = _gpu_fault(scene, spec, scene.hero(0), 2)
     s, e, key = scene.idx(start), scene.idx(end), (node.index, gpu)
@@ -385,19 +504,21 @@ def _row_remap(scene: Scene, spec: Spec, start: int, end: int, state: str, defau
 
 
 @kind("row_remap_failure", INF, "Row remapping failed (no spare rows; RMA): ROW_REMAP_FAILURE = 1, Xid 64. "
-                                "Default: last hero node, GPU 5.")
+                                "Default: last hero node, GPU 5.", targets=("node", "gpu"))
 def _row_remap_failure(scene: Scene, spec: Spec, start: int, end: int) -> Fault:
     return _row_remap(scene, spec, start, end, "failure", 5, 64)
 
 
 @kind("row_remap_pending", INF, "A row remap is pending (GPU reset needed): uncorrectable remapped rows +1, "
-                                "ROW_REMAP_PENDING = 1 (extended CSV), Xid 63. Default: last hero node, GPU 6.")
+                                "ROW_REMAP_PENDING = 1 (extended CSV), Xid 63. Default: last hero node, GPU 6.",
+      targets=("node", "gpu"))
 def _row_remap_pending(scene: Scene, spec: Spec, start: int, end: int) -> Fault:
     return _row_remap(scene, spec, start, end, "pending", 6, 63)
 
 
 @kind("thermal", 1200, "Thermal / HW slowdown: GPU at 92 C, SM clock halved, power down, hw_slowdown and "
-                       "hw_thermal clock events, thermal violation time grows. Default: first hero node, GPU 4.")
+                       "hw_thermal clock events, thermal violation time grows. Default: first hero node, GPU 4.",
+      targets=("node", "gpu"))
 def _thermal(scene: Scene, spec: Spec, start: int, end: int) -> Fault:
     node, gpu, target = _gpu_fault(scene, spec, scene.hero(0), 4)
     key, s, e = (node.index, gpu), scene.idx(start), scene.idx(end)
@@ -412,7 +533,7 @@ def _thermal(scene: Scene, spec: Spec, start: int, end: int) -> Fault:
 
 
 @kind("nvlink_errors", 1200, "NVLink CRC flit/data, replay and recovery error counters climb; NVLINK health WARN. "
-                             "Default: first hero node, GPU 5.")
+                             "Default: first hero node, GPU 5.", targets=("node", "gpu"))
 def _nvlink(scene: Scene, spec: Spec, start: int, end: int) -> Fault:
     node, gpu, target = _gpu_fault(scene, spec, scene.hero(0), 5)
     key, s, e = (node.index, gpu), scene.idx(start), scene.idx(end)
@@ -428,7 +549,7 @@ def _nvlink(scene: Scene, spec: Spec, start: int, end: int) -> Fault:
 
 
 @kind("pcie_replay_storm", 1200, "PCIe replay counter climbs at ~200/s and PCIe throughput halves; PCIE health WARN. "
-                                 "Default: first hero node, GPU 6.")
+                                 "Default: first hero node, GPU 6.", targets=("node", "gpu"))
 def _pcie(scene: Scene, spec: Spec, start: int, end: int) -> Fault:
     node, gpu, target = _gpu_fault(scene, spec, scene.hero(0), 6)
     key, s, e = (node.index, gpu), scene.idx(start), scene.idx(end)
@@ -441,14 +562,19 @@ def _pcie(scene: Scene, spec: Spec, start: int, end: int) -> Fault:
 
 
 @kind("idle_gpus", 4500, "Allocated but idle: the GPUs only the second interactive job holds (not the shared one) "
-                         "drop to 0% utilisation while their memory stays allocated (default 75 min).")
+                         "drop to 0% utilisation while their memory stays allocated (default 75 min).",
+      targets=("job", "gpu"))
 def _idle(scene: Scene, spec: Spec, start: int, end: int) -> Fault:
     jobs = scene.cluster.roles.interactive_jobs
     job = scene.job(spec, jobs[-1] if jobs else None)
     shared = scene.cluster.roles.shared_gpu
     gpus = [(n, g) for n, g in job.gpus if (n, g) != shared] or list(job.gpus)
     if spec.gpu is not None:
+        held = ",".join(str(g) for _, g in gpus)
         gpus = [(n, g) for n, g in gpus if g == spec.gpu]
+        if not gpus:
+            raise scene.refuse(f"job {job.id} holds GPUs {held} without sharing them, not GPU {spec.gpu}",
+                               "use gpu=" + held.replace(",", " or gpu="))
     effects = tuple(Effect("gpu_idle", key, scene.idx(start), scene.idx(end)) for key in gpus)
     node = scene.cluster.nodes[gpus[0][0]]
     span = min(3600, end - start, scene.window.duration - start - scene.window.step)
@@ -466,7 +592,7 @@ def _ib_fault(scene: Scene, spec: Spec, default_node: int | None, default_hca: i
 
 
 @kind("ib_port_down", 900, "An IB port goes down: state 1 (down), physical state 3 (disabled), link_downed +1, "
-                           "no traffic. Default: first hero node, mlx5_1 port 1.")
+                           "no traffic. Default: first hero node, mlx5_1 port 1.", targets=("node", "hca"))
 def _ib_down(scene: Scene, spec: Spec, start: int, end: int) -> Fault:
     node, hca, target = _ib_fault(scene, spec, scene.hero(0), 1)
     effects = (Effect("ib_down", (node.index, hca), scene.idx(start), scene.idx(end)),)
@@ -479,7 +605,8 @@ def _ib_down(scene: Scene, spec: Spec, start: int, end: int) -> Fault:
 
 
 @kind("ib_link_flap", 1200, "An IB link flaps every 3 minutes (one scrape down, polling), link_downed and "
-                            "link_error_recovery count each flap. Default: last hero node, mlx5_2.")
+                            "link_error_recovery count each flap. Default: last hero node, mlx5_2.",
+      targets=("node", "hca"))
 def _ib_flap(scene: Scene, spec: Spec, start: int, end: int) -> Fault:
     node, hca, target = _ib_fault(scene, spec, scene.hero(-1), 2)
     effects = (Effect("ib_flap", (node.index, hca), scene.idx(start), scene.idx(end), (("period", 180),)),)
@@ -490,7 +617,7 @@ def _ib_flap(scene: Scene, spec: Spec, start: int, end: int) -> Fault:
 
 
 @kind("ib_symbol_errors", 1800, "Symbol errors (~3/s) and receive errors on an IB port: a bad cable or transceiver. "
-                                "Default: first hero node, mlx5_3.")
+                                "Default: first hero node, mlx5_3.", targets=("node", "hca"))
 def _ib_symbol(scene: Scene, spec: Spec, start: int, end: int) -> Fault:
     node, hca, target = _ib_fault(scene, spec, scene.hero(0), 3)
     effects = (Effect("ib_symbol_errors", (node.index, hca), scene.idx(start), scene.idx(end)),)
@@ -501,7 +628,8 @@ def _ib_symbol(scene: Scene, spec: Spec, start: int, end: int) -> Fault:
 
 
 @kind("ib_link_degraded", 1800, "An IB link retrains at a quarter of its rate (1X width instead of 4X: a bad cable or "
-                                 "connector) and its traffic is capped there. Default: last hero node, mlx5_0.")
+                                 "connector) and its traffic is capped there. Default: last hero node, mlx5_0.",
+      targets=("node", "hca"))
 def _ib_degraded(scene: Scene, spec: Spec, start: int, end: int) -> Fault:
     node, hca, target = _ib_fault(scene, spec, scene.hero(-1), 0)
     effects = (Effect("ib_degraded", (node.index, hca), scene.idx(start), scene.idx(end), (("factor", 0.25),)),)
@@ -513,11 +641,11 @@ def _ib_degraded(scene: Scene, spec: Spec, start: int, end: int) -> Fault:
 
 
 @kind("ib_congestion", 1200, "Fabric congestion: port_xmit_wait climbs ~1000x on every HCA of the hero job's nodes, "
-                             "throughput -40%, NCCL collectives 2x slower, training 1.2x slower.")
+                             "throughput -40%, NCCL collectives 2x slower, training 1.2x slower.", targets=("node",))
 def _ib_congestion(scene: Scene, spec: Spec, start: int, end: int) -> Fault:
     nodes = [scene.node(spec, None)] if spec.node else [scene.cluster.nodes[i] for i in scene.cluster.roles.hero]
     if not nodes:
-        raise UserError("scenario ib_congestion: the cluster has no hero node; name one with node=...")
+        raise scene.refuse("the cluster has no hero node", "add --nodes or name one with node=")
     s, e = scene.idx(start), scene.idx(end)
     effects = [Effect("ib_congestion", (n.index, hca), s, e) for n in nodes for hca in n.hcas]
     job = scene.job_on(nodes[0].index, start)
@@ -555,7 +683,7 @@ def _rank0(scene: Scene, job: Job) -> tuple[Node, str]:
 
 
 @kind("checkpoint_stall", 1200, "The hero job's checkpoint write stalls: Lustre job writes drop to a trickle, no "
-                                "step completes, GPUs wait idle.")
+                                "step completes, GPUs wait idle.", targets=("job",))
 def _checkpoint_stall(scene: Scene, spec: Spec, start: int, end: int) -> Fault:
     job = _hero_job(scene, spec)
     effects = (Effect("job_stall", (job.id,), scene.idx(start), scene.idx(end)),)
@@ -568,13 +696,14 @@ def _checkpoint_stall(scene: Scene, spec: Spec, start: int, end: int) -> Fault:
 
 
 @kind("straggler", 1800, "One rank of the hero job, on a slow node, takes 1.6x longer per step; the job slows to its "
-                         "pace. Default: the rank on the last hero node's GPU 0.")
+                         "pace. Default: the rank on the last hero node's GPU 0.", targets=("job", "node", "gpu"))
 def _straggler(scene: Scene, spec: Spec, start: int, end: int) -> Fault:
     job = _hero_job(scene, spec)
     node = scene.node(spec, job.gpus[-1][0])
     gpu = scene.gpu(spec, node, 0)
     if (node.index, gpu) not in job.gpus:
-        raise UserError(f"scenario straggler: job {job.id} has no rank on {node.name} GPU {gpu}")
+        raise scene.refuse(f"job {job.id} has no rank on {node.name} GPU {gpu}",
+                           "name a node= and gpu= the job runs on")
     rank = job.rank_of(node.index, gpu)
     s, e = scene.idx(start), scene.idx(end)
     effects = (Effect("rank_slow", (job.id, rank), s, e, (("factor", 1.6),)),)
@@ -585,7 +714,8 @@ def _straggler(scene: Scene, spec: Spec, start: int, end: int) -> Fault:
                  f"rank {rank} of job {job.id} straggles on {node.name}", effects, tuple(expectations))
 
 
-@kind("nccl_latency_spike", 600, "NCCL collectives of the hero job take 8x longer (bus bandwidth /8); steps 1.3x slower.")
+@kind("nccl_latency_spike", 600, "NCCL collectives of the hero job take 8x longer (bus bandwidth /8); steps 1.3x slower.",
+      targets=("job",))
 def _nccl_spike(scene: Scene, spec: Spec, start: int, end: int) -> Fault:
     job = _hero_job(scene, spec)
     s, e = scene.idx(start), scene.idx(end)
@@ -599,7 +729,7 @@ def _nccl_spike(scene: Scene, spec: Spec, start: int, end: int) -> Fault:
 
 
 @kind("training_hang", 1800, "The hero job hangs in a collective: no step progress, last-step timestamp frozen, "
-                             "GPUs still show 100% utilisation (spinning NCCL kernels) at low power.")
+                             "GPUs still show 100% utilisation (spinning NCCL kernels) at low power.", targets=("job",))
 def _hang(scene: Scene, spec: Spec, start: int, end: int) -> Fault:
     job = _hero_job(scene, spec)
     effects = (Effect("job_hang", (job.id,), scene.idx(start), scene.idx(end)),)
@@ -614,7 +744,8 @@ def _hang(scene: Scene, spec: Spec, start: int, end: int) -> Fault:
 
 
 @kind("slurm_nodes_down", 2400, "A batch node goes down (powered off: its exporters stop, its job ends NODE_FAIL) "
-                                "and another is drained (its job finishes, nothing new starts). node=X: only X goes down.")
+                                "and another is drained (its job finishes, nothing new starts). node=X: only X goes down.",
+      targets=("node",))
 def _nodes_down(scene: Scene, spec: Spec, start: int, end: int) -> Fault:
     down = scene.node(spec, scene.batch(0))
     drained = None
@@ -654,7 +785,8 @@ def _backlog(scene: Scene, spec: Spec, start: int, end: int) -> Fault:
 
 
 @kind("oom_kill", 0, "The job on the first batch node running one is OOM-killed at start: host memory runs out over "
-                     "3 minutes, the job ends OUT_OF_MEMORY and its GPUs lose the hpc_job label.")
+                     "3 minutes, the job ends OUT_OF_MEMORY and its GPUs lose the hpc_job label.",
+      targets=("node",), timing=("start",))
 def _oom(scene: Scene, spec: Spec, start: int, end: int) -> Fault:
     candidates = [scene.node(spec, None).index] if spec.node else list(scene.cluster.roles.batch)
     for index in candidates:
@@ -662,7 +794,7 @@ def _oom(scene: Scene, spec: Spec, start: int, end: int) -> Fault:
         if job is not None and len(job.nodes) == 1:
             break
     else:
-        raise UserError("scenario oom_kill: no batch node runs a job at its start; add nodes or move start=")
+        raise scene.refuse("no batch node runs a job at its start", "add --nodes or move start=")
     node = scene.cluster.nodes[index]
     scene.end_job(job, start, "OUT_OF_MEMORY")
     effects = (Effect("mem_pressure", (index,), scene.idx(start - 180), scene.idx(start)),)
@@ -677,7 +809,7 @@ def _oom(scene: Scene, spec: Spec, start: int, end: int) -> Fault:
 
 
 @kind("exporter_down", 900, "dcgm-exporter on one node stops answering: up = 0, its GPU series are absent. "
-                            "Default: the last batch node (or the shared node).")
+                            "Default: the last batch node (or the shared node).", targets=("node",))
 def _exporter_down(scene: Scene, spec: Spec, start: int, end: int) -> Fault:
     default = scene.batch(-1) if scene.cluster.roles.batch else scene.cluster.roles.shared
     node = scene.node(spec, default)
@@ -692,7 +824,8 @@ def _exporter_down(scene: Scene, spec: Spec, start: int, end: int) -> Fault:
 
 
 @kind("prolog_not_writing", 1800, "The prolog stops writing on one node: no GPU mapping files (series lose hpc_job) "
-                                  "and no job-info series, while the GPUs stay busy. Default: a batch node running a job.")
+                                  "and no job-info series, while the GPUs stay busy. Default: a batch node running a job.",
+      targets=("node",))
 def _prolog(scene: Scene, spec: Spec, start: int, end: int) -> Fault:
     roles = scene.cluster.roles
     if spec.node:
@@ -747,7 +880,7 @@ def _security_fault(scene: Scene, kind: str, node: Node, start: int, end: int, w
 
 
 @kind("unexpected_outbound", 900, "Falco rule 'Unexpected outbound connection destination' matches on the first hero "
-                                  "node: 3 matches at start, then one a minute.")
+                                  "node: 3 matches at start, then one a minute.", targets=("node",))
 def _outbound(scene: Scene, spec: Spec, start: int, end: int) -> Fault:
     node = scene.node(spec, scene.hero(0))
     return _security_fault(scene, "unexpected_outbound", node, start, end, f"outbound connection from {node.name}",
@@ -755,7 +888,8 @@ def _outbound(scene: Scene, spec: Spec, start: int, end: int) -> Fault:
 
 
 @kind("checkpoint_foreign_read", 600, "A process outside the job reads the hero job's checkpoint from the shared node: "
-                                      "a Falco rule match and a Tetragon policy event (kprobe security_file_open).")
+                                      "a Falco rule match and a Tetragon policy event (kprobe security_file_open).",
+      targets=("node",))
 def _foreign_read(scene: Scene, spec: Spec, start: int, end: int) -> Fault:
     node = scene.node(spec, scene.cluster.roles.shared if scene.cluster.roles.shared is not None else scene.hero(0))
     return _security_fault(scene, "checkpoint_foreign_read", node, start, end,
@@ -764,7 +898,7 @@ def _foreign_read(scene: Scene, spec: Spec, start: int, end: int) -> Fault:
 
 @kind("crypto_miner", 900, "A crypto miner in a batch job connects to a mining pool: Falco's CRITICAL miner-pool "
                            "rule matches and a Tetragon policy kills the miner (selector action signal), a few times "
-                           "a minute. Default: last batch node.")
+                           "a minute. Default: last batch node.", targets=("node",))
 def _miner(scene: Scene, spec: Spec, start: int, end: int) -> Fault:
     node = scene.node(spec, scene.batch(-1))
     return _security_fault(scene, "crypto_miner", node, start, end, f"crypto miner on {node.name}", MINER_RULE,
@@ -819,17 +953,17 @@ def resolve(specs: list[Spec], ctx: Context, cluster: Cluster, seed: int) -> Fau
     scene = Scene(ctx, cluster, seed)
     expanded: list[Spec] = []
     for spec in specs:
-        expanded += realistic_week(scene) if spec.kind == "realistic_week" else [spec]
+        expanded += realistic_week(scene) if spec.kind == REALISTIC_WEEK else [spec]
     faults = []
     for spec in expanded:
-        name = spec.kind
-        entry = KINDS.get(name) or (KINDS["xid48"] if re.fullmatch(r"xid\d+", name) else None)
-        if entry is None:
-            raise UserError(f"unknown scenario {name!r}; known: {', '.join(sorted(KINDS))}, xid<N>, realistic_week")
+        entry = kind_named(spec.kind, spec.text)
+        scene.spec = spec
         start = spec.start if spec.start is not None else min(DEFAULT_START, cluster.window.duration // 6)
+        if start >= cluster.window.duration:
+            raise scene.refuse(f"start={_duration_text(start)} is not before the end of the simulation "
+                               f"({_duration_text(cluster.window.duration)})", "start it earlier, or give more --hours")
         start = start // cluster.window.step * cluster.window.step
         length = spec.duration if spec.duration is not None else entry.duration
         end = INF if length >= INF or math.isinf(length) else start + length
-        scene.kind = name
         faults.append(entry.resolve(scene, spec, start, end))
     return Faults(cluster.with_jobs(scene.jobs.values()), faults)
