@@ -1,50 +1,78 @@
-"""Offline checks on PromQL text (a pint-like subset): which metrics an expression reads.
+"""Which metrics a PromQL expression reads, from promql-parser's syntax tree.
 
-Not a full parser: strings, label matchers, grouping clauses and durations are removed, and what
-is left that is neither a function, a keyword nor a number is a metric name. promtool parses for real.
+Dashboard expressions may hold Grafana variables and be template queries (`label_values(expr, label)`,
+`query_result(expr)`): the PromQL inside is taken and the variables replaced by values of their kind
+before parsing.
 """
 from __future__ import annotations
 
 import re
+from functools import cache
 
-FUNCTIONS = {
-    "abs", "absent", "absent_over_time", "avg_over_time", "ceil", "changes", "clamp", "clamp_max", "clamp_min",
-    "count_over_time", "day_of_month", "day_of_week", "days_in_month", "delta", "deriv", "exp", "floor",
-    "histogram_quantile", "holt_winters", "hour", "idelta", "increase", "irate", "label_join", "label_replace",
-    "last_over_time", "ln", "log10", "log2", "max_over_time", "min_over_time", "minute", "month",
-    "predict_linear", "present_over_time", "quantile_over_time", "rate", "resets", "round", "scalar", "sgn",
-    "sort", "sort_desc", "sqrt", "stddev_over_time", "stdvar_over_time", "sum_over_time", "time", "timestamp",
-    "vector", "year", "label_values", "query_result",
-}
-AGGREGATIONS = {"sum", "min", "max", "avg", "group", "stddev", "stdvar", "count", "count_values", "bottomk",
-                "topk", "quantile"}
-KEYWORDS = {"by", "without", "on", "ignoring", "group_left", "group_right", "and", "or", "unless", "bool",
-            "offset", "inf", "nan"}
+import promql_parser
+
+from .dashboard import GRAFANA_VARIABLE
 
 _STRING = re.compile(r'"(?:[^"\\]|\\.)*"|\'(?:[^\'\\]|\\.)*\'|`[^`]*`')
-_MATCHERS = re.compile(r"\{[^{}]*\}")
-_CLAUSE = re.compile(r"\b(by|without|on|ignoring|group_left|group_right)\s*\([^()]*\)")
-_RANGE = re.compile(r"\[[^\]]*\]")
-_TOKEN = re.compile(r"(?<![\w:.])([a-zA-Z_:][a-zA-Z0-9_:]*)")
-_LABEL_VALUES = re.compile(r"^\s*label_values\((.*),\s*[a-zA-Z_][a-zA-Z0-9_]*\s*\)\s*$", re.S)
-_GRAFANA_VAR = re.compile(r"\$\{?\w+(?::\w+)?\}?|\[\[\w+\]\]")
+_TEMPLATE_QUERY = re.compile(r"\s*(label_values|query_result)\((.*)\)\s*", re.S)
+_LABEL_VALUES_ARGUMENTS = re.compile(r"(?:(.*),)?\s*[a-zA-Z_][a-zA-Z0-9_]*\s*", re.S)
+_BEFORE_DURATION = re.compile(r"(\[[^\]]*|\boffset\s*-?\s*)\Z")
 
 
 def metric_names(expr: str) -> set[str]:
-    """Metric names an expression selects."""
-    text = _LABEL_VALUES.sub(r"\1", expr)
-    text = _GRAFANA_VAR.sub("1", text)
-    text = _STRING.sub('""', text)
-    text = _MATCHERS.sub("", text)
-    text = _CLAUSE.sub("", text)
-    text = _RANGE.sub("", text)
+    """Metric names an expression selects: selector names and `__name__="..."` matchers."""
+    return set(_metric_names(expr))
+
+
+@cache
+def _metric_names(expr: str) -> frozenset[str]:
+    promql = promql_text(expr)
+    if promql is None:
+        return frozenset()
+    try:
+        tree = promql_parser.parse(_plain_regexes(promql))
+    except ValueError as exc:
+        raise ValueError(f"not PromQL ({exc}): {expr}") from None
     names = set()
-    for match in _TOKEN.finditer(text):
-        token = match.group(1)
-        following = text[match.end():].lstrip()
-        if token in FUNCTIONS | AGGREGATIONS | KEYWORDS:
-            continue
-        if re.fullmatch(r"[0-9a-fA-Fx.e+-]+", token) or following.startswith("("):
-            continue
-        names.add(token)
-    return names
+
+    def visit(node) -> None:
+        if isinstance(node, promql_parser.VectorSelector):
+            if node.name:
+                names.add(node.name)
+            matchers = node.matchers
+            names.update(m.value for group in (matchers.matchers, *matchers.or_matchers) for m in group
+                         if m.name == "__name__" and m.op == promql_parser.MatchOp.Equal)
+
+    promql_parser.walk(tree, visit)
+    return frozenset(names)
+
+
+def _plain_regexes(promql: str) -> str:
+    """Regex matcher values replaced by a plain one: they name no metric, and the parser compiles them with
+    Rust's regex crate, which refuses some patterns that Prometheus' RE2 accepts (`{{a}}`)."""
+    def plain(string: re.Match) -> str:
+        return '"x"' if promql[:string.start()].rstrip().endswith(("=~", "!~")) else string.group()
+    return _STRING.sub(plain, promql)
+
+
+def promql_text(expr: str) -> str | None:
+    """The PromQL of a dashboard expression, Grafana variables outside string literals replaced by a duration
+    in a range or after `offset`, by a number elsewhere; None for `label_values(label)`, which reads no series."""
+    query = _TEMPLATE_QUERY.fullmatch(expr)
+    if query:
+        kind, expr = query.groups()
+        if kind == "label_values":
+            arguments = _LABEL_VALUES_ARGUMENTS.fullmatch(expr)
+            if arguments is None:
+                raise ValueError(f"label_values takes (expr, label) or (label): {query.group()}")
+            expr = arguments.group(1)
+            if expr is None:
+                return None
+    code = _STRING.sub(lambda string: " " * len(string.group()), expr)   # same offsets, strings blanked
+
+    def value(variable: re.Match) -> str:
+        if code[variable.start()] == " ":          # inside a string literal: text, left as it is
+            return variable.group()
+        return "1m" if _BEFORE_DURATION.search(code, 0, variable.start()) else "1"
+
+    return GRAFANA_VARIABLE.sub(value, expr)

@@ -1,7 +1,8 @@
-"""config -> rules -> alerts -> dashboards -> rendered files (DESIGN.md §3). Pure: nothing is written here."""
+"""config -> rules -> alerts -> dashboards -> rendered files. Pure: nothing is written here."""
 from __future__ import annotations
 
 from collections import defaultdict
+from dataclasses import replace
 
 import alerts
 import dashboards
@@ -9,14 +10,17 @@ import recording_rules
 from alerts import alertmanager
 
 from . import dashboard as dashboard_engine
-from . import promtest, provisioning
+from . import lint, promtest, provisioning
 from .config import Config
 from .context import Context
 from .render import GENERATED, json_text, yaml_text
-from .rules import Group
+from .rules import Group, Record
 
 RULES_DIR = "prometheus/rules"
 TESTS_DIR = "prometheus/tests"
+# The recording groups of other domains a domain's tests read, one file per test file. A folder of its own:
+# `promtool test rules prometheus/tests/*.yaml` takes every YAML file directly in prometheus/tests/ for a test.
+TEST_RULES_DIR = f"{TESTS_DIR}/rules"
 
 
 def rule_groups(ctx: Context) -> dict[str, list[Group]]:
@@ -43,7 +47,13 @@ def generate(config: Config) -> dict[str, str]:
     for domain, domain_groups in groups.items():
         files[f"{RULES_DIR}/{domain}.rules.yaml"] = yaml_text(
             {"groups": [g.to_dict(grafana_url, runbook_base) for g in domain_groups]}, GENERATED)
-        rule_files = [f"../rules/{d}.rules.yaml" for d in domains_needed(groups, domain)]
+        # The tests load the domain's own rule file as deployed, so they prove exactly what Prometheus runs.
+        rule_files = [f"../rules/{domain}.rules.yaml"]
+        read = recording_groups_read(groups, domain)
+        if read:
+            files[f"{TEST_RULES_DIR}/{domain}.rules.yaml"] = yaml_text(
+                {"groups": [g.to_dict(grafana_url, runbook_base) for g in read]}, GENERATED)
+            rule_files.insert(0, f"rules/{domain}.rules.yaml")
         files[f"{TESTS_DIR}/{domain}.tests.yaml"] = yaml_text(
             promtest.test_file(domain_groups, rule_files, ctx.scrape_interval, grafana_url, runbook_base), GENERATED)
 
@@ -58,20 +68,26 @@ def generate(config: Config) -> dict[str, str]:
     return dict(sorted(files.items()))
 
 
-def domains_needed(groups: dict[str, list[Group]], domain: str) -> list[str]:
-    """The domain and every domain whose records it reads, transitively: a test file loads only those
-    rule files (promtool evaluates every loaded group at every step, so fewer files, faster tests)."""
-    from . import lint
-    producer = {r.record: d for d, gs in groups.items() for g in gs for r in g.rules if hasattr(r, "record")}
-    needed, todo = set(), [domain]
+def recording_groups_read(groups: dict[str, list[Group]], domain: str) -> list[Group]:
+    """The recording rules of other domains that the domain's rules read, transitively, as their groups in
+    dependency order: with the domain's own rule file, all that its test file loads. promtool evaluates
+    every loaded rule at every step of every test, so alerts and unread groups of other domains stay out."""
+    producer = {r.record: g for gs in groups.values() for g in gs for r in g.rules if isinstance(r, Record)}
+    read: set[str] = set()
+    todo = list(groups[domain])
     while todo:
-        current = todo.pop()
-        if current in needed:
-            continue
-        needed.add(current)
-        todo += [producer[n] for g in groups[current] for r in g.rules for n in lint.metric_names(r.expr)
-                 if n in producer]
-    return sorted(needed)
+        for name in _names_read(todo.pop()):
+            group = producer.get(name)
+            if group is not None and group.domain != domain and group.name not in read:
+                read.add(group.name)
+                todo.append(group)
+    recording = [replace(g, rules=[r for r in g.rules if isinstance(r, Record)])
+                 for gs in groups.values() for g in gs if g.name in read]
+    return [g for layer in layers(recording) for g in layer]
+
+
+def _names_read(group: Group) -> set[str]:
+    return {name for rule in group.rules for name in lint.metric_names(rule.expr)}
 
 
 def layers(groups: list[Group]) -> list[list[Group]]:
@@ -80,10 +96,8 @@ def layers(groups: list[Group]) -> list[list[Group]]:
     Rulers evaluate groups independently, and backfilling (promtool tsdb create-blocks-from rules,
     vmalert replay) sees only what is already stored, so records are replayed layer by layer.
     """
-    from . import lint
-    producer = {r.record: g.name for g in groups for r in g.rules if hasattr(r, "record")}
-    needs = {g.name: {producer[n] for r in g.rules for n in lint.metric_names(r.expr) if n in producer} - {g.name}
-             for g in groups}
+    producer = {r.record: g.name for g in groups for r in g.rules if isinstance(r, Record)}
+    needs = {g.name: {producer[n] for n in _names_read(g) if n in producer} - {g.name} for g in groups}
     ordered, placed = [], set()
     while len(placed) < len(groups):
         ready = [g for g in groups if g.name not in placed and needs[g.name] <= placed]

@@ -1,14 +1,23 @@
-"""Deterministic serialisation: sorted keys, LF, trailing newline, literal blocks for multi-line strings."""
+"""Deterministic serialisation: sorted keys, LF, trailing newline, literal blocks for multi-line strings.
+
+YAML is written and read by libyaml (PyYAML's C classes) when PyYAML has it, else by the pure-Python
+classes, with the same bytes either way: out/ must not depend on how PyYAML was built.
+"""
 from __future__ import annotations
 
 import json
+import re
 from typing import Any
 
 import yaml
 
+LIBYAML = hasattr(yaml, "CSafeDumper")
+SafeLoader = yaml.CSafeLoader if LIBYAML else yaml.SafeLoader
 
-class _Dumper(yaml.SafeDumper):
-    pass
+# libyaml's emitter writes these differently from the pure-Python one (escapes, complex keys, a `...`
+# document end): control and line-separator characters, characters beyond U+FFFF, an empty or trailing-blank-
+# line string. Data holding any of them goes through the pure-Python emitter.
+_LIBYAML_DIFFERS = re.compile("[^\t\n\x20-\x7e\xa0-\u2027\u202a-\ud7ff\ue000-\ufefe\uff00-\ufffd]|(?:\\A|\n)\n\\Z")
 
 
 def _str(dumper: yaml.SafeDumper, value: str):
@@ -16,13 +25,37 @@ def _str(dumper: yaml.SafeDumper, value: str):
     return dumper.represent_scalar("tag:yaml.org,2002:str", value, style=style)
 
 
-_Dumper.add_representer(str, _str)
+def _dumper(base: type) -> type:
+    class Dumper(base):
+        pass
+    Dumper.add_representer(str, _str)
+    return Dumper
+
+
+_PYTHON_DUMPER = _dumper(yaml.SafeDumper)
+_LIBYAML_DUMPER = _dumper(yaml.CSafeDumper) if LIBYAML else _PYTHON_DUMPER
+
+
+def _same_in_libyaml(data: Any) -> bool:
+    if isinstance(data, str):
+        return not _LIBYAML_DIFFERS.search(data)
+    if isinstance(data, dict):
+        return all(key != "" and _same_in_libyaml(key) and _same_in_libyaml(value) for key, value in data.items())
+    if isinstance(data, (list, tuple)):
+        return all(_same_in_libyaml(item) for item in data)
+    return True
 
 
 def yaml_text(data: Any, header: str = "") -> str:
-    body = yaml.dump(data, Dumper=_Dumper, sort_keys=True, default_flow_style=False, allow_unicode=True,
+    dumper = _LIBYAML_DUMPER if _same_in_libyaml(data) else _PYTHON_DUMPER
+    body = yaml.dump(data, Dumper=dumper, sort_keys=True, default_flow_style=False, allow_unicode=True,
                      width=1_000_000, indent=2)
     return header + body
+
+
+def load_yaml(text: str) -> Any:
+    """yaml.safe_load, through libyaml when PyYAML has it."""
+    return yaml.load(text, Loader=SafeLoader)
 
 
 def json_text(data: Any) -> str:

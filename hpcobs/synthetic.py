@@ -2,17 +2,16 @@
 
 Names come from the catalogue for the requested version; labels follow the exporter's templates
 (dcgm-exporter: gpu, UUID, pci_bus_id, device, modelName, Hostname|hostname, optional hpc_job), the same
-label values the simulator emits (hpcobs.simulate.labels).
+label values the simulator emits (hpcobs.exporter_labels).
 """
 from __future__ import annotations
 
 import re
 
 from .context import Context
+from .exporter_labels import EXPORTER_PORTS, amd_gpu_labels, dcgm_gpu_labels
 from .promql import si_factor
 from .ruletest import Series
-from .simulate.labels import amd_gpu_labels, dcgm_gpu_labels
-from .simulate.model import EXPORTER_PORTS
 
 
 def dcgm(ctx: Context, signal: str, values: str, *, node: str, gpu: str, version: str | None = None,

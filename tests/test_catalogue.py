@@ -1,10 +1,17 @@
 """The catalogue is well formed and every raw metric that rules and dashboards read is in it."""
 import json
+import subprocess
+import sys
+from pathlib import Path
 
+import jsonschema
+import pytest
 import yaml
 
 from hpcobs import catalogue, lint
 from hpcobs.sources import Sources
+
+ROOT = Path(__file__).resolve().parent.parent
 
 
 def recorded_names(generated):
@@ -26,7 +33,8 @@ def expressions(generated):
             dashboard = json.loads(text)
             for panel in dashboard["panels"]:
                 for target in panel.get("targets", []):
-                    yield path, target["expr"]
+                    if target["datasource"]["type"] == "prometheus":     # Loki's are LogQL
+                        yield path, target["expr"]
             for variable in dashboard["templating"]["list"]:
                 if variable["type"] == "query":
                     yield path, variable["query"]
@@ -39,6 +47,34 @@ def test_every_catalogue_file_loads():
     for exporter in exporters.values():
         for metric in exporter.all_metrics():
             assert metric.source and metric.help, (exporter.id, metric.signal)
+
+
+def test_the_catalogue_schema_is_a_valid_json_schema():
+    """load() validates every file with one validator and does not check the schema itself each time."""
+    jsonschema.Draft202012Validator.check_schema(catalogue._EXPORTER)
+
+
+def test_a_malformed_catalogue_file_is_named_with_its_key(tmp_path, monkeypatch):
+    (tmp_path / "bad.yaml").write_text("exporter: bad\ntitle: t\nsource: s\nhost: {regex: '(.+)', label: instance}\n"
+                                       "metrics: [{signal: x, name: x, type: gauge, unit: furlongs, help: h, source: s}]\n")
+    monkeypatch.setattr(catalogue, "HERE", tmp_path)
+    with pytest.raises(catalogue.CatalogueError, match=r"^bad\.yaml: metrics\.0\.unit: 'furlongs' is not one of"):
+        catalogue.load.__wrapped__()
+
+
+def test_a_build_reads_the_catalogue_once_on_demand_and_never_imports_the_simulator():
+    """Importing the CLI reads no catalogue file; generating everything reads them once; the rule-test series
+    share their label and port facts with the simulator through hpcobs.exporter_labels, not by importing it."""
+    code = ("import sys\n"
+            "import hpcobs.cli\n"
+            "from hpcobs import catalogue, config, pipeline\n"
+            "print(catalogue.load.cache_info().misses)\n"
+            "pipeline.generate(config.load())\n"
+            "print(catalogue.load.cache_info().misses)\n"
+            "print(sorted(name for name in sys.modules if name.startswith('hpcobs.simulate')))\n")
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT, timeout=300)
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.split("\n") == ["0", "1", "[]", ""]
 
 
 def test_dcgm_versions_resolve_names_units_and_host_labels():

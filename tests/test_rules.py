@@ -1,19 +1,26 @@
 """Rule files: shape (SchemaStore), meaning (promtool check + test), and that the tests have teeth."""
+import posixpath
 import re
 
 import pytest
 import yaml
 
-from hpcobs import pipeline, tools, validate
+from hpcobs import lint, pipeline, tools, validate
 from hpcobs.context import Context
 from hpcobs.rules import Alert, Record
 
 RULE_FILES = "prometheus/rules/"
 TEST_FILES = "prometheus/tests/"
+TEST_RULE_FILES = "prometheus/tests/rules/"
 
 
 def files_under(generated, prefix):
     return {p: t for p, t in generated.items() if p.startswith(prefix)}
+
+
+def rule_test_files(generated):
+    """The promtool test files (prometheus/tests/rules/ holds rule files they load)."""
+    return {p: t for p, t in files_under(generated, TEST_FILES).items() if not p.startswith(TEST_RULE_FILES)}
 
 
 def test_rule_files_match_the_schemastore_schema(generated):
@@ -22,6 +29,7 @@ def test_rule_files_match_the_schemastore_schema(generated):
 
 
 def test_rule_test_files_match_the_schemastore_schema(generated):
+    assert rule_test_files(generated) and files_under(generated, TEST_RULE_FILES)
     for path, text in files_under(generated, TEST_FILES).items():
         assert validate.schema_errors(path, text) == []
 
@@ -34,7 +42,7 @@ def test_every_rule_file_passes_promtool_check(generated, generated_tree):
 
 
 def test_every_rule_test_passes(generated, generated_tree):
-    paths = [generated_tree / p for p in files_under(generated, TEST_FILES)]
+    paths = [generated_tree / p for p in rule_test_files(generated)]
     result = tools.test_rules(*paths)
     assert result.ok, result.output
 
@@ -51,11 +59,46 @@ def test_every_recording_rule_has_an_expected_output_test(groups):
 
 def test_every_alert_fires_and_stays_silent_somewhere(groups, generated):
     """promtool has no coverage report: this is ours."""
-    tests = [t for p, text in files_under(generated, TEST_FILES).items() for t in yaml.safe_load(text)["tests"]]
+    tests = [t for text in rule_test_files(generated).values() for t in yaml.safe_load(text)["tests"]]
     for alert in (r for g in groups for r in g.rules if isinstance(r, Alert)):
         mine = [a for t in tests for a in t.get("alert_rule_test", []) if a["alertname"] == alert.alert]
         assert any(a["exp_alerts"] for a in mine), f"{alert.alert} never shown firing"
         assert any(not a["exp_alerts"] for a in mine), f"{alert.alert} never shown silent"
+
+
+def test_each_test_file_loads_its_rule_file_and_only_the_recording_groups_it_reads(generated):
+    """promtool evaluates every loaded rule at every step of every test: a domain's test file loads its own rule
+    file as deployed, plus copies of exactly the recording groups of other domains that its rules read,
+    transitively (no alert, no unread group), each after the groups it reads."""
+    deployed = {path: yaml.safe_load(text)["groups"] for path, text in files_under(generated, RULE_FILES).items()}
+    producer = {rule["record"]: (path, group["name"]) for path, groups in deployed.items() for group in groups
+                for rule in group["rules"] if "record" in rule}
+    copies_seen = 0
+    for path, text in rule_test_files(generated).items():
+        domain = path.removeprefix(TEST_FILES).removesuffix(".tests.yaml")
+        own = f"{RULE_FILES}{domain}.rules.yaml"
+        copies = f"{TEST_RULE_FILES}{domain}.rules.yaml"
+        loaded = yaml.safe_load(text)["rule_files"]
+        assert loaded[-1] == f"../rules/{domain}.rules.yaml"
+        assert loaded[:-1] == ([f"rules/{domain}.rules.yaml"] if copies in generated else [])
+        read, todo = set(), [r["expr"] for g in deployed[own] for r in g["rules"]]
+        while todo:
+            for name in lint.metric_names(todo.pop()):
+                if name in producer and producer[name][0] != own and producer[name][1] not in read:
+                    read.add(producer[name][1])
+                    todo += [r["expr"] for g in deployed[producer[name][0]] if g["name"] == producer[name][1]
+                             for r in g["rules"] if "record" in r]
+        copied = yaml.safe_load(generated[copies])["groups"] if copies in generated else []
+        assert {g["name"] for g in copied} == read, domain
+        earlier = set()
+        for group in copied:
+            original = next(g for gs in deployed.values() for g in gs if g["name"] == group["name"])
+            assert group["rules"] == [r for r in original["rules"] if "record" in r] and group["rules"], group["name"]
+            reads = {producer[n][1] for r in group["rules"] for n in lint.metric_names(r["expr"]) if n in producer}
+            assert reads - {group["name"]} <= earlier | {g["name"] for g in deployed[own]}, group["name"]
+            earlier.add(group["name"])
+        copies_seen += len(copied)
+    assert copies_seen, "no test file reads another domain's records: the check above proves nothing"
 
 
 def test_alert_conventions(groups, config):
@@ -82,12 +125,17 @@ def test_record_names_follow_level_metric_operations():
 
 
 def _break(generated, tmp_path, path, old, new):
+    """Break one rule file and run the test files that load it (the others load copies of what they read)."""
     files = dict(generated)
     assert old in files[path], f"{old!r} not in {path}"
     files[path] = files[path].replace(old, new, 1)
     from hpcobs import outdir
     outdir.write_tree(tmp_path, files)
-    return tools.test_rules(*(tmp_path / p for p in files_under(files, TEST_FILES)))
+    loading = [p for p, text in rule_test_files(files).items()
+               if path in {posixpath.normpath(posixpath.join(posixpath.dirname(p), f))
+                           for f in yaml.safe_load(text)["rule_files"]}]
+    assert loading, f"no test file loads {path}"
+    return tools.test_rules(*(tmp_path / p for p in loading))
 
 
 def test_tests_catch_a_missing_unit_conversion(generated, tmp_path):
@@ -159,5 +207,5 @@ def test_a_site_builds_and_passes_every_rule_test(tmp_path, site_text, in_gpu_ru
     assert all(spelling in files[RULE_FILES + "gpu.rules.yaml"] for spelling in in_gpu_rules)
     assert not [path for path, text in files.items() for name in nowhere if name in text]
     outdir.write_tree(tmp_path / "out", files)
-    result = tools.test_rules(*(tmp_path / "out" / p for p in files_under(files, TEST_FILES)))
+    result = tools.test_rules(*(tmp_path / "out" / p for p in rule_test_files(files)))
     assert result.ok, result.output

@@ -1,7 +1,8 @@
 """The exporter catalogue: every raw metric hpcobs reads, with exporter, versions, type, unit, labels, source.
 
-One YAML file per exporter beside this module. Content never spells a raw metric name: it asks the
-catalogue for (exporter, signal) and gets the name for the deployed version (see hpcobs.sources).
+One YAML file per exporter beside this module, read once, on the first load(). Content never spells a raw
+metric name: it asks the catalogue for (exporter, signal) and gets the name for the deployed version (see
+hpcobs.sources).
 """
 from __future__ import annotations
 
@@ -10,7 +11,8 @@ from functools import cache
 from pathlib import Path
 
 import jsonschema
-import yaml
+
+from ..render import load_yaml
 
 HERE = Path(__file__).resolve().parent
 
@@ -168,12 +170,11 @@ class Exporter:
         return list(out.values())
 
 
-def _load_file(path: Path) -> Exporter:
-    raw = yaml.safe_load(path.read_text(encoding="utf-8"))
-    try:
-        jsonschema.validate(raw, _EXPORTER)
-    except jsonschema.ValidationError as exc:
-        raise CatalogueError(f"{path.name}: {'.'.join(map(str, exc.absolute_path))}: {exc.message}") from None
+def _load_file(path: Path, validator: jsonschema.protocols.Validator) -> Exporter:
+    raw = load_yaml(path.read_text(encoding="utf-8"))
+    error = jsonschema.exceptions.best_match(validator.iter_errors(raw))
+    if error is not None:
+        raise CatalogueError(f"{path.name}: {'.'.join(map(str, error.absolute_path))}: {error.message}")
     signals = [m["signal"] for m in raw["metrics"]]
     duplicated = sorted({s for s in signals if signals.count(s) > 1})
     if duplicated:
@@ -195,8 +196,10 @@ def _load_file(path: Path) -> Exporter:
 def load() -> dict[str, Exporter]:
     """All exporters, by id."""
     exporters = {}
+    # One validator for every file: jsonschema.validate() would check the schema itself again for each.
+    validator = jsonschema.Draft202012Validator(_EXPORTER)
     for path in sorted(HERE.glob("*.yaml")):
-        exporter = _load_file(path)
+        exporter = _load_file(path, validator)
         if exporter.id in exporters:
             raise CatalogueError(f"{path.name}: exporter id {exporter.id!r} defined twice")
         exporters[exporter.id] = exporter

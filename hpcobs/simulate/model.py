@@ -18,15 +18,13 @@ from datetime import datetime, timezone
 from functools import cached_property
 
 from ..context import Context
+# Where the simulated exporters listen and the Slurm exporters run: the same as in the rule tests' series.
+from ..exporter_labels import EXPORTER_PORTS, SLURM_CONTROLLER
 from .core import Window, seeded
 
 DEFAULT_START = datetime(2026, 1, 1, tzinfo=timezone.utc)
 FOREVER = 10**9                       # "still running after the simulation ends"
 MIN_JOB_AGE = 300                     # Slurm MinJobAge: finished jobs stay visible this long
-# Listen ports of the exporters (label values of `instance`; defaults of each project).
-EXPORTER_PORTS = {"dcgm": 9400, "amd": 5000, "node_exporter": 9100, "lustre": 32221, "falco": 8765,
-                  "tetragon": 2112, "training": 9500, "slurm_sckyzo": 9341, "slurm_native": 6817,
-                  "slurm_jontk": 8080}
 # A GPU node has 100+ cores; 16 keeps node_cpu_seconds_total (cpus x 8 modes) from dominating the volume.
 CPUS_PER_NODE = 16
 MEMORY_BYTES = 2 * 1024**4
@@ -34,7 +32,6 @@ GPU_FB_MIB = 81559                    # H100 80GB HBM3 as nvidia-smi reports it
 GPU_FB_RESERVED_MIB = 530
 AMD_VRAM_MIB = 196608                 # MI300X 192 GiB
 HCAS_PER_NODE_MAX = 8                 # one compute HCA per GPU, as on a DGX H100
-SLURM_CONTROLLER = "slurmctld"
 LUSTRE_FS = "scratch"
 LUSTRE_SERVERS = {"mds01": ("MDT0000",), "oss01": ("OST0000", "OST0001"), "oss02": ("OST0002", "OST0003")}
 LUSTRE_OST_KIB = 120 * 1024**3        # 120 TiB per OST

@@ -6,8 +6,8 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterator
 
+from ..exporter_labels import gpu_uuid
 from .core import Family, accumulate, seeded, to_unit, where, window_mask
-from .labels import gpu_uuid
 from .model import (CPUS_PER_NODE, LUSTRE_FS, LUSTRE_OST_KIB, LUSTRE_SERVERS, MEMORY_BYTES, NFS_EXPORT,
                     NFS_SERVER_ADDRESS, Node)
 from .storage import lustre_used_fraction

@@ -1,14 +1,19 @@
-"""Label values of simulated hardware, shared by the simulator and the hand-written rule-test series.
+"""What the exporters write on their series, shared by the rule-test series (hpcobs.synthetic) and the simulator.
 
-Label *names* come from the catalogue (gpu_labels, host label and driver label per version);
-the values here (model, driver, UUID, PCI bus id) are invented but shaped like the real ones.
+Label *names* come from the catalogue (gpu_labels, host label and driver label per version); the values
+here (ports, controller host, model, driver, UUID, PCI bus id) are invented but shaped like the real ones.
 """
 from __future__ import annotations
 
 import hashlib
 
-from ..sources import Source
+from .sources import Source
 
+# Listen ports of the exporters (label values of `instance`; defaults of each project).
+EXPORTER_PORTS = {"dcgm": 9400, "amd": 5000, "node_exporter": 9100, "lustre": 32221, "falco": 8765,
+                  "tetragon": 2112, "training": 9500, "slurm_sckyzo": 9341, "slurm_native": 6817,
+                  "slurm_jontk": 8080}
+SLURM_CONTROLLER = "slurmctld"        # the host the Slurm exporters run on
 GPU_MODEL = "NVIDIA H100 80GB HBM3"
 DRIVER = "550.127.05"
 AMD_GPU_MODEL = "AMD Instinct MI300X"
