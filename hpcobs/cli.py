@@ -1,14 +1,20 @@
-"""Command line: `python build.py [build|check] [--config site.yaml] [--out DIR]`, and `simulate`."""
+"""Command line: `python build.py [build|check] [--config site.yaml] [--out DIR] [--profile]`, and `simulate`."""
 from __future__ import annotations
 
 import argparse
-import shutil
+import signal
 import sys
+import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
+from . import cache as cache_module
 from . import config as config_module
 from . import outdir, pipeline, validate
+from .cache import Cache
 from .errors import UserError
+from .timing import Timings
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -19,10 +25,22 @@ def _options(defaults: bool) -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(add_help=False)
     parser.add_argument("--config", metavar="FILE", help="site YAML merged over config/default.yaml",
                         **({"default": None} if defaults else keep))
-    parser.add_argument("--out", metavar="DIR", help="output directory (default: out/ beside build.py)",
+    parser.add_argument("--out", metavar="DIR",
+                        help="output directory (default: out/ beside build.py): new, empty or written by hpcobs",
                         **({"default": str(ROOT / "out")} if defaults else keep))
     parser.add_argument("--no-tool-checks", action="store_true",
                         help="skip promtool/amtool (schemas are still checked); for machines without them",
+                        **({"default": False} if defaults else keep))
+    parser.add_argument("--cache-dir", metavar="DIR",
+                        help="where successful promtool/amtool and schema results are kept between builds, keyed by "
+                             "a hash of everything that decides them; any run may delete it (default: "
+                             "$HPCOBS_CACHE_DIR, else $XDG_CACHE_HOME/hpcobs or ~/.cache/hpcobs)",
+                        **({"default": None} if defaults else keep))
+    parser.add_argument("--no-cache", action="store_true",
+                        help="validate everything again, without reading or writing the cache",
+                        **({"default": False} if defaults else keep))
+    parser.add_argument("--profile", action="store_true",
+                        help="print on stderr where the time went, step by step (stdout is unchanged)",
                         **({"default": False} if defaults else keep))
     return parser
 
@@ -34,62 +52,61 @@ def parser() -> argparse.ArgumentParser:
     sub = main.add_subparsers(dest="command", metavar="COMMAND")
     sub.add_parser("build", parents=[_options(False)],
                    help="generate, validate and atomically replace out/ (the default)",
-                   description="Generate everything into a temp dir, validate it (schemas, promtool, amtool), "
-                               "then swap it in place of out/. A failed build leaves out/ untouched.")
+                   description="Generate everything into a staging dir beside out/, validate it (schemas, promtool, "
+                               "amtool), then exchange it with out/ in one step. A failed or interrupted build leaves "
+                               "out/ untouched. Validation results are cached (see --cache-dir): an unchanged input "
+                               "is not checked twice. See docs/output.md.")
     sub.add_parser("check", parents=[_options(False)],
                    help="exit 1 listing the files where out/ differs from a fresh build",
-                   description="Rebuild into a temp dir and compare with out/ byte for byte; exit 1 when stale.")
+                   description="Generate everything in memory and compare it with out/ byte for byte (the "
+                               f"{outdir.MARKER} marker included); exit 1 listing the files that differ. It does not "
+                               "validate: no JSON schemas, no promtool, no amtool, so --no-tool-checks, --cache-dir "
+                               "and --no-cache change nothing here. out/ was validated by the build that wrote it, "
+                               "and the test suite validates the committed out/.")
     _simulate_parser(sub)
     return main
 
 
 def _simulate_parser(sub) -> None:
-    from .simulate import FORMATS
-    sim = sub.add_parser(
-        "simulate", help="write a simulated cluster's raw series (OpenMetrics, VictoriaMetrics or promtool input)",
-        description="Simulate a Slurm GPU cluster and the exporters of the config, with fault scenarios, and "
-                    "stream its raw series to a file. Same arguments and seed, same bytes. See docs/simulator.md.")
-    sim.add_argument("--config", metavar="FILE", default=argparse.SUPPRESS, help="site YAML merged over config/default.yaml")
-    sim.add_argument("--nodes", type=int, default=4, help="nodes (default 4)")
-    sim.add_argument("--gpus-per-node", type=int, default=8, help="GPUs per node (default 8)")
-    sim.add_argument("--hours", type=float, default=1.0, help="simulated duration in hours (default 1)")
-    sim.add_argument("--scenario", default="healthy", metavar="S[,S2]",
-                     help="comma-separated scenarios, each name[:start=10m][:duration=20m][:node=..][:gpu=..][:hca=..]"
-                          "[:job=..]; see --list-scenarios")
-    sim.add_argument("--seed", type=int, default=0, help="random seed (default 0)")
-    sim.add_argument("--format", choices=FORMATS, default="openmetrics", help="output format (default openmetrics)")
-    sim.add_argument("--out", metavar="FILE", help="output file, - for stdout")
-    sim.add_argument("--start", metavar="ISO8601",
-                     help="time of the first sample (default 2026-01-01T00:00:00Z; 1970-01-01T00:00:00Z for promtool, "
-                          "whose tests start at time 0)")
-    sim.add_argument("--expectations", metavar="FILE", help="also write the scenarios' expected signals as JSON")
-    sim.add_argument("--list-scenarios", action="store_true", help="list the scenarios and exit")
-
-
-def _validator(files: dict[str, str], with_tools: bool):
-    return lambda root: validate.check(root, files, with_tools=with_tools)
+    from .simulate import arguments
+    entry = sub.add_parser("simulate", help=arguments.SUMMARY)          # its line in `build.py --help`
+    # Our parser in its place reports argparse's own mistakes (a flag without value, an unknown flag) in one line.
+    sub.choices["simulate"] = arguments.parser(entry.prog)
 
 
 def build(args: argparse.Namespace) -> int:
-    config = config_module.load(args.config)
-    files = pipeline.generate(config)
-    out = Path(args.out)
-    tmp = outdir.staged(out, files, _validator(files, not args.no_tool_checks))
-    outdir.swap_in(tmp, out)
-    rules = sum(1 for p in files if p.startswith(pipeline.RULES_DIR))
-    dashboards = sum(1 for p in files if p.startswith("grafana/dashboards/"))
-    print(f"wrote {out} ({len(files)} files: {rules} rule files, {dashboards} dashboards) from {', '.join(config.origin)}")
-    print("\n".join(pipeline.budget_report(config)))
+    cache = None if args.no_cache else Cache(Path(args.cache_dir or cache_module.default_directory()))
+    with _profiled(args, cache) as timings:
+        config = config_module.load(args.config)
+        timings.lap("load config")
+        files = pipeline.generate(config)
+        timings.lap(f"generate ({len(files)} files)")
+        out = Path(args.out)
+
+        def validated(staging: Path) -> None:
+            timings.lap("lock out/'s directory, write and fsync the staging directory")
+            validate.check(staging, files, not args.no_tool_checks, cache, timings)
+
+        outdir.publish(out, files, validated)
+        timings.lap("publish: exchange with out/, remove the previous tree")
+        rules = sum(1 for p in files if p.startswith(pipeline.RULES_DIR))
+        dashboards = sum(1 for p in files if p.startswith("grafana/dashboards/"))
+        print(f"wrote {out} ({len(files)} files: {rules} rule files, {dashboards} dashboards) from {', '.join(config.origin)}")
+        budget = pipeline.budget_report(config)
+        timings.lap("cardinality budget")
+        print("\n".join(budget))
     return 0
 
 
 def check(args: argparse.Namespace) -> int:
-    config = config_module.load(args.config)
-    files = pipeline.generate(config)
-    out = Path(args.out)
-    tmp = outdir.staged(out, files, _validator(files, not args.no_tool_checks))
-    shutil.rmtree(tmp)
-    stale = outdir.differences(out, files)
+    with _profiled(args) as timings:
+        config = config_module.load(args.config)
+        timings.lap("load config")
+        files = pipeline.generate(config)
+        timings.lap(f"generate ({len(files)} files)")
+        out = Path(args.out)
+        stale = outdir.differences(out, files)
+        timings.lap(f"compare with {out}")
     if stale:
         print(f"{out} is stale; run `python build.py` and commit the result:", file=sys.stderr)
         for line in stale:
@@ -99,49 +116,48 @@ def check(args: argparse.Namespace) -> int:
     return 0
 
 
+@contextmanager
+def _profiled(args: argparse.Namespace, cache: Cache | None = None) -> Iterator[Timings]:
+    """The command's steps, printed on stderr with --profile, also when it fails."""
+    timings = Timings()
+    try:
+        yield timings
+    finally:
+        if args.profile:
+            print("\n".join(timings.report() + ([cache.summary()] if cache else [])), file=sys.stderr)
+
+
 def simulate(args: argparse.Namespace) -> int:
     import json
     import time
-    from datetime import datetime, timezone
 
     from . import simulate as sim_module
+    from .simulate import arguments, output
 
     if args.list_scenarios:
         for name, kind in sim_module.kinds().items():
-            print(f"{name:24} {kind.doc}")
-        print(f"{'realistic_week':24} faults drawn at the Llama 3 rates (0.47 interruptions per 1,000 GPU-days)")
+            print(f"{name:24} {kind.doc} Parameters: {', '.join(kind.params) or 'none'}.")
+        print(f"{'realistic_week':24} faults drawn at the Llama 3 rates (0.47 interruptions per 1,000 GPU-days). "
+              "Parameters: none.")
         return 0
-    if not args.out:
-        raise UserError("simulate: --out FILE is required (- for stdout)")
-    if args.nodes < 1 or args.gpus_per_node < 1 or args.hours <= 0:
-        raise UserError("simulate: --nodes and --gpus-per-node must be >= 1 and --hours > 0")
-    start = None
-    if args.start:
-        try:
-            start = datetime.fromisoformat(args.start)
-        except ValueError:
-            raise UserError(f"simulate: --start {args.start!r} is not ISO 8601 (e.g. 2026-01-01T00:00:00Z)") from None
-        start = start if start.tzinfo else start.replace(tzinfo=timezone.utc)
-    elif args.format == "promtool":
-        start = datetime(1970, 1, 1, tzinfo=timezone.utc)
+    request = arguments.checked(args)
     config = config_module.load(args.config)
     began = time.monotonic()
-    sim = sim_module.Simulation(config, nodes=args.nodes, gpus_per_node=args.gpus_per_node, hours=args.hours,
-                                scenarios=args.scenario, seed=args.seed, start=start)
+    sim = arguments.simulation(request, config)
     families = list(sim.families())
     bar = _ProgressBar(len(families), sys.stderr)
-    out = sys.stdout if args.out == "-" else open(args.out, "w", encoding="utf-8", newline="\n")
     try:
-        stats = sim_module.formats.WRITERS[args.format](iter(families), out, sim.window, bar.update)
+        with output.replacing(("--out", request.out), ("--expectations", request.expectations)) as (out, expect):
+            stats = sim_module.formats.WRITERS[request.format](iter(families), out, sim.window, bar.update)
+            if expect is not None:
+                expect.write(json.dumps([e.to_dict() for e in sim.expectations()], indent=2, sort_keys=True) + "\n")
+    except output.WriteError as exc:
+        print(exc.line, file=sys.stderr)
+        return 1
     finally:
-        if out is not sys.stdout:
-            out.close()
-    bar.done()
-    if args.expectations:
-        Path(args.expectations).write_text(json.dumps([e.to_dict() for e in sim.expectations()], indent=2, sort_keys=True)
-                                           + "\n", encoding="utf-8")
+        bar.done()
     seconds = time.monotonic() - began
-    print(f"wrote {args.out}: {stats.families} families, {stats.series} series, {stats.samples} samples "
+    print(f"wrote {request.out}: {stats.families} families, {stats.series} series, {stats.samples} samples "
           f"({stats.samples / max(seconds, 1e-9):,.0f} samples/s, {len(sim.expectations())} expectations)", file=sys.stderr)
     return 0
 
@@ -166,12 +182,59 @@ class _ProgressBar:
             self.stream.write("\n")
 
 
+class Interrupted(BaseException):
+    """SIGINT or SIGTERM, raised in the main thread so that every cleanup on the way out runs."""
+
+    def __init__(self, signum: int):
+        super().__init__(signum)
+        self.signum = signum
+
+
+@contextmanager
+def _signals_interrupt() -> Iterator[None]:
+    """Turn the first SIGINT/SIGTERM into Interrupted and ignore later ones, so a second Ctrl-C cannot cut the
+    cleanup short (it only removes directories and kills children, so it is quick)."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+
+    def interrupted(signum, frame):
+        for name in (signal.SIGINT, signal.SIGTERM):
+            signal.signal(name, lambda *_: None)
+        raise Interrupted(signum)
+
+    previous = {name: signal.signal(name, interrupted) for name in (signal.SIGINT, signal.SIGTERM)}
+    try:
+        yield
+    finally:
+        for name, handler in previous.items():
+            signal.signal(name, handler)
+
+
 def main(argv: list[str] | None = None) -> int:
     args = parser().parse_args(argv)
-    command = {"build": build, "check": check, "simulate": simulate}[args.command or "build"]
+    name = args.command or "build"
+    with _signals_interrupt():
+        try:
+            return _run(name, args)
+        except Interrupted as exc:
+            done = f"; {args.out} is as it was, or the complete new build" if name == "build" else ""
+            print(f"{name}: interrupted by {signal.Signals(exc.signum).name}, stopped cleanly{done}", file=sys.stderr)
+            return 128 + exc.signum
+
+
+def _run(name: str, args: argparse.Namespace) -> int:
+    """The command; its errors as lines on stderr: exit 2 for bad input, 1 when the filesystem refuses."""
     try:
-        return command(args)
+        return {"build": build, "check": check, "simulate": simulate}[name](args)
     except UserError as exc:
         for line in exc.lines:
             print(line, file=sys.stderr)
         return 2
+    except outdir.PublishError as exc:
+        print(exc, file=sys.stderr)
+        return 1
+    except OSError as exc:
+        where = f"{exc.filename}: {exc.strerror}" if exc.filename else str(exc)
+        print(f"{name} error: {where}", file=sys.stderr)
+        return 1

@@ -10,6 +10,16 @@ from hpcobs import outdir, pipeline
 ROOT = Path(__file__).resolve().parent.parent
 
 
+@pytest.fixture(scope="session", autouse=True)
+def private_cache_dir(tmp_path_factory):
+    """Every build in the suite, in this process or a child, shares one validation cache of its own: never a
+    developer's (a stale or foreign entry must not decide a test), and repeated builds stay fast."""
+    with pytest.MonkeyPatch.context() as patch:
+        directory = tmp_path_factory.mktemp("hpcobs-cache")
+        patch.setenv("HPCOBS_CACHE_DIR", str(directory))
+        yield directory
+
+
 @pytest.fixture(scope="session")
 def config():
     return config_module.load()

@@ -3,7 +3,7 @@ import os
 
 import pytest
 
-from hpcobs import cli, outdir, pipeline
+from hpcobs import cli, outdir, pipeline, validate
 from hpcobs.errors import UserError
 
 from .conftest import ROOT, run_build
@@ -13,21 +13,28 @@ def tree(root):
     return outdir.read_tree(root)
 
 
+def published(files):
+    """What out/ holds after publishing files: them and the marker that says hpcobs wrote the directory."""
+    return {**{path: text.encode() for path, text in files.items()}, outdir.MARKER: outdir.MARKER_TEXT.encode()}
+
+
 # promtool and amtool validation is proven in test_rules.py and test_alertmanager.py; here it would only
 # repeat minutes of rule tests per build.
 FAST = "--no-tool-checks"
 
 
 def test_two_builds_are_byte_identical(tmp_path):
-    first, second = tmp_path / "a", tmp_path / "b"
+    """Both validate fully; the second takes what it can from the cache the first filled, which changes no byte."""
+    first, second, third = tmp_path / "a", tmp_path / "b", tmp_path / "c"
     assert run_build("--out", str(first)).returncode == 0
-    assert run_build("build", FAST, "--out", str(second)).returncode == 0
-    assert tree(first) == tree(second)
+    assert run_build("build", "--out", str(second)).returncode == 0
+    assert run_build("build", FAST, "--no-cache", "--out", str(third)).returncode == 0
+    assert tree(first) == tree(second) == tree(third)
     assert len(tree(first)) >= 6
 
 
 def test_output_layout(generated):
-    """DESIGN.md §12."""
+    """The layout the README's Output section documents, which deployments mount and reference."""
     assert {p.split("/")[0] for p in generated} == {"alertmanager", "grafana", "prometheus"}
     assert "alertmanager/alertmanager.yml" in generated
     assert "grafana/provisioning/dashboards/hpcobs.yaml" in generated
@@ -45,7 +52,7 @@ def test_no_timestamps_or_absolute_paths(generated):
 def test_generation_does_not_depend_on_the_working_directory(tmp_path, generated):
     out = tmp_path / "out"
     assert run_build(FAST, "--out", str(out), cwd=tmp_path).returncode == 0
-    assert tree(out) == {p: t.encode() for p, t in generated.items()}
+    assert tree(out) == published(generated)
 
 
 def test_check_passes_on_a_fresh_tree(tmp_path):
@@ -70,6 +77,38 @@ def test_check_reports_a_hand_edited_and_a_missing_file(tmp_path):
     assert "extra.txt: in out/ but no longer generated" in result.stderr
 
 
+def test_check_compares_without_validating(tmp_path, monkeypatch, capsys):
+    """check only renders and compares: no schema, no promtool, no amtool (out/ was validated when built)."""
+    out = tmp_path / "out"
+    assert run_build(FAST, "--out", str(out)).returncode == 0
+    monkeypatch.setenv("PROMTOOL", str(tmp_path / "no-promtool"))
+    monkeypatch.setenv("AMTOOL", str(tmp_path / "no-amtool"))
+    monkeypatch.setattr(validate, "schema_errors", lambda *args: pytest.fail("check validated a schema"))
+    assert cli.main(["check", "--out", str(out)]) == 0
+    assert capsys.readouterr().out == f"{out} is up to date ({len(tree(out)) - 1} files)\n"
+
+
+def test_check_help_says_what_it_does_not_check():
+    text = " ".join(run_build("check", "--help").stdout.split())
+    assert "It does not validate: no JSON schemas, no promtool, no amtool" in text
+
+
+@pytest.mark.parametrize("command", ["build", "check"])
+def test_profile_goes_to_stderr_and_leaves_stdout_alone(tmp_path, command):
+    out = tmp_path / "out"
+    assert run_build(FAST, "--out", str(out)).returncode == 0
+    plain = run_build(command, FAST, "--out", str(out))
+    profiled = run_build(command, FAST, "--out", str(out), "--profile")
+    assert profiled.returncode == plain.returncode == 0 and profiled.stdout == plain.stdout
+    assert plain.stderr == ""
+    steps = [line.split(None, 1)[1] for line in profiled.stderr.splitlines()[1:] if line[:8].strip()]
+    assert profiled.stderr.startswith("profile (wall seconds):\n")
+    expected = {"build": ["start-up: Python and imports", "load config", "generate", "lock out/'s directory",
+                          "schema validation", "publish", "cardinality budget", "total"],
+                "check": ["start-up: Python and imports", "load config", "generate", "compare with", "total"]}
+    assert [step for step in expected[command] if not any(s.startswith(step) for s in steps)] == [], steps
+
+
 def test_committed_out_is_fresh():
     """CI also runs `build.py check`; this keeps the failure visible in the test run."""
     result = run_build("check", FAST)
@@ -84,7 +123,6 @@ def test_failed_validation_leaves_previous_out_untouched(tmp_path, config, monke
              "prometheus/rules/gpu.rules.yaml": "groups:\n- name: broken\n  rules:\n  - record: x\n    expr: 'sum('\n"}
 
     def fail(root):
-        from hpcobs import validate
         # Only the broken rule file and the Alertmanager config: enough to prove promtool blocks the swap.
         validate.check(root, {p: t for p, t in files.items() if p.endswith(("gpu.rules.yaml", "alertmanager.yml"))})
 
@@ -93,6 +131,20 @@ def test_failed_validation_leaves_previous_out_untouched(tmp_path, config, monke
     assert "promtool check rules failed" in "\n".join(caught.value.lines)
     assert tree(out) == before
     assert sorted(os.listdir(tmp_path)) == ["out"]       # the temp dir is gone too
+
+
+def test_tool_failures_are_shown_under_the_file_name(tmp_path):
+    files = {"prometheus/rules/gpu.rules.yaml": "groups:\n- name: broken\n  rules:\n  - record: x\n    expr: 'sum('\n",
+             "alertmanager/alertmanager.yml": "route:\n  receiver: nobody\nreceivers: []\n"}
+    outdir.write_tree(tmp_path, files)
+    lines = validate.tool_errors(tmp_path, files)
+    headers = [line for line in lines if not line.startswith("    ")]
+    assert headers == ["prometheus/rules/gpu.rules.yaml: promtool check rules failed:",
+                       "alertmanager/alertmanager.yml: amtool check-config failed:"]
+    rules_message = lines[1:lines.index(headers[1])]
+    assert any("unclosed left parenthesis" in line for line in rules_message), lines
+    assert any('undefined receiver "nobody"' in line for line in lines[lines.index(headers[1]):]), lines
+    assert not any(str(tmp_path) in line for line in lines)
 
 
 def test_crash_midway_through_writing_leaves_previous_out_untouched(tmp_path, config, monkeypatch):
@@ -121,7 +173,7 @@ def test_swap_replaces_the_whole_tree(tmp_path):
     outdir.write_tree(out, {"old.txt": "old"})
     tmp = outdir.staged(out, {"new.txt": "new"}, lambda root: None)
     outdir.swap_in(tmp, out)
-    assert tree(out) == {"new.txt": b"new"}
+    assert tree(out) == published({"new.txt": "new"})
     assert sorted(os.listdir(tmp_path)) == ["out"]
 
 

@@ -60,3 +60,25 @@ def test_real_amtool_rejects_a_bad_config(tmp_path):
     result = tools.check_config(bad)
     assert not result.ok
     assert "nobody" in result.output
+
+
+def test_a_tool_is_probed_once_per_process_and_again_when_it_changes(monkeypatch, tmp_path):
+    real = tools.find(tools.PROMTOOL)
+    wrapper, log = tmp_path / "promtool", tmp_path / "calls.log"
+
+    def install(version_line):
+        wrapper.write_text(f'#!/bin/sh\necho "$1" >> {log}\n'
+                           f'if [ "$1" = --version ]; then echo "{version_line}"; exit 0; fi\nexec {real} "$@"\n')
+        wrapper.chmod(0o755)
+
+    good = tmp_path / "good.rules.yaml"
+    good.write_text("groups:\n- name: g\n  rules:\n  - record: a:b:c\n    expr: sum(up)\n")
+    install("promtool, version 2.42.0 (wrapper)")
+    monkeypatch.setenv("PROMTOOL", str(wrapper))
+    for _ in range(3):
+        assert tools.check_rules(good).ok
+    assert log.read_text().split() == ["--version", "check", "check", "check"]
+    install("promtool, version 2.42.1 (another wrapper)")
+    assert tools.locate(tools.PROMTOOL).version == "promtool, version 2.42.1 (another wrapper)"
+    assert tools.check_rules(good).ok
+    assert log.read_text().split()[4:] == ["--version", "check"]
