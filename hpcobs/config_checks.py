@@ -22,7 +22,7 @@ from urllib.parse import unquote, urlsplit
 
 import jsonschema
 
-from . import catalogue, promql, promregex
+from . import catalogue, escape, promql, promregex
 from .sources import parse_selector, scrape_labels
 
 KeyPath = list[Any]
@@ -71,12 +71,9 @@ def _re2(text: str) -> None:
         raise ValueError(problem)
 
 
-_LABEL_NAME = re.compile(r"[a-zA-Z_][a-zA-Z0-9_]*")
-
-
 @_format("label-name")
 def _label_name(text: str) -> None:
-    if not _LABEL_NAME.fullmatch(text):
+    if not escape.LABEL_NAME.fullmatch(text):
         raise ValueError(f"{text!r} is not a Prometheus label name; use letters, digits and _, not starting "
                          "with a digit (e.g. cluster)")
     if text.startswith("__"):
@@ -88,7 +85,7 @@ def _selector(text: str) -> None:
     _no_control_character(text, "the selector")
     matchers = parse_selector(text)
     for matcher in matchers:
-        if matcher.label.startswith("__") or not _LABEL_NAME.fullmatch(matcher.label):
+        if matcher.label.startswith("__") or not escape.LABEL_NAME.fullmatch(matcher.label):
             raise ValueError(f"matches on {matcher.label!r}, which is reserved or not a label name (the metric "
                              'name comes from the catalogue); select by an ordinary label, e.g. job="dcgm-exporter"')
         _no_control_character(matcher.value, f"the value of {matcher.label}")

@@ -12,7 +12,8 @@ import re
 from collections.abc import Iterable
 from urllib.parse import quote_plus
 
-_LABEL_NAME = re.compile(r"[a-zA-Z_][a-zA-Z0-9_]*")
+# Prometheus' label-name grammar; config validation checks names against the same pattern.
+LABEL_NAME = re.compile(r"[a-zA-Z_][a-zA-Z0-9_]*")
 _MATCH_OPS = ("=", "!=", "=~", "!~")
 _REGEX_META = frozenset(".^$*+?()[]{}|\\")        # the characters Go's regexp.QuoteMeta escapes
 
@@ -30,7 +31,7 @@ def regex_alternation(names: Iterable[object]) -> str:
 
 def _checked(label: str, op: str) -> None:
     # Label names and operators are never escaped: they come from code or from validated config.
-    if not _LABEL_NAME.fullmatch(label) or op not in _MATCH_OPS:
+    if not LABEL_NAME.fullmatch(label) or op not in _MATCH_OPS:
         raise ValueError(f"not a label matcher: {label!r} {op!r}")
 
 
