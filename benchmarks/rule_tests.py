@@ -1,64 +1,56 @@
-"""Benchmark of the generated rule tests (not a test): promtool CPU time and rule evaluations per test file.
+"""Benchmark of the generated rule tests (not a test): promtool CPU time and rule evaluations per domain.
 
     python benchmarks/rule_tests.py [--out DIR] [--repeat 3]
 
 DIR is a build made with `python build.py --no-tool-checks --out DIR` (default: one is made in a temp dir).
-Each `promtool test rules` runs alone, one after the other; its CPU time (user + system, median of the
-repeats) is read from the child's rusage. Evaluations: promtool evaluates every rule it loads at every
-evaluation step of every test, from 0 to the test's last eval_time; the columns split them into the
-tested domain's own rules, other domains' recording rules and other domains' alerting rules.
+Each domain's `promtool test rules prometheus/tests/<domain>/*.tests.yaml` runs alone, one after the other, as
+the build runs it; its CPU time (user + system, median of the repeats) is read from the child's rusage.
+Evaluations: promtool evaluates every rule a test file loads at every evaluation step of every test, from 0
+to the test's last eval_time; the columns split them into the tested rules and the records they read.
 Results go to docs/benchmarks.md by hand, with the machine they were measured on.
 """
 import argparse
 import os
-import re
 import statistics
 import subprocess
 import sys
 import tempfile
 from pathlib import Path
 
+from hpcobs.promql import duration_seconds
 from hpcobs.render import load_yaml
 
 ROOT = Path(__file__).resolve().parent.parent
-_DURATION = re.compile(r"(\d+)(ms|s|m|h|d|w|y)")
-_SECONDS = {"ms": 0.001, "s": 1, "m": 60, "h": 3600, "d": 86400, "w": 604800, "y": 31536000}
 
 
-def seconds(duration: str) -> float:
-    return sum(int(n) * _SECONDS[unit] for n, unit in _DURATION.findall(duration))
-
-
-def promtool_cpu(test_file: Path) -> float:
-    """CPU seconds of one `promtool test rules` run (it must pass)."""
-    process = subprocess.Popen(["promtool", "test", "rules", test_file.name], cwd=test_file.parent,
-                               stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+def promtool_cpu(folder: Path) -> float:
+    """CPU seconds of one `promtool test rules` run over a domain's test files (they must pass)."""
+    files = sorted(path.name for path in folder.glob("*.tests.yaml"))
+    process = subprocess.Popen(["promtool", "test", "rules", *files], cwd=folder,
+                               stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+    output = process.stdout.read().decode()
+    process.stdout.close()
     _, status, usage = os.wait4(process.pid, 0)
-    process.returncode = os.waitstatus_to_exitcode(status)
-    errors = process.stderr.read().decode()
-    process.stderr.close()
-    if process.returncode:
-        raise SystemExit(f"promtool test rules {test_file} failed:\n{errors}")
+    if os.waitstatus_to_exitcode(status):
+        raise SystemExit(f"promtool test rules {folder} failed:\n{output}")
     return usage.ru_utime + usage.ru_stime
 
 
 def evaluations(test_file: Path) -> dict[str, int]:
-    """Rule evaluations promtool performs for this file, by kind of rule loaded."""
+    """Rule evaluations promtool performs for this file: of the rule tested, of the records it reads."""
     spec = load_yaml(test_file.read_text(encoding="utf-8"))
-    interval = seconds(spec.get("evaluation_interval", "1m"))
+    interval = duration_seconds(spec.get("evaluation_interval", "1m"))
     steps = 0
     for test in spec["tests"]:
-        times = [seconds(t["eval_time"]) for t in test.get("alert_rule_test", []) + test.get("promql_expr_test", [])]
+        times = [duration_seconds(t["eval_time"])
+                 for t in test.get("alert_rule_test", []) + test.get("promql_expr_test", [])]
         steps += int(max(times, default=0) // interval) + 1
-    own_file = (test_file.parent.parent / "rules" / test_file.name.replace(".tests.", ".rules.")).resolve()
-    counts = {"own": 0, "other recording": 0, "other alerting": 0}
+    tested = test_file.name.removesuffix(".tests.yaml").replace(".", ":")
+    counts = {"tested": 0, "read": 0}
     for rule_file in spec["rule_files"]:
-        path = (test_file.parent / rule_file).resolve()
-        own = path == own_file
-        for group in load_yaml(path.read_text(encoding="utf-8"))["groups"]:
+        for group in load_yaml((test_file.parent / rule_file).read_text(encoding="utf-8"))["groups"]:
             for rule in group["rules"]:
-                kind = "own" if own else "other alerting" if "alert" in rule else "other recording"
-                counts[kind] += steps
+                counts["tested" if rule.get("record", rule.get("alert")) == tested else "read"] += steps
     return counts
 
 
@@ -74,16 +66,16 @@ def main() -> None:
             subprocess.run([sys.executable, str(ROOT / "build.py"), "--no-tool-checks", "--out", str(out)],
                            check=True, stdout=subprocess.DEVNULL)
         rows = []
-        for test_file in sorted((out / "prometheus/tests").glob("*.tests.yaml")):
-            cpu = statistics.median(promtool_cpu(test_file) for _ in range(args.repeat))
-            rows.append((test_file.name, cpu, evaluations(test_file)))
-    print("| test file | promtool CPU (s) | evaluations: own rules | other recording | other alerting |")
+        for folder in sorted(p for p in (out / "prometheus/tests").iterdir() if p.is_dir()):
+            cpu = statistics.median(promtool_cpu(folder) for _ in range(args.repeat))
+            counts = [evaluations(f) for f in folder.glob("*.tests.yaml")]
+            rows.append((folder.name, len(counts), cpu, {k: sum(c[k] for c in counts) for k in ("tested", "read")}))
+    print("| domain | test files | promtool CPU (s) | evaluations: tested rules | records they read |")
     print("|---|---|---|---|---|")
-    for name, cpu, counts in sorted(rows, key=lambda row: -row[1]):
-        print(f"| {name} | {cpu:.2f} | {counts['own']:,} | {counts['other recording']:,} | {counts['other alerting']:,} |")
-    total = {k: sum(row[2][k] for row in rows) for k in rows[0][2]}
-    print(f"| total | {sum(row[1] for row in rows):.2f} | {total['own']:,} | {total['other recording']:,} | "
-          f"{total['other alerting']:,} |")
+    for name, files, cpu, counts in sorted(rows, key=lambda row: -row[2]):
+        print(f"| {name} | {files} | {cpu:.2f} | {counts['tested']:,} | {counts['read']:,} |")
+    print(f"| total | {sum(r[1] for r in rows)} | {sum(r[2] for r in rows):.2f} | "
+          f"{sum(r[3]['tested'] for r in rows):,} | {sum(r[3]['read'] for r in rows):,} |")
 
 
 if __name__ == "__main__":

@@ -68,10 +68,11 @@ def parser() -> argparse.ArgumentParser:
 
 
 def _simulate_parser(sub) -> None:
-    from .simulate import arguments
-    entry = sub.add_parser("simulate", help=arguments.SUMMARY)          # its line in `build.py --help`
-    # Our parser in its place reports argparse's own mistakes (a flag without value, an unknown flag) in one line.
-    sub.choices["simulate"] = arguments.parser(entry.prog)
+    """`simulate` takes its arguments whole (no prefix character is an option here) and parses them with its own
+    parser only when it runs, so that a build never imports the simulator."""
+    entry = sub.add_parser("simulate", add_help=False, prefix_chars="\0",
+                           help="write a simulated cluster's raw series (OpenMetrics, VictoriaMetrics or promtool input)")
+    entry.add_argument("simulate_arguments", nargs="*")
 
 
 def build(args: argparse.Namespace) -> int:
@@ -134,6 +135,8 @@ def simulate(args: argparse.Namespace) -> int:
     from . import simulate as sim_module
     from .simulate import arguments, output
 
+    # Options given before `simulate` (--config) stay; its parser reports its own mistakes in one line.
+    args = arguments.parser("build.py simulate").parse_args(args.simulate_arguments, namespace=args)
     if args.list_scenarios:
         for name, kind in sim_module.kinds().items():
             print(f"{name:24} {kind.doc} Parameters: {', '.join(kind.params) or 'none'}.")

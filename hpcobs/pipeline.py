@@ -1,6 +1,7 @@
 """config -> rules -> alerts -> dashboards -> rendered files. Pure: nothing is written here."""
 from __future__ import annotations
 
+import posixpath
 from collections import defaultdict
 from dataclasses import replace
 
@@ -14,13 +15,11 @@ from . import lint, promtest, provisioning
 from .config import Config
 from .context import Context
 from .render import GENERATED, json_text, yaml_text
-from .rules import Group, Record
+from .rules import Alert, Group, Record
 
 RULES_DIR = "prometheus/rules"
+# prometheus/tests/<domain>/<rule>.tests.yaml, each loading <rule>.rules.yaml beside it.
 TESTS_DIR = "prometheus/tests"
-# The recording groups of other domains a domain's tests read, one file per test file. A folder of its own:
-# `promtool test rules prometheus/tests/*.yaml` takes every YAML file directly in prometheus/tests/ for a test.
-TEST_RULES_DIR = f"{TESTS_DIR}/rules"
 
 
 def rule_groups(ctx: Context) -> dict[str, list[Group]]:
@@ -47,15 +46,13 @@ def generate(config: Config) -> dict[str, str]:
     for domain, domain_groups in groups.items():
         files[f"{RULES_DIR}/{domain}.rules.yaml"] = yaml_text(
             {"groups": [g.to_dict(grafana_url, runbook_base) for g in domain_groups]}, GENERATED)
-        # The tests load the domain's own rule file as deployed, so they prove exactly what Prometheus runs.
-        rule_files = [f"../rules/{domain}.rules.yaml"]
-        read = recording_groups_read(groups, domain)
-        if read:
-            files[f"{TEST_RULES_DIR}/{domain}.rules.yaml"] = yaml_text(
-                {"groups": [g.to_dict(grafana_url, runbook_base) for g in read]}, GENERATED)
-            rule_files.insert(0, f"rules/{domain}.rules.yaml")
-        files[f"{TESTS_DIR}/{domain}.tests.yaml"] = yaml_text(
-            promtest.test_file(domain_groups, rule_files, ctx.scrape_interval, grafana_url, runbook_base), GENERATED)
+        for name, tested in rules_by_name(domain_groups).items():
+            stem = f"{TESTS_DIR}/{domain}/{name.replace(':', '.')}"
+            files[f"{stem}.rules.yaml"] = yaml_text(
+                {"groups": [g.to_dict(grafana_url, runbook_base) for g in rules_read(groups, tested)]}, GENERATED)
+            files[f"{stem}.tests.yaml"] = yaml_text(promtest.test_file(
+                tested, [f"{posixpath.basename(stem)}.rules.yaml"], ctx.scrape_interval, grafana_url, runbook_base),
+                GENERATED)
 
     files["alertmanager/alertmanager.yml"] = yaml_text(alertmanager.config(ctx), GENERATED)
 
@@ -68,22 +65,36 @@ def generate(config: Config) -> dict[str, str]:
     return dict(sorted(files.items()))
 
 
-def recording_groups_read(groups: dict[str, list[Group]], domain: str) -> list[Group]:
-    """The recording rules of other domains that the domain's rules read, transitively, as their groups in
-    dependency order: with the domain's own rule file, all that its test file loads. promtool evaluates
-    every loaded rule at every step of every test, so alerts and unread groups of other domains stay out."""
-    producer = {r.record: g for gs in groups.values() for g in gs for r in g.rules if isinstance(r, Record)}
-    read: set[str] = set()
-    todo = list(groups[domain])
+def rules_by_name(groups: list[Group]) -> dict[str, list[Record | Alert]]:
+    """The rules of these groups by name, in file order: rules sharing a name (an alert's warning and critical
+    levels) are tested together, as promtool reports every alert of a name at once."""
+    by_name: dict[str, list[Record | Alert]] = defaultdict(list)
+    for group in groups:
+        for rule in group.rules:
+            by_name[rule.record if isinstance(rule, Record) else rule.alert].append(rule)
+    return dict(by_name)
+
+
+def rules_read(groups: dict[str, list[Group]], tested: list[Record | Alert]) -> list[Group]:
+    """What a test of these rules loads: them and every recording rule they read, transitively, each in its own
+    group (same name and interval, rules in file order) and the groups in dependency order. promtool evaluates
+    every loaded rule at every step of every test, so nothing else is loaded; the rules loaded behave as in
+    the full files, since everything they read is loaded with them."""
+    producers: dict[str, list[Record]] = defaultdict(list)
+    for group in (g for gs in groups.values() for g in gs):
+        for rule in group.rules:
+            if isinstance(rule, Record):
+                producers[rule.record].append(rule)
+    wanted = {id(rule) for rule in tested}
+    todo = list(tested)
     while todo:
-        for name in _names_read(todo.pop()):
-            group = producer.get(name)
-            if group is not None and group.domain != domain and group.name not in read:
-                read.add(group.name)
-                todo.append(group)
-    recording = [replace(g, rules=[r for r in g.rules if isinstance(r, Record)])
-                 for gs in groups.values() for g in gs if g.name in read]
-    return [g for layer in layers(recording) for g in layer]
+        for name in lint.metric_names(todo.pop().expr):
+            for rule in producers.get(name, []):
+                if id(rule) not in wanted:
+                    wanted.add(id(rule))
+                    todo.append(rule)
+    loaded = [replace(g, rules=[r for r in g.rules if id(r) in wanted]) for gs in groups.values() for g in gs]
+    return [g for layer in layers([g for g in loaded if g.rules]) for g in layer]
 
 
 def _names_read(group: Group) -> set[str]:

@@ -2,7 +2,10 @@
 from __future__ import annotations
 
 import json
+import posixpath
 import re
+from collections import defaultdict
+from typing import Callable
 from functools import cache
 from importlib import metadata
 from pathlib import Path
@@ -16,12 +19,13 @@ from .render import load_yaml
 from .timing import Timings
 
 SCHEMAS = Path(__file__).resolve().parent.parent / "schemas"
+# (folder, file name ending, schema)
 _BY_PATH = (
-    ("prometheus/rules/", "schemastore/prometheus.rules.json"),
-    ("prometheus/tests/rules/", "schemastore/prometheus.rules.json"),     # the rules a test file loads
-    ("prometheus/tests/", "schemastore/prometheus.rules.test.json"),
-    ("alertmanager/", "schemastore/prometheus-alertmanager.json"),
-    ("grafana/dashboards/", "grafana-v11.6/dashboard.jsonschema.json"),
+    ("prometheus/rules/", "", "schemastore/prometheus.rules.json"),
+    ("prometheus/tests/", ".rules.yaml", "schemastore/prometheus.rules.json"),     # the rules a test loads
+    ("prometheus/tests/", ".tests.yaml", "schemastore/prometheus.rules.test.json"),
+    ("alertmanager/", "", "schemastore/prometheus-alertmanager.json"),
+    ("grafana/dashboards/", "", "grafana-v11.6/dashboard.jsonschema.json"),
 )
 # Besides the file and the schema, the libraries that read and check them decide a schema validation.
 _VALIDATORS = {name: metadata.version(name) for name in ("jsonschema", "PyYAML")}
@@ -38,7 +42,7 @@ def _schema_digest(relative: str) -> str:
 
 
 def schema_for(path: str) -> str | None:
-    return next((s for prefix, s in _BY_PATH if path.startswith(prefix)), None)
+    return next((s for folder, ending, s in _BY_PATH if path.startswith(folder) and path.endswith(ending)), None)
 
 
 def schema_errors(path: str, text: str, cache: Cache | None = None) -> list[str]:
@@ -60,12 +64,23 @@ def schema_errors(path: str, text: str, cache: Cache | None = None) -> list[str]
     return errors
 
 
-# (generated files, the tool run for one of them): one run per file, so every failure is reported under its name.
+# (folder, file name ending, the tool run for such files, one run per file or per folder). Rule tests run a
+# folder (a domain) at a time: starting promtool costs about as much as a small test.
 _TOOL_CHECKS = (
-    ("prometheus/rules/", tools.rules_check),
-    ("prometheus/tests/", tools.rules_test),
-    ("alertmanager/alertmanager.yml", tools.config_check),
+    ("prometheus/rules/", "", tools.rules_check, "file"),
+    ("prometheus/tests/", ".tests.yaml", tools.rules_test, "folder"),
+    ("alertmanager/", "alertmanager.yml", tools.config_check, "file"),
 )
+
+
+def _tool_runs(root: Path, files: dict[str, str]) -> dict[str, tools.Command]:
+    """Each tool run, by what it checks (a file, or a folder ending in /)."""
+    operands: dict[tuple[str, Callable[..., tools.Command]], list[str]] = defaultdict(list)
+    for folder, ending, command, unit in _TOOL_CHECKS:
+        for path in files:
+            if path.startswith(folder) and path.endswith(ending):
+                operands[path if unit == "file" else f"{posixpath.dirname(path)}/", command].append(path)
+    return {name: command(*paths, cwd=root) for (name, command), paths in operands.items()}
 
 
 def check(root: Path, files: dict[str, str], with_tools: bool = True, cache: Cache | None = None,
@@ -84,24 +99,42 @@ def tool_errors(root: Path, files: dict[str, str], cache: Cache | None = None,
                 timings: Timings | None = None) -> list[str]:
     """promtool and amtool on each generated file, as many at once as there are cores, the longest rule tests
     first (they dominate a build); each failure is the file name, then the tool's own message indented under it."""
-    commands = {path: command(path, cwd=root) for prefix, command in _TOOL_CHECKS for path in files
-                if path.startswith(prefix) and not path.startswith("prometheus/tests/rules/")}
-    longest_first = sorted(commands, key=lambda path: -commands[path].cost)
+    return trees_tool_errors({root: files}, cache, timings)[root]
+
+
+def trees_tool_errors(trees: dict[Path, dict[str, str]], cache: Cache | None = None,
+                      timings: Timings | None = None) -> dict[Path, list[str]]:
+    """tool_errors of several written trees (root -> files) through one pool, so that the longest runs of all
+    of them start first and no core waits for another tree's last run."""
+    commands = {(root, name): command for root, files in trees.items()
+                for name, command in _tool_runs(root, files).items()}
+    longest_first = sorted(commands, key=lambda run: -commands[run].cost)
     with tools.pool() as pool:
-        futures = {path: pool.submit(tools.run, commands[path], cache) for path in longest_first}
-        results = {path: future.result() for path, future in futures.items()}
+        futures = {run: pool.submit(tools.run, commands[run], cache) for run in longest_first}
+        results = {run: future.result() for run, future in futures.items()}
     timings = timings or Timings()
     timings.lap(f"promtool and amtool ({len(results)} runs, {sum(r.cached for r in results.values())} cached)")
-    for path in longest_first:
-        result = results[path]
+    for run in longest_first:
+        result = results[run]
         state = f"cached, ran {result.seconds:.2f} s when stored" if result.cached else f"{result.seconds:.2f} s"
-        timings.detail(f"{commands[path].name} {path}: {state}")
-    lines = []
-    for path, command in commands.items():
-        if not results[path].ok:
-            lines.append(f"{path}: {command.name} failed:")
-            lines += [f"    {line}" for line in _tool_message(results[path].output)]
-    return lines
+        count = len(commands[run].operands)
+        files = f" ({count} file{'s' * (count != 1)})" if run[1].endswith("/") else ""
+        timings.detail(f"{commands[run].name} {run[1]}{files}: {state}")
+    errors: dict[Path, list[str]] = {root: [] for root in trees}
+    for (root, name), command in commands.items():
+        if not results[root, name].ok:
+            for path, output in _failures(name, results[root, name].output):
+                errors[root].append(f"{path}: {command.name} failed:")
+                errors[root] += [f"    {line}" for line in _tool_message(output)]
+    return errors
+
+
+def _failures(name: str, output: str) -> list[tuple[str, str]]:
+    """(file, its part of the output) for each file a failed run names as failing (promtool test rules prints
+    `Unit Testing: <file>` then SUCCESS or FAILED for each); the whole output under the run's name otherwise."""
+    parts = re.split(r"^Unit Testing:\s+(\S+)[ \t]*$", output, flags=re.MULTILINE)
+    failed = [(path, part) for path, part in zip(parts[1::2], parts[2::2]) if "SUCCESS" not in part.split()[:1]]
+    return failed or [(name, output)]
 
 
 def _tool_message(output: str) -> list[str]:

@@ -1,3 +1,4 @@
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -8,14 +9,33 @@ from hpcobs import config as config_module
 from hpcobs import outdir, pipeline
 
 ROOT = Path(__file__).resolve().parent.parent
+# Lines a test wants in the run's summary (what it measured), printed even when it passes. A test records them
+# as user properties named MEASUREMENT (`record_property`): reports reach the process that prints the summary,
+# also from pytest-xdist workers (this conftest, at the root of the tests, is the one that process loads).
+MEASUREMENT = "measurement"
+SUMMARY: list[str] = []
+
+
+def pytest_runtest_logreport(report):
+    SUMMARY.extend(value for name, value in report.user_properties if name == MEASUREMENT and report.when == "call")
+
+
+def pytest_terminal_summary(terminalreporter):
+    if SUMMARY:
+        terminalreporter.section("measurements")
+        for line in SUMMARY:
+            terminalreporter.write_line(line)
 
 
 @pytest.fixture(scope="session", autouse=True)
 def private_cache_dir(tmp_path_factory):
     """Every build in the suite, in this process or a child, shares one validation cache of its own: never a
-    developer's (a stale or foreign entry must not decide a test), and repeated builds stay fast."""
+    developer's (a stale or foreign entry must not decide a test), and repeated builds stay fast. pytest-xdist
+    workers share it too (their temp directories have a common parent; entries are written atomically)."""
     with pytest.MonkeyPatch.context() as patch:
-        directory = tmp_path_factory.mktemp("hpcobs-cache")
+        base = tmp_path_factory.getbasetemp()
+        directory = (base.parent if os.environ.get("PYTEST_XDIST_WORKER") else base) / "hpcobs-cache"
+        directory.mkdir(exist_ok=True)
         patch.setenv("HPCOBS_CACHE_DIR", str(directory))
         yield directory
 

@@ -133,17 +133,30 @@ def test_failed_validation_leaves_previous_out_untouched(tmp_path, config, monke
     assert sorted(os.listdir(tmp_path)) == ["out"]       # the temp dir is gone too
 
 
+FAILING_TEST = """rule_files: []
+tests:
+- input_series: [{series: 'up{job="x"}', values: 1x5}]
+  promql_expr_test: [{expr: up, eval_time: 1m, exp_samples: [{labels: 'up{job="x"}', value: 2}]}]
+"""
+
+
 def test_tool_failures_are_shown_under_the_file_name(tmp_path):
+    """Rule tests run a folder at a time: only the failing file is named, with its own part of the output."""
     files = {"prometheus/rules/gpu.rules.yaml": "groups:\n- name: broken\n  rules:\n  - record: x\n    expr: 'sum('\n",
+             "prometheus/tests/gpu/passing.tests.yaml": "rule_files: []\ntests: []\n",
+             "prometheus/tests/gpu/failing.tests.yaml": FAILING_TEST,
              "alertmanager/alertmanager.yml": "route:\n  receiver: nobody\nreceivers: []\n"}
     outdir.write_tree(tmp_path, files)
     lines = validate.tool_errors(tmp_path, files)
     headers = [line for line in lines if not line.startswith("    ")]
     assert headers == ["prometheus/rules/gpu.rules.yaml: promtool check rules failed:",
+                       "prometheus/tests/gpu/failing.tests.yaml: promtool test rules failed:",
                        "alertmanager/alertmanager.yml: amtool check-config failed:"]
     rules_message = lines[1:lines.index(headers[1])]
     assert any("unclosed left parenthesis" in line for line in rules_message), lines
-    assert any('undefined receiver "nobody"' in line for line in lines[lines.index(headers[1]):]), lines
+    test_message = lines[lines.index(headers[1]):lines.index(headers[2])]
+    assert any("exp:" in line for line in test_message) and not any("passing" in line for line in lines), lines
+    assert any('undefined receiver "nobody"' in line for line in lines[lines.index(headers[2]):]), lines
     assert not any(str(tmp_path) in line for line in lines)
 
 

@@ -39,19 +39,20 @@ MORE_B = """  - expr: b:y:sum
     - labels: b:y:sum{{cluster="c"}}
       value: 7
 """
-# Two rule files, a test file loading one of them and a longer one loading both, an Alertmanager config.
+# Two rule files, a test file loading one of them and a longer one loading both, each in a domain folder of its
+# own (rule tests run a folder at a time), an Alertmanager config.
 FILES = {
     "prometheus/rules/a.rules.yaml": RULES_A,
     "prometheus/rules/b.rules.yaml": RULES_B,
-    "prometheus/tests/a.tests.yaml": TEST.format(rule_files="[../rules/a.rules.yaml]", more=""),
-    "prometheus/tests/ab.tests.yaml": TEST.format(rule_files="[../rules/a.rules.yaml, ../rules/b.rules.yaml]",
-                                                  more=MORE_B.format(at="4m")),
+    "prometheus/tests/a/a.tests.yaml": TEST.format(rule_files="[../../rules/a.rules.yaml]", more=""),
+    "prometheus/tests/ab/ab.tests.yaml": TEST.format(rule_files="[../../rules/a.rules.yaml, ../../rules/b.rules.yaml]",
+                                                     more=MORE_B.format(at="4m")),
     "alertmanager/alertmanager.yml": "route:\n  receiver: default\nreceivers:\n- name: default\n",
 }
 CHECK_A = "promtool check rules prometheus/rules/a.rules.yaml"
 CHECK_B = "promtool check rules prometheus/rules/b.rules.yaml"
-TEST_A = "promtool test rules prometheus/tests/a.tests.yaml"
-TEST_AB = "promtool test rules prometheus/tests/ab.tests.yaml"
+TEST_A = "promtool test rules prometheus/tests/a/a.tests.yaml"
+TEST_AB = "promtool test rules prometheus/tests/ab/ab.tests.yaml"
 AMTOOL = "amtool check-config alertmanager/alertmanager.yml"
 EVERY_RUN = {CHECK_A, CHECK_B, TEST_A, TEST_AB, AMTOOL}
 
@@ -104,10 +105,10 @@ def entries(cache: Cache) -> dict[str, bytes]:
 
 # --- a warm cache does not hide a broken rule -------------------------------------------------------------------
 
-# The jobs domain's rule tests, with the GPU recording rules they load: the quickest real tests that read a
-# unit conversion (gpu:utilization:ratio divides DCGM's percent by 100).
-JOBS = ("prometheus/rules/jobs.rules.yaml", "prometheus/tests/jobs.tests.yaml",
-        "prometheus/tests/rules/jobs.rules.yaml")
+# A job's GPU utilisation: its rule tests, with the GPU recording rules they load, are quick real tests that
+# read a unit conversion (gpu:utilization:ratio divides DCGM's percent by 100).
+JOB_UTILIZATION = "prometheus/tests/jobs/job.gpu_utilization.avg"
+JOBS = ("prometheus/rules/jobs.rules.yaml", f"{JOB_UTILIZATION}.tests.yaml", f"{JOB_UTILIZATION}.rules.yaml")
 
 
 def test_a_warm_cache_still_fails_a_broken_recording_rule(generated, tmp_path, logged):
@@ -115,15 +116,15 @@ def test_a_warm_cache_still_fails_a_broken_recording_rule(generated, tmp_path, l
     cache = Cache(tmp_path / "cache")
     assert validation(tmp_path / "cold", files, cache) == []
     assert sorted(logged.runs()) == ["promtool check rules prometheus/rules/jobs.rules.yaml",
-                                     "promtool test rules prometheus/tests/jobs.tests.yaml"]
+                                     f"promtool test rules {JOB_UTILIZATION}.tests.yaml"]
     assert validation(tmp_path / "warm", files, cache) == [] and logged.runs() == []
 
     broken = {path: text.replace(" / 100)", ")") for path, text in files.items()}     # percent read as a ratio
     assert broken != files
     problems = validation(tmp_path / "broken", broken, cache)
-    assert "prometheus/tests/jobs.tests.yaml: promtool test rules failed:" in problems, problems
+    assert f"{JOB_UTILIZATION}.tests.yaml: promtool test rules failed:" in problems, problems
     assert any("gpu_utilization" in line for line in problems), problems
-    assert logged.runs() == ["promtool test rules prometheus/tests/jobs.tests.yaml"]
+    assert logged.runs() == [f"promtool test rules {JOB_UTILIZATION}.tests.yaml"]
 
     assert validation(tmp_path / "repaired", files, cache) == [] and logged.runs() == []
 
@@ -142,7 +143,7 @@ def test_a_warm_cache_runs_nothing_wherever_the_files_are(tmp_path, logged):
 @pytest.mark.parametrize("changed, reruns", [
     ("prometheus/rules/b.rules.yaml", {CHECK_B, TEST_AB}),
     ("prometheus/rules/a.rules.yaml", {CHECK_A, TEST_A, TEST_AB}),
-    ("prometheus/tests/a.tests.yaml", {TEST_A}),
+    ("prometheus/tests/a/a.tests.yaml", {TEST_A}),
     ("alertmanager/alertmanager.yml", {AMTOOL}),
 ])
 def test_a_changed_file_reruns_exactly_the_runs_that_read_it(tmp_path, logged, changed, reruns):
@@ -155,7 +156,7 @@ def test_a_changed_file_reruns_exactly_the_runs_that_read_it(tmp_path, logged, c
 
 
 def test_a_file_a_glob_starts_to_match_reruns_the_test_that_loads_the_glob(tmp_path, logged):
-    files = {**FILES, "prometheus/tests/a.tests.yaml": TEST.format(rule_files="['../rules/a*.yaml']", more="")}
+    files = {**FILES, "prometheus/tests/a/a.tests.yaml": TEST.format(rule_files="['../../rules/a*.yaml']", more="")}
     cache = Cache(tmp_path / "cache")
     assert validation(tmp_path / "cold", files, cache) == []
     logged.runs()
@@ -180,7 +181,7 @@ def test_a_failure_is_never_stored_and_always_reruns(tmp_path, logged):
     for attempt in ("first", "second"):
         problems = validation(tmp_path / attempt, broken, cache)
         assert "prometheus/rules/b.rules.yaml: promtool check rules failed:" in problems, problems
-        assert "prometheus/tests/ab.tests.yaml: promtool test rules failed:" in problems, problems
+        assert "prometheus/tests/ab/ab.tests.yaml: promtool test rules failed:" in problems, problems
         assert sorted(logged.runs()) == sorted(EVERY_RUN if attempt == "first" else {CHECK_B, TEST_AB})
         # stored: the 3 tool runs that passed, and the 5 files the schemas found valid (b's `sum(` is a string to them)
         assert len(entries(cache)) == 3 + 5
@@ -298,6 +299,8 @@ def test_profile_names_every_tool_run_and_whether_it_was_cached(tmp_path, logged
         assert any(line.endswith(step) for line in lines), (step, lines)
     for run in EVERY_RUN:
         command, path = run.rsplit(" ", 1)
+        # rule tests run a folder at a time
+        path = f"{path.rsplit('/', 1)[0]}/ (1 file)" if path.endswith(".tests.yaml") else path
         assert any(line.strip().startswith(f"{command} {path}: cached, ran ") for line in lines), (run, lines)
     assert lines[-1] == f"cache {cache_dir}: 10 hits, 0 misses, 0 stored"
 
@@ -322,5 +325,5 @@ def test_the_longest_rule_test_starts_first(tmp_path, logged, monkeypatch):
     outdir.write_tree(tmp_path, FILES)
     assert validate.tool_errors(tmp_path, FILES) == []
     assert logged.runs() == [TEST_AB, TEST_A, CHECK_A, CHECK_B, AMTOOL]
-    cost = {name: tools.rules_test(f"prometheus/tests/{name}.tests.yaml", cwd=tmp_path).cost for name in ("a", "ab")}
+    cost = {name: tools.rules_test(f"prometheus/tests/{name}/{name}.tests.yaml", cwd=tmp_path).cost for name in ("a", "ab")}
     assert cost == {"a": 3 * 1, "ab": 5 * 2}                 # steps 0..2m and 0..4m, times the rules loaded

@@ -68,6 +68,7 @@ def test_a_build_reads_the_catalogue_once_on_demand_and_never_imports_the_simula
     code = ("import sys\n"
             "import hpcobs.cli\n"
             "from hpcobs import catalogue, config, pipeline\n"
+            "hpcobs.cli.parser().parse_args(['build', '--out', 'x'])\n"
             "print(catalogue.load.cache_info().misses)\n"
             "pipeline.generate(config.load())\n"
             "print(catalogue.load.cache_info().misses)\n"

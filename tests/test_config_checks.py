@@ -84,7 +84,7 @@ def test_regex_job_selector_builds(tmp_path):
     result = run_build("--no-tool-checks", "--config", str(site), "--out", str(tmp_path / "out"))
     assert result.returncode == 0, result.stderr
     rules = (tmp_path / "out/prometheus/rules/gpu.rules.yaml").read_text()
-    tests = (tmp_path / "out/prometheus/tests/gpu.tests.yaml").read_text()
+    tests = (tmp_path / "out/prometheus/tests/gpu/GpuFellOffBus.tests.yaml").read_text()
     assert 'DCGM_FI_DEV_XID_ERRORS{job=~"dcgm.*"' in rules
     assert ',instance="n1:9400",job="dcgm",' in tests      # the synthetic series carry the invented value
 

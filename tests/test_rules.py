@@ -12,16 +12,19 @@ from hpcobs.rules import Alert, Record
 
 RULE_FILES = "prometheus/rules/"
 TEST_FILES = "prometheus/tests/"
-TEST_RULE_FILES = "prometheus/tests/rules/"
 
 
-def files_under(generated, prefix):
-    return {p: t for p, t in generated.items() if p.startswith(prefix)}
+def files_under(generated, prefix, ending=""):
+    return {p: t for p, t in generated.items() if p.startswith(prefix) and p.endswith(ending)}
 
 
 def rule_test_files(generated):
-    """The promtool test files (prometheus/tests/rules/ holds rule files they load)."""
-    return {p: t for p, t in files_under(generated, TEST_FILES).items() if not p.startswith(TEST_RULE_FILES)}
+    """The promtool test files: prometheus/tests/<domain>/<rule>.tests.yaml (beside each, the rules it loads)."""
+    return files_under(generated, TEST_FILES, ".tests.yaml")
+
+
+def rule_name(rule):
+    return rule.get("record") or rule["alert"]
 
 
 def test_rule_files_match_the_schemastore_schema(generated):
@@ -30,7 +33,7 @@ def test_rule_files_match_the_schemastore_schema(generated):
 
 
 def test_rule_test_files_match_the_schemastore_schema(generated):
-    assert rule_test_files(generated) and files_under(generated, TEST_RULE_FILES)
+    assert rule_test_files(generated) and files_under(generated, TEST_FILES, ".rules.yaml")
     for path, text in files_under(generated, TEST_FILES).items():
         assert validate.schema_errors(path, text) == []
 
@@ -42,16 +45,12 @@ def test_every_rule_file_passes_promtool_check(generated, generated_tree):
     assert result.output.count("SUCCESS") == len(paths)
 
 
-def all_tool_checks_pass(root, files, cache_dir):
+def test_every_rule_test_passes(generated, generated_tree, private_cache_dir):
     """promtool (check and test) and amtool on every file, both cores at once, through the suite's own cache:
     an entry exists only for the very same bytes and tool version that passed before in this session."""
-    assert rule_test_files(files)
-    errors = validate.tool_errors(root, files, Cache(cache_dir))
+    assert rule_test_files(generated)
+    errors = validate.tool_errors(generated_tree, generated, Cache(private_cache_dir))
     assert not errors, "\n".join(errors)
-
-
-def test_every_rule_test_passes(generated, generated_tree, private_cache_dir):
-    all_tool_checks_pass(generated_tree, generated, private_cache_dir)
 
 
 @pytest.fixture(scope="module")
@@ -73,39 +72,46 @@ def test_every_alert_fires_and_stays_silent_somewhere(groups, generated):
         assert any(not a["exp_alerts"] for a in mine), f"{alert.alert} never shown silent"
 
 
-def test_each_test_file_loads_its_rule_file_and_only_the_recording_groups_it_reads(generated):
-    """promtool evaluates every loaded rule at every step of every test: a domain's test file loads its own rule
-    file as deployed, plus copies of exactly the recording groups of other domains that its rules read,
-    transitively (no alert, no unread group), each after the groups it reads."""
+def test_each_test_file_loads_its_rule_and_only_what_it_reads(generated):
+    """promtool evaluates every loaded rule at every step of every test: each rule's test file loads, from the
+    rule file beside it, that rule and the recording rules it reads, transitively (read by the PromQL parser),
+    nothing else; each loaded rule exactly as deployed, in its deployed group (same name, interval, order), and
+    the groups in dependency order."""
     deployed = {path: yaml.safe_load(text)["groups"] for path, text in files_under(generated, RULE_FILES).items()}
-    producer = {rule["record"]: (path, group["name"]) for path, groups in deployed.items() for group in groups
-                for rule in group["rules"] if "record" in rule}
-    copies_seen = 0
+    groups = {g["name"]: g for gs in deployed.values() for g in gs}
+    producers = {}
+    for group in groups.values():
+        for rule in group["rules"]:
+            if "record" in rule:
+                producers.setdefault(rule["record"], []).append(rule)
+    tested_names = set()
     for path, text in rule_test_files(generated).items():
-        domain = path.removeprefix(TEST_FILES).removesuffix(".tests.yaml")
-        own = f"{RULE_FILES}{domain}.rules.yaml"
-        copies = f"{TEST_RULE_FILES}{domain}.rules.yaml"
-        loaded = yaml.safe_load(text)["rule_files"]
-        assert loaded[-1] == f"../rules/{domain}.rules.yaml"
-        assert loaded[:-1] == ([f"rules/{domain}.rules.yaml"] if copies in generated else [])
-        read, todo = set(), [r["expr"] for g in deployed[own] for r in g["rules"]]
+        domain, stem = path.removeprefix(TEST_FILES).removesuffix(".tests.yaml").split("/")
+        spec = yaml.safe_load(text)
+        assert spec["rule_files"] == [f"{stem}.rules.yaml"], path
+        assert {case["name"].split(": ", 1)[0] for case in spec["tests"]} == {stem.replace(".", ":")}, path
+        tested = [r for g in deployed[f"{RULE_FILES}{domain}.rules.yaml"] for r in g["rules"]
+                  if rule_name(r) == stem.replace(".", ":")]
+        expected, todo = [], list(tested)
         while todo:
-            for name in lint.metric_names(todo.pop()):
-                if name in producer and producer[name][0] != own and producer[name][1] not in read:
-                    read.add(producer[name][1])
-                    todo += [r["expr"] for g in deployed[producer[name][0]] if g["name"] == producer[name][1]
-                             for r in g["rules"] if "record" in r]
-        copied = yaml.safe_load(generated[copies])["groups"] if copies in generated else []
-        assert {g["name"] for g in copied} == read, domain
+            rule = todo.pop()
+            if rule not in expected:
+                expected.append(rule)
+                todo += [r for name in lint.metric_names(rule["expr"]) for r in producers.get(name, [])]
+        loaded_groups = yaml.safe_load(generated[path.replace(".tests.yaml", ".rules.yaml")])["groups"]
+        loaded = [r for g in loaded_groups for r in g["rules"]]
+        assert len(loaded) == len(expected) and all(r in loaded for r in expected), path
         earlier = set()
-        for group in copied:
-            original = next(g for gs in deployed.values() for g in gs if g["name"] == group["name"])
-            assert group["rules"] == [r for r in original["rules"] if "record" in r] and group["rules"], group["name"]
-            reads = {producer[n][1] for r in group["rules"] for n in lint.metric_names(r["expr"]) if n in producer}
-            assert reads - {group["name"]} <= earlier | {g["name"] for g in deployed[own]}, group["name"]
-            earlier.add(group["name"])
-        copies_seen += len(copied)
-    assert copies_seen, "no test file reads another domain's records: the check above proves nothing"
+        for group in loaded_groups:
+            original = groups[group["name"]]
+            assert {**group, "rules": None} == {**original, "rules": None}, group["name"]
+            assert group["rules"] == [r for r in original["rules"] if r in expected], (path, group["name"])
+            reads = {n for r in group["rules"] for n in lint.metric_names(r["expr"])} & set(producers)
+            assert reads <= earlier | {rule_name(r) for r in group["rules"]}, (path, group["name"])
+            earlier |= {rule_name(r) for r in group["rules"]}
+        tested_names.add((domain, stem.replace(".", ":")))
+    assert tested_names == {(path.removeprefix(RULE_FILES).removesuffix(".rules.yaml"), rule_name(r))
+                            for path, gs in deployed.items() for g in gs for r in g["rules"]}
 
 
 def test_alert_conventions(groups, config):
@@ -132,17 +138,28 @@ def test_record_names_follow_level_metric_operations():
 
 
 def _break(generated, tmp_path, path, old, new):
-    """Break one rule file and run the test files that load it (the others load copies of what they read)."""
-    files = dict(generated)
-    assert old in files[path], f"{old!r} not in {path}"
-    files[path] = files[path].replace(old, new, 1)
+    """Break the first rule of a deployed rule file that holds `old`, wherever a test loads that rule, and run
+    that rule's own cases against the intact and the broken rule: they pass on the first and must fail on the
+    second. (All cases pass in test_every_rule_test_passes; running only the broken rule's own shows that they,
+    not some other rule's, catch it.)"""
+    rules = [r for g in yaml.safe_load(generated[path])["groups"] for r in g["rules"]]
+    intact = next((r for r in rules if old in yaml.safe_dump(r, width=1_000_000)), None)
+    assert intact is not None, f"{old!r} not in a rule of {path}"
+    broken = yaml.safe_load(yaml.safe_dump(intact, width=1_000_000).replace(old, new, 1))
+    assert broken != intact
+    stem = f"{TEST_FILES}{path.removeprefix(RULE_FILES).removesuffix('.rules.yaml')}/{rule_name(intact).replace(':', '.')}"
+    loaded = yaml.safe_load(generated[f"{stem}.rules.yaml"])
+    assert intact in [r for g in loaded["groups"] for r in g["rules"]]
+    for group in loaded["groups"]:
+        group["rules"] = [broken if r == intact else r for r in group["rules"]]
     from hpcobs import outdir
-    outdir.write_tree(tmp_path, files)
-    loading = [p for p, text in rule_test_files(files).items()
-               if path in {posixpath.normpath(posixpath.join(posixpath.dirname(p), f))
-                           for f in yaml.safe_load(text)["rule_files"]}]
-    assert loading, f"no test file loads {path}"
-    return tools.test_rules(*(tmp_path / p for p in loading))
+    results = {}
+    for name, rule_text in (("intact", generated[f"{stem}.rules.yaml"]), ("broken", yaml.safe_dump(loaded))):
+        outdir.write_tree(tmp_path / name, {f"{stem}.tests.yaml": generated[f"{stem}.tests.yaml"],
+                                            f"{stem}.rules.yaml": rule_text})
+        results[name] = tools.test_rules(tmp_path / name / f"{stem}.tests.yaml")
+    assert results["intact"].ok, results["intact"].output
+    return results["broken"]
 
 
 def test_tests_catch_a_missing_unit_conversion(generated, tmp_path):
@@ -190,28 +207,44 @@ EVERY_DCGM_VERSION = "exporters:\n  dcgm:\n    versions: ['3.x-4.5', '4.6-4.8', 
 # 3.x-4.5 (Hostname), 4.6-4.8 (hostname), 4.9 (renamed, SI) and 4.10+ in one cluster.
 EVERY_SPELLING = ('"Hostname"', '"hostname"', "DCGM_FI_DEV_GPU_UTIL{", "DCGM_FI_DEV_GPU_UTIL_RATIO{",
                   "DCGM_FI_DEV_XID_ERRORS{", "DCGM_FI_DEV_XID_ERROR{")
+# Site config -> (strings the GPU rules must hold, strings no generated file may hold).
+SITES = {
+    "every-dcgm-version": (EVERY_DCGM_VERSION, EVERY_SPELLING, ()),
+    "every-dcgm-version+amd+slurm-native+jontk": (
+        EVERY_DCGM_VERSION + "  amd: {enabled: true, metric_prefix: amd_}\n  slurm: {flavour: native}\n"
+        "  job_info: {source: jontk}\n", EVERY_SPELLING, ()),
+    "dcgm-4.9": ("exporters:\n  dcgm:\n    versions: ['4.9']\n", (), ()),
+    "dcgm-4.10+": ("exporters:\n  dcgm:\n    versions: ['4.10+']\n", (), ()),
+    "dcgm-4.10+-then-3.x": ("exporters:\n  dcgm:\n    versions: ['4.10+', '3.x-4.5']\n", (), ()),
+    "amd-only": (DCGM_DISABLED_AMD_ONLY, (), ("DCGM_",)),
+}
 
 
-@pytest.mark.parametrize("site_text, in_gpu_rules, nowhere", [
-    pytest.param(EVERY_DCGM_VERSION, EVERY_SPELLING, (), id="every-dcgm-version"),
-    pytest.param(EVERY_DCGM_VERSION + "  amd: {enabled: true, metric_prefix: amd_}\n  slurm: {flavour: native}\n"
-                 "  job_info: {source: jontk}\n", EVERY_SPELLING, (), id="every-dcgm-version+amd+slurm-native+jontk"),
-    pytest.param("exporters:\n  dcgm:\n    versions: ['4.9']\n", (), (), id="dcgm-4.9"),
-    pytest.param("exporters:\n  dcgm:\n    versions: ['4.10+']\n", (), (), id="dcgm-4.10+"),
-    pytest.param("exporters:\n  dcgm:\n    versions: ['4.10+', '3.x-4.5']\n", (), (), id="dcgm-4.10+-then-3.x"),
-    pytest.param(DCGM_DISABLED_AMD_ONLY, (), ("DCGM_",), id="amd-only"),
-])
-def test_a_site_builds_and_passes_every_rule_test(tmp_path, private_cache_dir, site_text, in_gpu_rules, nowhere):
+@pytest.fixture(scope="module")
+def site_builds(tmp_path_factory, private_cache_dir):
+    """Each site's generated files and its promtool/amtool failures; all sites' tool runs share one pool."""
+    from hpcobs import config as config_module
+    from hpcobs import outdir
+    builds = {}
+    for site, (site_text, _, _) in SITES.items():
+        folder = tmp_path_factory.mktemp("site")
+        (folder / "site.yaml").write_text(site_text)
+        files = pipeline.generate(config_module.load(folder / "site.yaml"))
+        outdir.write_tree(folder / "out", files)
+        builds[site] = (folder / "out", files)
+    errors = validate.trees_tool_errors(dict(builds.values()), Cache(private_cache_dir))
+    return {site: (files, errors[root]) for site, (root, files) in builds.items()}
+
+
+@pytest.mark.parametrize("site", SITES)
+def test_a_site_builds_and_passes_every_rule_test(site_builds, site):
     """Fleets mixing every dcgm-exporter version (with AMD nodes, Slurm's native metrics and jontk's job
     info in one variant), fleets whose first version exposes SI units (utilisation as a 0-1 ratio, bytes,
     joules), and a fleet without dcgm-exporter: every rule, alert and dashboard builds, every domain's
     promtool tests pass, and nothing reads a series the fleet does not have."""
-    from hpcobs import config as config_module
-    from hpcobs import outdir
-    site = tmp_path / "site.yaml"
-    site.write_text(site_text)
-    files = pipeline.generate(config_module.load(site))
+    _, in_gpu_rules, nowhere = SITES[site]
+    files, errors = site_builds[site]
     assert all(spelling in files[RULE_FILES + "gpu.rules.yaml"] for spelling in in_gpu_rules)
     assert not [path for path, text in files.items() for name in nowhere if name in text]
-    outdir.write_tree(tmp_path / "out", files)
-    all_tool_checks_pass(tmp_path / "out", files, private_cache_dir)
+    assert rule_test_files(files)
+    assert not errors, "\n".join(errors)

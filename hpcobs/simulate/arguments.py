@@ -24,7 +24,6 @@ from .output import in_place
 from .scenarios import ScenarioError, Spec
 from .simulation import Simulation
 
-SUMMARY = "write a simulated cluster's raw series (OpenMetrics, VictoriaMetrics or promtool input)"
 MAX_GPUS_PER_NODE = 16            # the largest real GPU nodes (HGX-2 class); 8 is the common case
 MAX_NODES = 100_000               # the model holds every node in memory; more than the largest clusters built
 MAX_SCRAPES = 1_000_000           # one series' values are held whole in memory (about 8 MB at this length)

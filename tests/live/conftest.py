@@ -7,19 +7,8 @@ import pytest
 from hpcobs.servers import Prometheus, VictoriaMetrics
 
 
-# Lines a live test wants in the run's summary (what it measured), printed even when it passes.
-SUMMARY: list[str] = []
-
-
 def pytest_configure(config):
     config.addinivalue_line("markers", "live: starts real Prometheus / VictoriaMetrics servers on loopback")
-
-
-def pytest_terminal_summary(terminalreporter):
-    if SUMMARY:
-        terminalreporter.section("live measurements")
-        for line in SUMMARY:
-            terminalreporter.write_line(line)
 
 
 @pytest.fixture(scope="session")

@@ -22,7 +22,8 @@ from hpcobs.dashboard import ALL, GRAFANA_VARIABLE, fault_panels, panel_queries
 from hpcobs.simulate import Simulation, kinds, write
 
 from ..test_dashboards import DURATIONS
-from .conftest import SUMMARY, raw_names_read, recording_layer_files
+from ..conftest import MEASUREMENT
+from .conftest import raw_names_read, recording_layer_files
 from .test_scenarios import HOURS, SCENARIOS
 
 STEP = 30
@@ -103,7 +104,7 @@ def _resolve_variables(dashboard: dict, server, at: float, preferred: dict[str, 
 
 @pytest.mark.live
 @pytest.mark.parametrize("backend", ["prometheus", "victoriametrics"])
-def test_every_panel_shows_its_cluster(clusters, dashboards, shows, backend):
+def test_every_panel_shows_its_cluster(clusters, dashboards, shows, backend, record_property):
     failures, report, skipped = [], {}, set()
     for cluster_name, world in clusters.items():
         server = world[backend]
@@ -137,10 +138,11 @@ def test_every_panel_shows_its_cluster(clusters, dashboards, shows, backend):
                                     f"{_substituted(expr, values)}")
     with_data = sum(1 for r in report.values() if r.get("faults"))
     silent = sum(1 for key, r in report.items() if key[:2] in shows and not r.get("healthy"))
-    SUMMARY.append(f"dashboards on {backend}: {len(report)} panel queries; data on the fault cluster: {with_data}; "
-                   f"on the healthy cluster: {sum(1 for r in report.values() if r.get('healthy'))}, and "
-                   f"{silent} fault-panel queries silent there; Loki panels not run: {len(skipped)}")
-    print(f"\n{SUMMARY[-1]}: {sorted(skipped)}")
+    measured = (f"dashboards on {backend}: {len(report)} panel queries; data on the fault cluster: {with_data}; "
+                f"on the healthy cluster: {sum(1 for r in report.values() if r.get('healthy'))}, and "
+                f"{silent} fault-panel queries silent there; Loki panels not run: {len(skipped)}")
+    record_property(MEASUREMENT, measured)
+    print(f"\n{measured}: {sorted(skipped)}")
     for (uid, title, target), seen in sorted(report.items()):
         print(f"  {uid:24} {title[:52]:52} {chr(65 + target)} healthy={'data' if seen['healthy'] else '-':4} "
               f"faults={'data' if seen['faults'] else '-'}{'  (fault: ' + ', '.join(shows[uid, title]) + ')' if (uid, title) in shows else ''}")
