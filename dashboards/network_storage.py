@@ -1,180 +1,425 @@
 """Network & storage: InfiniBand across nodes and one node's ports, NCCL bandwidth, Lustre and NFS,
-filesystem fill (DESIGN.md §11).
+filesystem fill (docs/dashboards.md).
 
 Fleet panels read recorded series (ports summed per node, only the nodes with errors shown); the
 "Node $node: ports" row reads the raw node_exporter series of ONE node through the catalogue.
 """
+
+from collections.abc import Callable
+
 from hpcobs.context import Context
-from hpcobs.promql import duration_seconds as _seconds
-from hpcobs.dashboard import (Column, DashboardSpec, Query, Row, Variable, bargauge, heatmap, stat, table,
-                              timeseries)
+from hpcobs.dashboard import (
+    Column,
+    DashboardSpec,
+    Panel,
+    Query,
+    Row,
+    Variable,
+    bargauge,
+    heatmap,
+    stat,
+    table,
+    timeseries,
+)
+from hpcobs.names import DashboardUid
+from hpcobs.promql import duration_seconds
 
 from . import common
 
-UID = common.NETWORK_STORAGE
+UID = DashboardUid.NETWORK_STORAGE
 FILL = ((None, "green"), (0.8, "orange"), (0.95, "red"))
 PORT = ("node", "device", "port")
-# node_infiniband_state_id 4 = ACTIVE; node_infiniband_physical_state_id 5 = LinkUp (infiniband_linux.go).
+# node_infiniband_state_id 4 = ACTIVE; node_infiniband_physical_state_id 5 = LinkUp (node_exporter's
+# infiniband collector).
 PORT_STATE = ((None, "red"), (4, "green"), (5, "orange"))
 PHYSICAL_STATE = ((None, "red"), (5, "green"), (6, "red"))
 PROBLEM = ((None, "green"), (1, "red"))
+WARNING = ((None, "green"), (1, "orange"))
 
 
-def dashboard(ctx: Context) -> DashboardSpec:
-    c = ctx.cluster
-    cl = common.in_cluster(ctx)
-    one_node = {c: f'="${c}"', "node": '="$node"'}
-    fill_window = ctx.thresholds.get("storage_fill_window", "6h")
-    horizon = ctx.thresholds.get("storage_fill_horizon", "24h")
-    nominal = ctx.thresholds["ib_port_rate_bytes_per_second"]
+def _nominal_gbps(ctx: Context) -> float:
+    """The fabric's nominal port rate in Gb/s (configured in bytes per second)."""
+    return ctx.thresholds.ib_port_rate_bytes_per_second * 8 / 1e9
 
-    def erring_nodes(title: str, series: str, unit: str, description: str, shows: tuple[str, ...]):
-        return timeseries(title, f"{series}{{{cl}}} > 0", legend="{{node}}", unit=unit, width=8, shows=shows,
-                          description=description + " Only nodes with errors are drawn.")
 
-    def port(signal: str, over=None) -> str:
+def _fabric(ctx: Context) -> Row:
+    in_cluster = common.in_cluster(ctx)
+    return Row(
+        "InfiniBand",
+        [
+            stat(
+                "Fabric transmit",
+                f"sum(cluster:ib_transmit_bytes:rate{{{in_cluster}}})",
+                unit="Bps",
+                description="Bytes per second sent over every InfiniBand port of the cluster.",
+            ),
+            stat(
+                "Ports not ACTIVE",
+                f"sum(cluster:ib_ports_not_active:count{{{in_cluster}}}) or vector(0)",
+                unit="none",
+                thresholds=PROBLEM,
+                shows=("ib_port_down", "ib_link_flap"),
+                description="InfiniBand ports whose logical state is not ACTIVE.",
+            ),
+            stat(
+                "Ports below nominal rate",
+                f"sum(node:ib_ports_below_nominal_rate:count{{{in_cluster}}}) or vector(0)",
+                unit="none",
+                thresholds=WARNING,
+                shows=("ib_link_degraded",),
+                description=f"Ports that trained below the nominal link rate ({_nominal_gbps(ctx):g} Gb/s).",
+            ),
+            stat(
+                "Ports that went down (1h)",
+                f"sum(node:ib_ports_flapped:count{{{in_cluster}}}) or vector(0)",
+                unit="none",
+                thresholds=WARNING,
+                shows=("ib_port_down", "ib_link_flap"),
+                description="Ports whose link went down at least once in the last hour.",
+            ),
+            heatmap(
+                "Transmit by node",
+                f"node:ib_transmit_bytes:rate{{{in_cluster}}}",
+                legend="{{node}}",
+                unit="Bps",
+                width=12,
+                description="Bytes per second each node sends over its InfiniBand ports (one row per node): "
+                "a cold row in a busy job is a node the job waits for.",
+            ),
+            heatmap(
+                "Receive by node",
+                f"node:ib_receive_bytes:rate{{{in_cluster}}}",
+                legend="{{node}}",
+                unit="Bps",
+                width=12,
+                description="Bytes per second each node receives over its InfiniBand ports (one row per node).",
+            ),
+        ],
+    )
+
+
+def _errors(ctx: Context) -> Row:
+    in_cluster = common.in_cluster(ctx)
+
+    def erring_nodes(title: str, series: str, unit: str, description: str, shows: tuple[str, ...]) -> Panel:
+        return timeseries(
+            title,
+            f"{series}{{{in_cluster}}} > 0",
+            legend="{{node}}",
+            unit=unit,
+            width=8,
+            shows=shows,
+            description=description + " Only nodes with errors are drawn.",
+        )
+
+    return Row(
+        "InfiniBand errors",
+        [
+            erring_nodes(
+                "Symbol errors",
+                "node:ib_symbol_errors:rate",
+                "eps",
+                "Symbol errors per second (bad cable or transceiver; a healthy link counts none).",
+                ("ib_symbol_errors",),
+            ),
+            erring_nodes(
+                "Receive errors",
+                "node:ib_receive_errors:rate",
+                "pps",
+                "Malformed packets received per second.",
+                ("ib_symbol_errors",),
+            ),
+            erring_nodes(
+                "Transmit discards",
+                "node:ib_transmit_discards:rate",
+                "pps",
+                "Outbound packets discarded per second (link down, congestion, timeouts).",
+                ("ib_congestion",),
+            ),
+            timeseries(
+                "Transmit wait",
+                f"topk(10, node:ib_transmit_wait:rate{{{in_cluster}}})",
+                legend="{{node}}",
+                unit="cps",
+                width=8,
+                description="Ticks per second with data queued but no credit to send: congestion. "
+                "The ten most waiting nodes.",
+            ),
+            erring_nodes(
+                "Link flaps (1h)",
+                "node:ib_ports_flapped:count",
+                "none",
+                "Ports per node whose link went down in the last hour (link flaps).",
+                ("ib_port_down", "ib_link_flap"),
+            ),
+            table(
+                "Nodes with port problems",
+                [
+                    Column(
+                        f"node:ib_ports_not_active:count{{{in_cluster}}} > 0",
+                        "Not ACTIVE",
+                        PROBLEM,
+                        cell="color-background",
+                    ),
+                    Column(
+                        f"node:ib_ports_below_nominal_rate:count{{{in_cluster}}} > 0",
+                        "Below nominal rate",
+                        WARNING,
+                        cell="color-background",
+                    ),
+                ],
+                labels=["node"],
+                width=8,
+                links=(common.node_link(ctx, UID, "Ports"),),
+                shows=("ib_port_down", "ib_link_degraded"),
+                description="Nodes with ports not ACTIVE or trained below the nominal rate; "
+                "click a node for its ports.",
+            ),
+        ],
+    )
+
+
+def _ports(ctx: Context) -> Row:
+    one_node = {ctx.cluster: f'="${ctx.cluster}"', "node": '="$node"'}
+
+    def port(signal: str, over: Callable[[str], str] | None = None) -> str:
         return ctx.select("node_exporter", [signal], PORT, op="sum", over=over, where=one_node)
 
     def port_rate(signal: str) -> str:
-        return port(signal, over=lambda e: f"rate({e}[$__rate_interval])")
+        return port(signal, over=lambda expr: f"rate({expr}[$__rate_interval])")
 
     def port_increase(signal: str) -> str:
-        return port(signal, over=lambda e: f"increase({e}[1h])")
+        return port(signal, over=lambda expr: f"increase({expr}[1h])")
 
-    fabric = Row("InfiniBand", [
-        stat("Fabric transmit", f"sum(cluster:ib_transmit_bytes:rate{{{cl}}})", unit="Bps",
-             description="Bytes per second sent over every InfiniBand port of the cluster."),
-        stat("Ports not ACTIVE", f"sum(cluster:ib_ports_not_active:count{{{cl}}}) or vector(0)", unit="none",
-             thresholds=PROBLEM, shows=("ib_port_down", "ib_link_flap"),
-             description="InfiniBand ports whose logical state is not ACTIVE."),
-        stat("Ports below nominal rate", f"sum(node:ib_ports_below_nominal_rate:count{{{cl}}}) or vector(0)",
-             unit="none", thresholds=((None, "green"), (1, "orange")), shows=("ib_link_degraded",),
-             description=f"Ports that trained below the nominal link rate ({nominal * 8 / 1e9:g} Gb/s)."),
-        stat("Ports that went down (1h)", f"sum(node:ib_ports_flapped:count{{{cl}}}) or vector(0)", unit="none",
-             thresholds=((None, "green"), (1, "orange")), shows=("ib_port_down", "ib_link_flap"),
-             description="Ports whose link went down at least once in the last hour."),
-        heatmap("Transmit by node", f"node:ib_transmit_bytes:rate{{{cl}}}", legend="{{node}}", unit="Bps", width=12,
-                description="Bytes per second each node sends over its InfiniBand ports (one row per node): "
-                            "a cold row in a busy job is a node the job waits for."),
-        heatmap("Receive by node", f"node:ib_receive_bytes:rate{{{cl}}}", legend="{{node}}", unit="Bps", width=12,
-                description="Bytes per second each node receives over its InfiniBand ports (one row per node)."),
-    ])
+    nominal = _nominal_gbps(ctx)
+    return Row(
+        "Node $node: ports",
+        [
+            table(
+                "Ports",
+                [
+                    Column(port("ib_state"), "State (4 = ACTIVE)", PORT_STATE, cell="color-background"),
+                    Column(
+                        port("ib_physical_state"),
+                        "Physical state (5 = LinkUp)",
+                        PHYSICAL_STATE,
+                        cell="color-background",
+                    ),
+                    Column(
+                        f"{port('ib_rate')} * 8 / 1e9",
+                        "Rate (Gb/s)",
+                        ((None, "orange"), (nominal, "green")),
+                        cell="color-text",
+                    ),
+                    Column(port_increase("ib_link_downed"), "Link downs (1h)", PROBLEM, cell="color-text"),
+                    Column(port_increase("ib_symbol_errors"), "Symbol errors (1h)", PROBLEM, cell="color-text"),
+                ],
+                labels=["device", "port"],
+                width=24,
+                height=7,
+                description="Every InfiniBand port of the node: logical state (1 Down, 2 Init, 3 Armed, 4 Active), "
+                "physical state (2 Polling, 3 Disabled, 5 LinkUp), link rate and the last hour's errors "
+                "(raw node_exporter series).",
+            ),
+            timeseries(
+                "Transmit per port",
+                port_rate("ib_port_xmit_bytes"),
+                legend="{{device}}:{{port}}",
+                unit="Bps",
+                width=8,
+                description="Bytes per second sent on each port of the node.",
+            ),
+            timeseries(
+                "Receive per port",
+                port_rate("ib_port_rcv_bytes"),
+                legend="{{device}}:{{port}}",
+                unit="Bps",
+                width=8,
+                description="Bytes per second received on each port of the node.",
+            ),
+            timeseries(
+                "Port errors",
+                [
+                    Query(port_rate("ib_symbol_errors"), "{{device}}:{{port}} symbol"),
+                    Query(port_rate("ib_port_rcv_errors"), "{{device}}:{{port}} receive"),
+                    Query(port_rate("ib_port_xmit_discards"), "{{device}}:{{port}} transmit discards"),
+                ],
+                unit="eps",
+                width=8,
+                description="Symbol errors, malformed received packets and transmit discards per second on each port.",
+            ),
+        ],
+    )
 
-    errors = Row("InfiniBand errors", [
-        erring_nodes("Symbol errors", "node:ib_symbol_errors:rate", "eps",
-                     "Symbol errors per second (bad cable or transceiver; a healthy link counts none).",
-                     ("ib_symbol_errors",)),
-        erring_nodes("Receive errors", "node:ib_receive_errors:rate", "pps",
-                     "Malformed packets received per second.", ("ib_symbol_errors",)),
-        erring_nodes("Transmit discards", "node:ib_transmit_discards:rate", "pps",
-                     "Outbound packets discarded per second (link down, congestion, timeouts).", ("ib_congestion",)),
-        timeseries("Transmit wait", f"topk(10, node:ib_transmit_wait:rate{{{cl}}})", legend="{{node}}", unit="cps",
-                   width=8, description="Ticks per second with data queued but no credit to send: congestion. "
-                                        "The ten most waiting nodes."),
-        erring_nodes("Link flaps (1h)", "node:ib_ports_flapped:count", "none",
-                     "Ports per node whose link went down in the last hour (link flaps).",
-                     ("ib_port_down", "ib_link_flap")),
-        table("Nodes with port problems", [
-            Column(f"node:ib_ports_not_active:count{{{cl}}} > 0", "Not ACTIVE", PROBLEM, cell="color-background"),
-            Column(f"node:ib_ports_below_nominal_rate:count{{{cl}}} > 0", "Below nominal rate",
-                   ((None, "green"), (1, "orange")), cell="color-background"),
-        ], labels=["node"], width=8, links=(common.node_link(ctx, UID, "Ports"),),
-            shows=("ib_port_down", "ib_link_degraded"),
-            description="Nodes with ports not ACTIVE or trained below the nominal rate; click a node for its ports."),
-    ])
 
-    ports = Row("Node $node: ports", [
-        table("Ports", [
-            Column(port("ib_state"), "State (4 = ACTIVE)", PORT_STATE, cell="color-background"),
-            Column(port("ib_physical_state"), "Physical state (5 = LinkUp)", PHYSICAL_STATE, cell="color-background"),
-            Column(f"{port('ib_rate')} * 8 / 1e9", "Rate (Gb/s)", ((None, "orange"), (nominal * 8 / 1e9, "green")),
-                   cell="color-text"),
-            Column(port_increase("ib_link_downed"), "Link downs (1h)", PROBLEM, cell="color-text"),
-            Column(port_increase("ib_symbol_errors"), "Symbol errors (1h)", PROBLEM, cell="color-text"),
-        ], labels=["device", "port"], width=24, height=7,
-            description="Every InfiniBand port of the node: logical state (1 Down, 2 Init, 3 Armed, 4 Active), "
-                        "physical state (2 Polling, 3 Disabled, 5 LinkUp), link rate and the last hour's errors "
-                        "(raw node_exporter series)."),
-        timeseries("Transmit per port", port_rate("ib_port_xmit_bytes"), legend="{{device}}:{{port}}", unit="Bps",
-                   width=8, description="Bytes per second sent on each port of the node."),
-        timeseries("Receive per port", port_rate("ib_port_rcv_bytes"), legend="{{device}}:{{port}}", unit="Bps",
-                   width=8, description="Bytes per second received on each port of the node."),
-        timeseries("Port errors", [
-            Query(port_rate("ib_symbol_errors"), "{{device}}:{{port}} symbol"),
-            Query(port_rate("ib_port_rcv_errors"), "{{device}}:{{port}} receive"),
-            Query(port_rate("ib_port_xmit_discards"), "{{device}}:{{port}} transmit discards"),
-        ], unit="eps", width=8,
-            description="Symbol errors, malformed received packets and transmit discards per second on each port."),
-    ])
+def _nccl(ctx: Context) -> Row:
+    nominal = ctx.thresholds.ib_port_rate_bytes_per_second
+    return Row(
+        "NCCL",
+        [
+            timeseries(
+                "NCCL bus bandwidth by job",
+                f"job:nccl_bus_bandwidth:avg{{{common.in_cluster(ctx)}}}",
+                legend="{{hpc_job}} {{collective}}",
+                unit="Bps",
+                width=24,
+                description="Mean bus bandwidth per job and collective (NCCL Inspector); compare with the "
+                f"fabric's nominal rate ({nominal:.3g} B/s per port).",
+            ),
+        ],
+    )
 
-    nccl = Row("NCCL", [
-        timeseries("NCCL bus bandwidth by job", f"job:nccl_bus_bandwidth:avg{{{cl}}}",
-                   legend="{{hpc_job}} {{collective}}", unit="Bps", width=24,
-                   description="Mean bus bandwidth per job and collective (NCCL Inspector); compare with the "
-                               f"fabric's nominal rate ({nominal:.3g} B/s per port)."),
-    ])
 
-    storage = Row("Storage", [
-        timeseries("Lustre write per filesystem", f'fs:lustre_write_bytes:rate{{{cl}, fs=~"$fs"}}', legend="{{fs}}",
-                   unit="Bps", description="Bytes per second written to each Lustre filesystem (OST totals)."),
-        timeseries("Lustre read per filesystem", f'fs:lustre_read_bytes:rate{{{cl}, fs=~"$fs"}}', legend="{{fs}}",
-                   unit="Bps", description="Bytes per second read from each Lustre filesystem (OST totals)."),
-        timeseries("Lustre write per job (top 10)", f"topk(10, job:lustre_write_bytes:rate{{{cl}}})",
-                   legend="{{hpc_job}}", unit="Bps",
-                   description="Bytes per second each job writes (Lustre jobstats, jobid_var=SLURM_JOB_ID)."),
-        timeseries("Lustre read per job (top 10)", f"topk(10, job:lustre_read_bytes:rate{{{cl}}})",
-                   legend="{{hpc_job}}", unit="Bps", description="Bytes per second each job reads (Lustre jobstats)."),
-        bargauge("Checkpoint write bandwidth (peak per job)",
-                 f"topk(10, max_over_time(job:lustre_write_bytes:rate{{{cl}}}[$__range]))", legend="{{hpc_job}}",
-                 unit="Bps", description="Peak write bandwidth of each job over the range: checkpoints are its "
-                                         "write bursts."),
-        timeseries("NFS per export", [
-            Query(f'fs:nfs_read_bytes:rate{{{cl}, fs=~"$fs"}}', "{{fs}} read"),
-            Query(f'fs:nfs_write_bytes:rate{{{cl}, fs=~"$fs"}}', "{{fs}} write"),
-        ], unit="Bps", width=8,
-            description="Bytes per second the clients read from and write to each NFS export (node_exporter "
-                        "--collector.mountstats; NFS has no per-job counters)."),
-        timeseries("NFS retransmissions", f"topk(10, node:nfs_retransmissions:rate{{{cl}}})", legend="{{node}}",
-                   unit="ops", width=8,
-                   description="NFS RPC retransmissions per second on the ten most affected clients (each follows "
-                               "a timeout)."),
-    ])
+def _storage(ctx: Context) -> Row:
+    in_cluster = common.in_cluster(ctx)
+    filesystems = f'{in_cluster}, fs=~"$fs"'
+    return Row(
+        "Storage",
+        [
+            timeseries(
+                "Lustre write per filesystem",
+                f"fs:lustre_write_bytes:rate{{{filesystems}}}",
+                legend="{{fs}}",
+                unit="Bps",
+                description="Bytes per second written to each Lustre filesystem (OST totals).",
+            ),
+            timeseries(
+                "Lustre read per filesystem",
+                f"fs:lustre_read_bytes:rate{{{filesystems}}}",
+                legend="{{fs}}",
+                unit="Bps",
+                description="Bytes per second read from each Lustre filesystem (OST totals).",
+            ),
+            timeseries(
+                "Lustre write per job (top 10)",
+                f"topk(10, job:lustre_write_bytes:rate{{{in_cluster}}})",
+                legend="{{hpc_job}}",
+                unit="Bps",
+                description="Bytes per second each job writes (Lustre jobstats, jobid_var=SLURM_JOB_ID).",
+            ),
+            timeseries(
+                "Lustre read per job (top 10)",
+                f"topk(10, job:lustre_read_bytes:rate{{{in_cluster}}})",
+                legend="{{hpc_job}}",
+                unit="Bps",
+                description="Bytes per second each job reads (Lustre jobstats).",
+            ),
+            bargauge(
+                "Checkpoint write bandwidth (peak per job)",
+                f"topk(10, max_over_time(job:lustre_write_bytes:rate{{{in_cluster}}}[$__range]))",
+                legend="{{hpc_job}}",
+                unit="Bps",
+                description="Peak write bandwidth of each job over the range: checkpoints are its write bursts.",
+            ),
+            timeseries(
+                "NFS per export",
+                [
+                    Query(f"fs:nfs_read_bytes:rate{{{filesystems}}}", "{{fs}} read"),
+                    Query(f"fs:nfs_write_bytes:rate{{{filesystems}}}", "{{fs}} write"),
+                ],
+                unit="Bps",
+                width=8,
+                description="Bytes per second the clients read from and write to each NFS export (node_exporter "
+                "--collector.mountstats; NFS has no per-job counters).",
+            ),
+            timeseries(
+                "NFS retransmissions",
+                f"topk(10, node:nfs_retransmissions:rate{{{in_cluster}}})",
+                legend="{{node}}",
+                unit="ops",
+                width=8,
+                description="NFS RPC retransmissions per second on the ten most affected clients (each follows "
+                "a timeout).",
+            ),
+        ],
+    )
 
-    fill = Row("Filesystem fill", [
-        bargauge("Lustre filesystems used", f'fs:lustre_used:ratio{{{cl}, fs=~"$fs"}}', legend="{{fs}}",
-                 unit="percentunit", thresholds=FILL, min=0, max=1, width=8,
-                 description="Used fraction of each Lustre filesystem (available space as users see it)."),
-        timeseries("Lustre fill and forecast", [
-            Query(f'fs:lustre_used:ratio{{{cl}, fs=~"$fs"}}', "{{fs}}"),
-            Query(f'clamp(predict_linear(fs:lustre_used:ratio{{{cl}, fs=~"$fs"}}[{fill_window}], '
-                  f'{_seconds(horizon)}), 0, 1)', "{{fs}} in " + horizon),
-        ], unit="percentunit", min=0, max=1, thresholds=FILL, width=16,
-            description=f"Used fraction now and forecast {horizon} ahead (linear fit over {fill_window})."),
-        bargauge("Fullest node mounts", f"topk(10, node:filesystem_used:ratio{{{cl}}})",
-                 legend="{{node}} {{mountpoint}}", unit="percentunit", thresholds=FILL, min=0, max=1, width=8,
-                 description="The ten fullest local mounts (checkpoint staging, /)."),
-        timeseries("Node mounts forecast to fill",
-                   f"topk(10, clamp(predict_linear(node:filesystem_used:ratio{{{cl}}}[{fill_window}], "
-                   f"{_seconds(horizon)}), 0, 1))", legend="{{node}} {{mountpoint}}", unit="percentunit",
-                   min=0, max=1, thresholds=FILL, width=16,
-                   description=f"Local mounts with the highest forecast fill {horizon} ahead "
-                               f"(linear fit over {fill_window})."),
-    ])
 
+def _fill(ctx: Context) -> Row:
+    in_cluster = common.in_cluster(ctx)
+    window = ctx.thresholds.storage_fill_window
+    horizon = ctx.thresholds.storage_fill_horizon
+    lustre = f'fs:lustre_used:ratio{{{in_cluster}, fs=~"$fs"}}'
+
+    def forecast(series: str) -> str:
+        return f"clamp(predict_linear({series}[{window}], {duration_seconds(horizon)}), 0, 1)"
+
+    return Row(
+        "Filesystem fill",
+        [
+            bargauge(
+                "Lustre filesystems used",
+                lustre,
+                legend="{{fs}}",
+                unit="percentunit",
+                thresholds=FILL,
+                min=0,
+                max=1,
+                width=8,
+                description="Used fraction of each Lustre filesystem (available space as users see it).",
+            ),
+            timeseries(
+                "Lustre fill and forecast",
+                [Query(lustre, "{{fs}}"), Query(forecast(lustre), "{{fs}} in " + horizon)],
+                unit="percentunit",
+                min=0,
+                max=1,
+                thresholds=FILL,
+                width=16,
+                description=f"Used fraction now and forecast {horizon} ahead (linear fit over {window}).",
+            ),
+            bargauge(
+                "Fullest node mounts",
+                f"topk(10, node:filesystem_used:ratio{{{in_cluster}}})",
+                legend="{{node}} {{mountpoint}}",
+                unit="percentunit",
+                thresholds=FILL,
+                min=0,
+                max=1,
+                width=8,
+                description="The ten fullest local mounts (checkpoint staging, /).",
+            ),
+            timeseries(
+                "Node mounts forecast to fill",
+                f"topk(10, {forecast(f'node:filesystem_used:ratio{{{in_cluster}}}')})",
+                legend="{{node}} {{mountpoint}}",
+                unit="percentunit",
+                min=0,
+                max=1,
+                thresholds=FILL,
+                width=16,
+                description=f"Local mounts with the highest forecast fill {horizon} ahead (linear fit over {window}).",
+            ),
+        ],
+    )
+
+
+def dashboard(ctx: Context) -> DashboardSpec:
+    in_cluster = common.in_cluster(ctx)
     return DashboardSpec(
         uid=UID,
         title=common.TITLES[UID],
         description="InfiniBand throughput, errors and port state, one node's ports, NCCL bandwidth, Lustre and "
-                    "NFS, filesystem fill.",
+        "NFS, filesystem fill.",
         tags=("hpcobs", "network", "storage"),
         variables=(
             common.cluster_variable(ctx),
-            Variable("node", "Node", f"label_values(node:ib_transmit_bytes:rate{{{cl}}}, node)",
-                     description="Node of the ports row."),
-            Variable("fs", "Filesystem", f'label_values({{__name__=~"fs:.+", {cl}}}, fs)', multi=True,
-                     include_all=True, description="Lustre filesystems and NFS exports."),
+            Variable(
+                "node",
+                "Node",
+                f"label_values(node:ib_transmit_bytes:rate{{{in_cluster}}}, node)",
+                description="Node of the ports row.",
+            ),
+            Variable(
+                "fs",
+                "Filesystem",
+                f'label_values({{__name__=~"fs:.+", {in_cluster}}}, fs)',
+                multi=True,
+                include_all=True,
+                description="Lustre filesystems and NFS exports.",
+            ),
         ),
-        rows=(fabric, errors, ports, nccl, storage, fill),
+        rows=(_fabric(ctx), _errors(ctx), _ports(ctx), _nccl(ctx), _storage(ctx), _fill(ctx)),
         links=common.others(UID),
         alerts=common.alerts(ctx, "Ib", "Storage"),
     )

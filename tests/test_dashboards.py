@@ -1,4 +1,5 @@
 """Dashboards validate against the official Grafana 11.6 schemas (dashboard and per panel) and pass our lint."""
+
 import json
 import re
 
@@ -7,16 +8,23 @@ import yaml
 
 from hpcobs import dashboard as engine
 from hpcobs import lint, tools, validate
+from hpcobs.names import DashboardUid
 
 from .test_catalogue import recorded_names
 
 DASHBOARDS = "grafana/dashboards/"
-UIDS = {"hpcobs-gpu-cluster", "hpcobs-network-storage", "hpcobs-training", "hpcobs-security", "hpcobs-slurm-jobs"}
+UIDS = {str(uid) for uid in DashboardUid}
 PROMETHEUS = {"type": "prometheus", "uid": "${datasource}"}
 LOKI = {"type": "loki", "uid": "${loki}"}
 # Values a Grafana variable takes when an expression is checked: ranges become durations, the rest a value
 # (a multi-value variable renders as a regex alternation, as Grafana formats it for Prometheus and Loki).
-DURATIONS = {"__range": "1h", "__interval": "1m", "__rate_interval": "2m", "__range_s": "3600", "__interval_ms": "60000"}
+DURATIONS = {
+    "__range": "1h",
+    "__interval": "1m",
+    "__rate_interval": "2m",
+    "__range_s": "3600",
+    "__interval_ms": "60000",
+}
 _VARIABLE = engine.GRAFANA_VARIABLE
 
 
@@ -52,6 +60,7 @@ def substitute(expr, dashboard):
         if v is not None and v.get("multi"):
             return "n1|n2"
         return "n1"
+
     return _VARIABLE.sub(value, expr)
 
 
@@ -72,18 +81,24 @@ def prometheus_expressions(dashboard):
 
 # ----------------------------------------------------------------------------------------- shape
 
+
 def test_dashboards_match_the_grafana_schema(generated, dashboards):
     assert dashboards
     for path in dashboards:
         assert validate.schema_errors(path, generated[path]) == []
 
 
-def test_raw_grafanalib_output_would_not_validate():
-    """Why the clean-up exists: grafanalib emits legacy and null fields."""
-    import grafanalib.core as g
-    from grafanalib._gen import DashboardEncoder
-    raw = json.loads(json.dumps(g.Dashboard(title="t", uid="u").to_json_data(), cls=DashboardEncoder))
-    assert validate.schema_errors("grafana/dashboards/x/u.json", json.dumps(raw))
+def test_the_builders_defaults_are_valid_for_every_panel_kind():
+    """Why grafana-foundation-sdk builds the panels: an option left unset takes a default that the Grafana 11.6
+    per-panel schema accepts, so no panel needs hand-written filler (docs/grafana-model.md)."""
+    import importlib
+
+    from grafana_foundation_sdk.cog.encoder import JSONEncoder
+
+    for kind in ("timeseries", "stat", "table", "heatmap", "bargauge", "logs", "text"):
+        model = importlib.import_module(f"grafana_foundation_sdk.models.{kind}")
+        options = json.loads(json.dumps(model.Options(), cls=JSONEncoder))
+        assert engine._errors(kind, "Options", options) == [], kind
 
 
 def test_the_five_dashboards_with_stable_uids_and_file_names(dashboards, config):
@@ -117,7 +132,9 @@ def test_heatmap_is_the_modern_one_on_pre_bucketed_series(dashboards):
     for panel in heatmaps:
         assert panel["options"]["calculate"] is False
         # one row per series (node, rank), named by its label
-        assert all(t["format"] == "time_series" and re.search(r"\{\{\w+\}\}", t["legendFormat"]) for t in panel["targets"])
+        assert all(
+            t["format"] == "time_series" and re.search(r"\{\{\w+\}\}", t["legendFormat"]) for t in panel["targets"]
+        )
 
 
 def test_panel_ids_are_unique(dashboards):
@@ -143,7 +160,7 @@ def test_every_panel_has_description_unit_and_the_datasource_variable(dashboards
     for dashboard in dashboards.values():
         for panel in panels(dashboard):
             assert panel.get("description"), panel["title"]
-            if panel["type"] == "text":            # markdown: no query, no unit
+            if panel["type"] == "text":  # markdown: no query, no unit
                 assert "targets" not in panel, panel["title"]
                 continue
             unit = panel["fieldConfig"]["defaults"].get("unit")
@@ -158,8 +175,14 @@ def test_every_panel_has_description_unit_and_the_datasource_variable(dashboards
 def test_variables_are_defined_and_used(dashboards):
     for dashboard in dashboards.values():
         defined = {v["name"] for v in dashboard["templating"]["list"]}
-        text = json.dumps([dashboard["panels"], dashboard["links"], dashboard["annotations"],
-                           [v.get("query") for v in dashboard["templating"]["list"]]])
+        text = json.dumps(
+            [
+                dashboard["panels"],
+                dashboard["links"],
+                dashboard["annotations"],
+                [v.get("query") for v in dashboard["templating"]["list"]],
+            ]
+        )
         used = {name for name in variable_names(text) if not name.startswith("__")}
         assert used <= defined, f"{dashboard['uid']}: undefined variables {used - defined}"
         assert defined <= used, f"{dashboard['uid']}: unused variables {defined - used}"
@@ -179,11 +202,12 @@ def test_variables_chain_on_recorded_series(dashboards, recorded, config):
 
 # ----------------------------------------------------------------------------------------- queries
 
+
 def test_every_promql_expression_parses(dashboards, tmp_path):
     """promtool parses PromQL for real: every expression, variables substituted, as a recording rule."""
     rules, where = [], {}
     for dashboard in dashboards.values():
-        for i, (place, expr) in enumerate(prometheus_expressions(dashboard)):
+        for place, expr in prometheus_expressions(dashboard):
             record = f"hpcobs:dashboard_check_{len(rules)}"
             rules.append({"record": record, "expr": substitute(expr, dashboard)})
             where[record] = place
@@ -196,7 +220,9 @@ def test_every_promql_expression_parses(dashboards, tmp_path):
 
 def test_promql_check_rejects_a_broken_expression(tmp_path):
     path = tmp_path / "bad.rules.yaml"
-    path.write_text(yaml.safe_dump({"groups": [{"name": "g", "rules": [{"record": "a:b", "expr": "sum(x[$__range])"}]}]}))
+    path.write_text(
+        yaml.safe_dump({"groups": [{"name": "g", "rules": [{"record": "a:b", "expr": "sum(x[$__range])"}]}]})
+    )
     assert not tools.check_rules(path).ok
 
 
@@ -211,34 +237,45 @@ def test_logql_queries_are_well_formed(dashboards):
                     continue
                 expr = substitute(target["expr"], dashboard)
                 found.append(expr)
-                assert re.match(r'^\{[a-zA-Z_]\w*\s*(=|=~|!=|!~)\s*"[^"]*"(\s*,\s*[a-zA-Z_]\w*\s*(=|=~|!=|!~)\s*"[^"]*")*\}',
-                                expr), expr
+                assert re.match(
+                    r'^\{[a-zA-Z_]\w*\s*(=|=~|!=|!~)\s*"[^"]*"(\s*,\s*[a-zA-Z_]\w*\s*(=|=~|!=|!~)\s*"[^"]*")*\}', expr
+                ), expr
                 assert expr.count("`") % 2 == 0 and re.sub(r"`[^`]*`", "", expr).count('"') % 2 == 0, expr
     training = [e for e in found if "NVRM: Xid" in e]
-    assert training and all(s in training[0] for s in (" NCCL WARN ", "Watchdog caught collective operation timeout",
-                                                        "oom"))
+    assert training and all(
+        s in training[0] for s in (" NCCL WARN ", "Watchdog caught collective operation timeout", "oom")
+    )
 
 
 def test_every_raw_metric_is_in_the_catalogue_and_only_drill_downs_read_raw_series(dashboards, recorded, config):
     from hpcobs.sources import Sources
-    known = {m.name for source in Sources(config) for v in source.versions
-             for s in source.exporter.signals() if (m := source.metric(s, v))}
+
+    known = {
+        m.name
+        for source in Sources(config)
+        for v in source.versions
+        for s in source.exporter.signals()
+        if (m := source.metric(s, v))
+    }
     for dashboard in dashboards.values():
         for place, expr in prometheus_expressions(dashboard):
             names = lint.metric_names(expr) - {"ALERTS"}
             raw = names - recorded
             assert raw <= known, f"{place}: reads {raw - known}, neither in the catalogue nor recorded"
-            for name in raw:   # raw series only for ONE node or ONE job, in every selector that reads them
+            for name in raw:  # raw series only for ONE node or ONE job, in every selector that reads them
                 for selector in re.finditer(rf"\b{re.escape(name)}\{{([^}}]*)\}}", expr):
-                    assert re.search(r'="\$(node|hpc_job)"|=~"\(\$node\)', selector.group(1)), \
+                    assert re.search(r'="\$(node|hpc_job)"|=~"\(\$node\)', selector.group(1)), (
                         f"{place} reads raw {name} across the cluster"
+                    )
 
 
 def test_panel_titles_are_unique_per_dashboard(dashboards):
     """Titles name panels in the live report and in fault_panels()."""
     for dashboard in dashboards.values():
         titles = [panel["title"] for panel in panels(dashboard)]
-        assert len(titles) == len(set(titles)), f"{dashboard['uid']}: {sorted(t for t in titles if titles.count(t) > 1)}"
+        assert len(titles) == len(set(titles)), (
+            f"{dashboard['uid']}: {sorted(t for t in titles if titles.count(t) > 1)}"
+        )
 
 
 def test_panel_queries_lists_every_target(dashboards):
@@ -250,6 +287,7 @@ def test_panel_queries_lists_every_target(dashboards):
 
 
 # ----------------------------------------------------------------------------------------- links
+
 
 def links_in(dashboard):
     yield from (link["url"] for link in dashboard["links"] if link["type"] == "link")
@@ -284,16 +322,20 @@ def test_links_and_uids_resolve(dashboards):
 
 def test_job_and_node_tables_link_to_their_views(dashboards):
     by_uid = {d["uid"]: d for d in dashboards.values()}
-    jobs = next(p for p in panels(by_uid["hpcobs-slurm-jobs"]) if p["title"] == "Jobs")
-    assert any("/d/hpcobs-training?" in link["url"] and "var-hpc_job=${__data.fields.hpc_job}" in link["url"]
-               for link in jobs["fieldConfig"]["defaults"]["links"])
-    nodes = next(p for p in panels(by_uid["hpcobs-gpu-cluster"]) if p["title"] == "Nodes")
-    assert any("/d/hpcobs-gpu-cluster?" in link["url"] and "var-node=${__data.fields.node}" in link["url"]
-               for link in nodes["fieldConfig"]["defaults"]["links"])
+    jobs = next(p for p in panels(by_uid[DashboardUid.SLURM_JOBS]) if p["title"] == "Jobs")
+    assert any(
+        f"/d/{DashboardUid.TRAINING}?" in link["url"] and "var-hpc_job=${__data.fields.hpc_job}" in link["url"]
+        for link in jobs["fieldConfig"]["defaults"]["links"]
+    )
+    nodes = next(p for p in panels(by_uid[DashboardUid.GPU_CLUSTER]) if p["title"] == "Nodes")
+    assert any(
+        f"/d/{DashboardUid.GPU_CLUSTER}?" in link["url"] and "var-node=${__data.fields.node}" in link["url"]
+        for link in nodes["fieldConfig"]["defaults"]["links"]
+    )
 
 
 def test_training_links_to_the_job_traces_in_tempo(dashboards, config):
-    training = next(d for d in dashboards.values() if d["uid"] == "hpcobs-training")
+    training = next(d for d in dashboards.values() if d["uid"] == DashboardUid.TRAINING)
     tempo = config.get("grafana", "datasources")["tempo"]["uid"]
     explore = [url for url in links_in(training) if url.startswith("/explore?")]
     assert explore and all(tempo in url and "$hpc_job" in url for url in explore)
@@ -308,10 +350,14 @@ def test_every_dashboard_annotates_its_firing_alerts(dashboards):
 
 
 def test_slurm_job_table_grades_efficiency_like_jobstats(dashboards):
-    slurm = next(d for d in dashboards.values() if d["uid"] == "hpcobs-slurm-jobs")
+    slurm = next(d for d in dashboards.values() if d["uid"] == DashboardUid.SLURM_JOBS)
     jobs = next(p for p in panels(slurm) if p["title"] == "Jobs")
-    steps = [prop["value"]["steps"] for o in jobs["fieldConfig"]["overrides"] for prop in o["properties"]
-             if prop["id"] == "thresholds" and any("grade" in n for n in o["matcher"]["options"]["names"])]
+    steps = [
+        prop["value"]["steps"]
+        for o in jobs["fieldConfig"]["overrides"]
+        for prop in o["properties"]
+        if prop["id"] == "thresholds" and any("grade" in n for n in o["matcher"]["options"]["names"])
+    ]
     assert len(steps) == 1
-    colour = lambda v: [s["color"] for s in steps[0] if s["value"] <= v][-1]   # noqa: E731
+    colour = lambda v: [s["color"] for s in steps[0] if s["value"] <= v][-1]  # noqa: E731
     assert (colour(10), colour(15), colour(20), colour(25), colour(80)) == ("red", "red", "orange", "green", "green")

@@ -10,19 +10,20 @@ partition and account; All for the other multi-value ones) and panels are read o
   included, on the hero's node or job or, for a fault placed elsewhere, on the node or job it hit.
 Loki panels are listed as not checked: no Loki runs here.
 """
+
 import json
 import re
 
 import pytest
 
-import dashboards as dashboard_modules
+from hpcobs import dashboards as dashboard_modules
 from hpcobs import lint, pipeline
 from hpcobs.context import Context
 from hpcobs.dashboard import ALL, GRAFANA_VARIABLE, fault_panels, panel_queries
 from hpcobs.simulate import Simulation, kinds, write
 
-from ..test_dashboards import DURATIONS
 from ..conftest import MEASUREMENT
+from ..test_dashboards import DURATIONS
 from .conftest import raw_names_read, recording_layer_files
 from .test_scenarios import HOURS, SCENARIOS
 
@@ -52,8 +53,13 @@ def test_fault_panels_name_real_scenarios(shows):
 def clusters(config, dashboards, tmp_path_factory, prometheus_factory, victoria_factory):
     ctx = Context(config)
     groups = [g for gs in pipeline.rule_groups(ctx).values() for g in gs]
-    panel_names = {n for d in dashboards for _, _, expr, kind in panel_queries(d) if kind == "prometheus"
-                   for n in lint.metric_names(_substituted(expr, {}))}
+    panel_names = {
+        n
+        for d in dashboards
+        for _, _, expr, kind in panel_queries(d)
+        if kind == "prometheus"
+        for n in lint.metric_names(_substituted(expr, {}))
+    }
     names = raw_names_read(config, groups) | panel_names | {"up"}
     out = {}
     for name, scenarios in CLUSTERS.items():
@@ -71,12 +77,23 @@ def clusters(config, dashboards, tmp_path_factory, prometheus_factory, victoria_
         victoria = victoria_factory(jsonl=jsonl)
         victoria.backfill_rules(layers, start, end, f"{STEP}s")
         hero = next(j for j in sim.cluster.jobs if j.id == sim.cluster.roles.hero_job)
-        preferred = {"hpc_job": hero.id, "node": sim.cluster.nodes[hero.nodes[0]].name,
-                     "partition": hero.partition, "account": hero.account, "user": hero.user}
+        preferred = {
+            "hpc_job": hero.id,
+            "node": sim.cluster.nodes[hero.nodes[0]].name,
+            "partition": hero.partition,
+            "account": hero.account,
+            "user": hero.user,
+        }
         # Variables are picked inside the straggler's slot, while the hero job runs (test_scenarios); panels
         # are read over the whole simulation, where every fault had its slot.
-        out[name] = {"prometheus": prometheus, "victoriametrics": victoria, "at": start + 25 * 60,
-                     "from": start, "to": end, "preferred": preferred}
+        out[name] = {
+            "prometheus": prometheus,
+            "victoriametrics": victoria,
+            "at": start + 25 * 60,
+            "from": start,
+            "to": end,
+            "preferred": preferred,
+        }
     return out
 
 
@@ -84,6 +101,7 @@ def _substituted(expr: str, values: dict[str, str]) -> str:
     def value(match):
         name = next(g for g in match.groups() if g)
         return DURATIONS.get(name, values.get(name, ALL))
+
     return GRAFANA_VARIABLE.sub(value, expr)
 
 
@@ -93,11 +111,12 @@ def _resolve_variables(dashboard: dict, server, at: float, preferred: dict[str, 
         if variable["type"] != "query":
             continue
         match = re.fullmatch(r"\s*label_values\((.*),\s*(\w+)\s*\)\s*", variable["query"], re.S)
+        assert match, f"variable {variable['name']}: not a label_values() query"
         expr, label = _substituted(match.group(1), values), match.group(2)
         seen = sorted({s.labels.get(label) for s in server.query(expr, at)} - {None})
         if preferred.get(variable["name"]) in seen:
             values[variable["name"]] = preferred[variable["name"]]
-        else:       # a user leaves a multi-value variable at All, or picks one value
+        else:  # a user leaves a multi-value variable at All, or picks one value
             values[variable["name"]] = ALL if variable.get("includeAll") else (seen[0] if seen else "")
     return values
 
@@ -109,7 +128,7 @@ def test_every_panel_shows_its_cluster(clusters, dashboards, shows, backend, rec
     for cluster_name, world in clusters.items():
         server = world[backend]
 
-        def shows_data(expr, about_a_fault):
+        def shows_data(expr, about_a_fault, server=server, world=world):
             """A fault panel shows its fault with a non-zero point; any other panel with any point."""
             found = [v for s in server.query_range(expr, world["from"], world["to"], 300) for _, v in s.points]
             return any(found) if about_a_fault else bool(found)
@@ -134,17 +153,23 @@ def test_every_panel_shows_its_cluster(clusters, dashboards, shows, backend, rec
                 if cluster_name == "healthy" and about_a_fault and shown:
                     failures.append(f"{uid} / {title}: not silent on the healthy cluster: {expr}")
                 elif not shown and (cluster_name == "faults" or not about_a_fault):
-                    failures.append(f"{uid} / {title}: no data on the {cluster_name} cluster: "
-                                    f"{_substituted(expr, values)}")
+                    failures.append(
+                        f"{uid} / {title}: no data on the {cluster_name} cluster: {_substituted(expr, values)}"
+                    )
     with_data = sum(1 for r in report.values() if r.get("faults"))
     silent = sum(1 for key, r in report.items() if key[:2] in shows and not r.get("healthy"))
-    measured = (f"dashboards on {backend}: {len(report)} panel queries; data on the fault cluster: {with_data}; "
-                f"on the healthy cluster: {sum(1 for r in report.values() if r.get('healthy'))}, and "
-                f"{silent} fault-panel queries silent there; Loki panels not run: {len(skipped)}")
+    measured = (
+        f"dashboards on {backend}: {len(report)} panel queries; data on the fault cluster: {with_data}; "
+        f"on the healthy cluster: {sum(1 for r in report.values() if r.get('healthy'))}, and "
+        f"{silent} fault-panel queries silent there; Loki panels not run: {len(skipped)}"
+    )
     record_property(MEASUREMENT, measured)
     print(f"\n{measured}: {sorted(skipped)}")
     for (uid, title, target), seen in sorted(report.items()):
-        print(f"  {uid:24} {title[:52]:52} {chr(65 + target)} healthy={'data' if seen['healthy'] else '-':4} "
-              f"faults={'data' if seen['faults'] else '-'}{'  (fault: ' + ', '.join(shows[uid, title]) + ')' if (uid, title) in shows else ''}")
+        fault = f"  (fault: {', '.join(shows[uid, title])})" if (uid, title) in shows else ""
+        print(
+            f"  {uid:24} {title[:52]:52} {chr(65 + target)} healthy={'data' if seen['healthy'] else '-':4} "
+            f"faults={'data' if seen['faults'] else '-'}{fault}"
+        )
     assert len(report) > 50
     assert not failures, "\n".join(failures)
