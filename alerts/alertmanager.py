@@ -1,4 +1,5 @@
-"""Alertmanager: receivers and team routes from the config, grouping and inhibitions (DESIGN.md §10)."""
+"""Alertmanager: receivers and team routes from the config, grouping and inhibitions."""
+
 from hpcobs.context import Context
 from hpcobs.escape import alertmanager_matcher, go_template_text
 
@@ -12,7 +13,7 @@ _RECEIVER_KINDS = {
     "webhook_url": ("webhook_configs", {"webhook_url": "url"}),
     "email_to": ("email_configs", {"email_to": "to"}),
 }
-# Alerts whose cause is already explained by another alert (DESIGN.md §10).
+# Critical GPU alerts that take the GPU out of service: its warnings (thermal, link errors) are moot until repaired.
 DRAIN_CAUSES = "GpuFellOffBus|GpuXidDrainClass|GpuRowRemapFailure|GpuUncorrectableEcc"
 NODE_GONE = "ExporterNodeExporterDown|ExporterDcgmDown"
 
@@ -21,17 +22,26 @@ def _receiver(settings: dict) -> dict:
     out = {"name": settings["name"]}
     for trigger, (block, fields) in _RECEIVER_KINDS.items():
         if trigger in settings:
-            out[block] = [{target: go_template_text(settings[key]) if key in _TEMPLATED else settings[key]
-                           for key, target in fields.items() if key in settings}]
+            out[block] = [
+                {
+                    target: go_template_text(settings[key]) if key in _TEMPLATED else settings[key]
+                    for key, target in fields.items()
+                    if key in settings
+                }
+            ]
             out[block][0]["send_resolved"] = block != "email_configs"
             if "webhook_credentials_file" in settings and block == "webhook_configs":
-                out[block][0]["http_config"] = {"authorization": {"credentials_file": settings["webhook_credentials_file"]}}
+                out[block][0]["http_config"] = {
+                    "authorization": {"credentials_file": settings["webhook_credentials_file"]}
+                }
     return out
 
 
 def _route(route: dict) -> dict:
-    entry = {"receiver": route["receiver"],
-             "matchers": [alertmanager_matcher(k, "=", v) for k, v in sorted(route["match"].items())]}
+    entry = {
+        "receiver": route["receiver"],
+        "matchers": [alertmanager_matcher(k, "=", v) for k, v in sorted(route["match"].items())],
+    }
     if "group_by" in route:
         entry["group_by"] = list(route["group_by"])
     if route.get("continue"):
@@ -40,46 +50,78 @@ def _route(route: dict) -> dict:
 
 
 def config(ctx: Context) -> dict:
-    am = ctx.config["alertmanager"]
-    c = ctx.cluster
+    settings = ctx.config["alertmanager"]
+    cluster = ctx.cluster
     return {
-        "global": {"resolve_timeout": am["resolve_timeout"],
-                   **({"smtp_smarthost": am["smtp_smarthost"], "smtp_from": go_template_text(am["smtp_from"]),
-                       "smtp_require_tls": False}
-                      if "smtp_smarthost" in am else {})},
+        "global": {
+            "resolve_timeout": settings["resolve_timeout"],
+            **(
+                {
+                    "smtp_smarthost": settings["smtp_smarthost"],
+                    "smtp_from": go_template_text(settings["smtp_from"]),
+                    "smtp_require_tls": False,
+                }
+                if "smtp_smarthost" in settings
+                else {}
+            ),
+        },
         "route": {
-            "receiver": am["default_receiver"],
-            "group_by": [c, "alertname", "node"],
+            "receiver": settings["default_receiver"],
+            "group_by": [cluster, "alertname", "node"],
             "group_wait": "30s",
             "group_interval": "5m",
             "repeat_interval": "4h",
-            "routes": [_route(r) for r in am["routes"]],
+            "routes": [_route(r) for r in settings["routes"]],
         },
-        "receivers": [_receiver(r) for r in am["receivers"]],
+        "receivers": [_receiver(r) for r in settings["receivers"]],
         "inhibit_rules": [
             # A node that stopped answering explains every other alert about that node.
-            {"source_matchers": [f'alertname=~"{NODE_GONE}"'], "target_matchers": [f'alertname!~"{NODE_GONE}"'],
-             "equal": [c, "node"]},
+            {
+                "source_matchers": [f'alertname=~"{NODE_GONE}"'],
+                "target_matchers": [f'alertname!~"{NODE_GONE}"'],
+                "equal": [cluster, "node"],
+            },
             # A GPU that fell off the bus explains every other alert about that GPU.
-            {"source_matchers": ['alertname="GpuFellOffBus"'], "target_matchers": ['alertname!="GpuFellOffBus"'],
-             "equal": [c, "node", "gpu"]},
+            {
+                "source_matchers": ['alertname="GpuFellOffBus"'],
+                "target_matchers": ['alertname!="GpuFellOffBus"'],
+                "equal": [cluster, "node", "gpu"],
+            },
             # A GPU that must be drained makes its warnings moot.
-            {"source_matchers": [f'alertname=~"{DRAIN_CAUSES}"', 'severity="critical"'],
-             "target_matchers": ['severity="warning"'], "equal": [c, "node", "gpu"]},
+            {
+                "source_matchers": [f'alertname=~"{DRAIN_CAUSES}"', 'severity="critical"'],
+                "target_matchers": ['severity="warning"'],
+                "equal": [cluster, "node", "gpu"],
+            },
             # A job that just ended explains its training and idle-GPU alerts.
-            {"source_matchers": ['alertname="SlurmJobEnded"'], "target_matchers": ['alertname!="SlurmJobEnded"'],
-             "equal": [c, "hpc_job"]},
+            {
+                "source_matchers": ['alertname="SlurmJobEnded"'],
+                "target_matchers": ['alertname!="SlurmJobEnded"'],
+                "equal": [cluster, "hpc_job"],
+            },
             # A GPU that fell off the bus stops reporting, so its node reports fewer GPUs.
-            {"source_matchers": ['alertname="GpuFellOffBus"'], "target_matchers": ['alertname="GpuSeriesMissing"'],
-             "equal": [c, "node"]},
+            {
+                "source_matchers": ['alertname="GpuFellOffBus"'],
+                "target_matchers": ['alertname="GpuSeriesMissing"'],
+                "equal": [cluster, "node"],
+            },
             # A job holding idle GPUs explains each node where it holds them.
-            {"source_matchers": ['alertname="SlurmJobHoldingIdleGpus"'], "target_matchers": ['alertname="GpuAllocatedIdle"'],
-             "equal": [c, "hpc_job"]},
+            {
+                "source_matchers": ['alertname="SlurmJobHoldingIdleGpus"'],
+                "target_matchers": ['alertname="GpuAllocatedIdle"'],
+                "equal": [cluster, "hpc_job"],
+            },
             # A port that is not ACTIVE is below its rate and discards what it sends (IB alerts are per node).
-            {"source_matchers": ['alertname="IbPortNotActive"'],
-             "target_matchers": ['alertname=~"IbLinkRateBelowNominal|IbTransmitDiscards"'], "equal": [c, "node"]},
+            {
+                "source_matchers": ['alertname="IbPortNotActive"'],
+                "target_matchers": ['alertname=~"IbLinkRateBelowNominal|IbTransmitDiscards"'],
+                "equal": [cluster, "node"],
+            },
             # A job stuck writing its checkpoint makes no step: the stalled filesystem explains the hang.
-            {"source_matchers": ['alertname="StorageCheckpointWriteStalled"'], "target_matchers": ['alertname="TrainingHang"'],
-             "equal": [c, "hpc_job"]},
+            {
+                "source_matchers": ['alertname="StorageCheckpointWriteStalled"'],
+                "target_matchers": ['alertname="TrainingHang"'],
+                "equal": [cluster, "hpc_job"],
+            },
         ],
     }

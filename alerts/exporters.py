@@ -1,23 +1,24 @@
-"""Exporters and plumbing (DESIGN.md §7, §10): scrape targets down, collectors failing, GPU exporters that
-answer without GPUs, and broken job attribution (the prolog's mapping files and job-info series).
+"""Exporters and plumbing: scrape targets down, collectors failing, GPU exporters that answer without GPUs, and
+broken job attribution (the prolog's mapping files and job-info series, docs/exporters.md).
 
 Every other alert is blind when its exporter is: these say so instead of staying silent.
 Runbooks: docs/runbooks/exporters.md, one section per alert.
 """
+
 from dataclasses import dataclass
+from functools import partial
 
 from hpcobs import catalogue
+from hpcobs.alert_cases import standard_cases, timing
 from hpcobs.context import Context, either
 from hpcobs.exporter_labels import EXPORTER_PORTS, SLURM_CONTROLLER
-from hpcobs.promql import duration, duration_seconds, label_replace, one_of
-from hpcobs.rules import Alert, Group, label
-from hpcobs.ruletest import Case, Series, alert
-from hpcobs.synthetic import dcgm, raw_value, series
+from hpcobs.names import DashboardUid, Team
+from hpcobs.promql import label_replace, one_of
+from hpcobs.rules import Alert, Group, alerts_of, label
+from hpcobs.ruletest import Series, alert
+from hpcobs.synthetic import dcgm, gpu_utilization, job_info, raw_value, series
 
-from .gpu import gpu_series
-
-DASHBOARD = "hpcobs-gpu-cluster"
-# The host part of a target's `instance` (host:port), the node identity of DESIGN.md §6.
+# The host part of a target's `instance` (host:port): a node is named by its host, whatever the exporter's port.
 INSTANCE_HOST = "([^:]+)(?::[0-9]+)?"
 # A GPU counts as busy when its utilisation rose above gpu_busy_ratio within this window (a
 # checkpoint pauses a training job's kernels for a minute or two).
@@ -26,270 +27,388 @@ BUSY_WINDOW = "5m"
 
 @dataclass(frozen=True)
 class Target:
-    role: str          # exporters.<role> in the config
-    name: str          # CamelCase part of the alert name
-    title: str         # what the summary calls it
-    team: str
-    blind: str         # what goes dark while it is down (description text)
+    role: str  # exporters.<role> in the config
+    name: str  # CamelCase part of the alert name
+    title: str  # what the summary calls it
+    team: Team
+    blind: str  # what goes dark while it is down (description text)
 
 
 TARGETS = (
-    Target("dcgm", "Dcgm", "dcgm-exporter", "gpu-ops", "the GPU health, Xid and utilisation alerts of this node"),
-    Target("amd", "Amd", "AMD Device Metrics Exporter", "gpu-ops", "the GPU health and utilisation alerts of this node"),
-    Target("node_exporter", "NodeExporter", "node_exporter", "gpu-ops",
-           "InfiniBand, filesystem, textfile (job-info, NCCL Inspector) and host metrics of this node"),
-    Target("slurm", "Slurm", "Slurm exporter", "slurm-admins", "node states, queue depth and partition allocations"),
-    Target("lustre", "Lustre", "Lustre exporter", "storage", "Lustre client or server statistics of this host"),
-    Target("falco", "Falco", "Falco", "security", "Falco's runtime security detections on this node"),
-    Target("tetragon", "Tetragon", "Tetragon", "security", "Tetragon's policy events and enforcement on this node"),
-    Target("training", "Training", "training metrics", "ml-platform", "the training progress series of the jobs on this node"),
+    Target("dcgm", "Dcgm", "dcgm-exporter", Team.GPU_OPS, "the GPU health, Xid and utilisation alerts of this node"),
+    Target(
+        "amd", "Amd", "AMD Device Metrics Exporter", Team.GPU_OPS, "the GPU health and utilisation alerts of this node"
+    ),
+    Target(
+        "node_exporter",
+        "NodeExporter",
+        "node_exporter",
+        Team.GPU_OPS,
+        "InfiniBand, filesystem, textfile (job-info, NCCL Inspector) and host metrics of this node",
+    ),
+    Target("slurm", "Slurm", "Slurm exporter", Team.SLURM_ADMINS, "node states, queue depth and partition allocations"),
+    Target("lustre", "Lustre", "Lustre exporter", Team.STORAGE, "Lustre client or server statistics of this host"),
+    Target("falco", "Falco", "Falco", Team.SECURITY, "Falco's runtime security detections on this node"),
+    Target("tetragon", "Tetragon", "Tetragon", Team.SECURITY, "Tetragon's policy events and enforcement on this node"),
+    Target(
+        "training",
+        "Training",
+        "training metrics",
+        Team.ML_PLATFORM,
+        "the training progress series of the jobs on this node",
+    ),
 )
 # Scenarios of hpcobs.simulate whose default data take a target down: exporter_down stops one
 # dcgm-exporter; slurm_nodes_down powers a node off, so every per-node exporter on it stops answering.
-FIRED_BY = {"dcgm": ("exporter_down", "slurm_nodes_down"), "node_exporter": ("slurm_nodes_down",),
-            "lustre": ("slurm_nodes_down",), "falco": ("slurm_nodes_down",), "tetragon": ("slurm_nodes_down",)}
+FIRED_BY = {
+    "dcgm": ("exporter_down", "slurm_nodes_down"),
+    "node_exporter": ("slurm_nodes_down",),
+    "lustre": ("slurm_nodes_down",),
+    "falco": ("slurm_nodes_down",),
+    "tetragon": ("slurm_nodes_down",),
+}
 # Slurm's per-node count of allocated GPUs, by exporter profile: (signal, matchers, extra labels of a test series).
 SLURM_NODE_GPUS = {
-    "slurm_sckyzo": ("node_gres_used", {"gres_type": '=~"gpu(:.*)?"'},
-                     {"gres_type": "gpu", "status": "allocated", "partition": "gpu"}),
+    "slurm_sckyzo": (
+        "node_gres_used",
+        {"gres_type": '=~"gpu(:.*)?"'},
+        {"gres_type": "gpu", "status": "allocated", "partition": "gpu"},
+    ),
     "slurm_native": ("node_gpus_alloc", {}, {}),
 }
 
 
-
 def groups(ctx: Context) -> list[Group]:
-    rules = [*_targets_down(ctx), *_scrape_errors(ctx), *_gpu_exporter_without_gpus(ctx), *_attribution(ctx)]
+    rules = [
+        *_targets_down(ctx),
+        *_textfile_scrape_error(ctx),
+        *_collector_failed(ctx),
+        *_slurm_collector_failed(ctx),
+        *_gpu_exporter_without_gpus(ctx),
+        *_job_mapping_missing(ctx),
+        *_job_info_missing(ctx),
+    ]
     return [Group("hpcobs-exporter-alerts", domain="exporters", interval=ctx.scrape_interval, rules=rules)]
 
 
 def up_name() -> str:
     """Prometheus writes `up` for every scrape target (1 answered, 0 failed): catalogue profile "prometheus"."""
-    return catalogue.load()["prometheus"].metric("up").name
+    up = catalogue.load()["prometheus"].metric("up")
+    if up is None:
+        raise KeyError("the catalogue's prometheus profile has no `up`")
+    return up.name
 
 
 def _up(ctx: Context, role: str, values: str, host: str = "n1") -> Series:
     source = ctx.sources[role]
     port = EXPORTER_PORTS.get(source.exporter.id, EXPORTER_PORTS["node_exporter"])
-    return Series(up_name(), {**source.scrape_labels(), ctx.cluster: ctx.config.get("cluster", "name"),
-                              "instance": f"{host}:{port}"}, values)
+    return Series(
+        up_name(),
+        {**source.scrape_labels(), ctx.cluster: ctx.config.get("cluster", "name"), "instance": f"{host}:{port}"},
+        values,
+    )
 
 
 def _up_labels(ctx: Context, role: str, host: str = "n1") -> dict[str, str]:
     return {**_up(ctx, role, "1", host).labels, "node": host}
 
 
+def _node_alert(ctx: Context) -> partial[Alert]:
+    """An alert about one host's exporter: its dashboard link selects the node."""
+    return alerts_of("exporters", DashboardUid.GPU_CLUSTER, ctx.cluster, "node")
+
+
+def _node_series(ctx: Context, signal: str, values: str, **labels: str) -> Series:
+    return series(ctx, "node_exporter", signal, values, node="n1", **labels)
+
+
 def _targets_down(ctx: Context) -> list[Alert]:
     """One alert per enabled exporter role; roles scraped by the same job (job_info, nccl_inspector ride on
     node_exporter's textfile collector) share its `up` and are not repeated."""
-    c = ctx.cluster
-    down_for = ctx.thresholds["exporter_down_for"]
-    down_s = duration_seconds(down_for)
-    seen, out = set(), []
+    down_for = ctx.thresholds.exporter_down_for
+    first_by_selector: dict[str, Target] = {}
     for target in TARGETS:
-        source = ctx.sources[target.role]
-        selector = source.selector()
-        if not source.enabled or selector in seen:
-            continue
-        seen.add(selector)
-        host = SLURM_CONTROLLER if target.role == "slurm" else "n1"
-        out.append(Alert(
-            f"Exporter{target.name}Down", severity="warning", team=target.team,
-            expr=label_replace(f"{up_name()}{selector} == 0", "node", "instance", INSTANCE_HOST),
-            for_=down_for,
-            summary=f"A {target.title} scrape target does not answer.",
-            description=f"Prometheus cannot scrape {label('instance')} ({label('job')}, cluster {label(c)}) for {down_for}: "
-                        f"{target.blind} are blind. Check the exporter's service on {label('node')} and whether the "
-                        "host is up.",
-            runbook="exporters", dashboard=DASHBOARD, dashboard_vars=(c, "node"),
-            fired_by=FIRED_BY.get(target.role, ()),
-            fires_on=[Case("the target stops answering", at=duration(down_s + 180),
-                           series=[_up(ctx, target.role, "1 1 0x40", host)],
-                           expect=[alert(**_up_labels(ctx, target.role, host))])],
-            silent_on=[Case("the target answers", at=duration(down_s + 180), series=[_up(ctx, target.role, "1x40", host)]),
-                       Case("a restart shorter than the for: duration", at=duration(down_s),
-                            series=[_up(ctx, target.role, "1x4 0x40", host)])],
-        ))
-    return out
+        if ctx.sources[target.role].enabled:
+            first_by_selector.setdefault(ctx.sources[target.role].selector(), target)
+    return [_target_down(ctx, target, down_for) for target in first_by_selector.values()]
 
 
-def _scrape_errors(ctx: Context) -> list[Alert]:
-    c = ctx.cluster
-    cl = ctx.cluster_labels
-    out = []
-    has_gpus = ctx.sources["dcgm"].enabled or ctx.sources["amd"].enabled
+def _target_down(ctx: Context, target: Target, down_for: str) -> Alert:
+    host = SLURM_CONTROLLER if target.role == "slurm" else "n1"
+    return _node_alert(ctx)(
+        f"Exporter{target.name}Down",
+        severity="warning",
+        team=target.team,
+        expr=label_replace(f"{up_name()}{ctx.sources[target.role].selector()} == 0", "node", "instance", INSTANCE_HOST),
+        for_=down_for,
+        summary=f"A {target.title} scrape target does not answer.",
+        description=f"Prometheus cannot scrape {label('instance')} ({label('job')}, cluster {label(ctx.cluster)}) "
+        f"for {down_for}: {target.blind} are blind. Check the exporter's service on {label('node')} "
+        "and whether the host is up.",
+        fired_by=FIRED_BY.get(target.role, ()),
+        **standard_cases(
+            timing(ctx, down_for, 2),
+            fault="the target stops answering",
+            fault_series=[_up(ctx, target.role, "1 1 0x40", host)],
+            expect=[alert(**_up_labels(ctx, target.role, host))],
+            healthy="the target answers",
+            healthy_series=[_up(ctx, target.role, "1x40", host)],
+            pending="a restart shorter than the for: duration",
+        ),
+    )
 
-    def node(signal, values, **labels):
-        return series(ctx, "node_exporter", signal, values, node="n1", **labels)
 
-    if ctx.sources["node_exporter"].enabled:
-        out.append(
-            Alert(
-                "ExporterTextfileScrapeError", severity="warning", team="gpu-ops",
-                expr=f'{ctx.select("node_exporter", ["textfile_scrape_error"])} == 1',
-                for_="5m",
-                summary="node_exporter cannot read a file of its textfile directory.",
-                description=f"node_exporter on {label('node')} (cluster {label(c)}) fails to open or parse a .prom file "
-                            "of its textfile directory: the job-info series of our prolog and NCCL Inspector "
-                            "metrics may be stale or missing there.",
-                runbook="exporters", dashboard=DASHBOARD, dashboard_vars=(c, "node"),
-                fires_on=[Case("a malformed .prom file", at="10m", series=[node("textfile_scrape_error", "0 0 1x30")],
-                               expect=[alert(**cl, node="n1")])],
-                silent_on=[Case("every file reads", at="10m", series=[node("textfile_scrape_error", "0x30")]),
-                           Case("an error for less than the for: duration", at="3m",
-                                series=[node("textfile_scrape_error", "0 0 1x30")])],
-            ))
-    if ctx.sources["node_exporter"].enabled and has_gpus:
-        collectors = ctx.thresholds["exporter_node_collectors"]
-        failing = ctx.select("node_exporter", ["collector_success"], ("node", "collector"), op="min",
-                             where={"collector": one_of(collectors)})
-        gpu_node = [gpu_series(ctx, "utilization", "90x60", gpu="0")]
-        out.append(
-            Alert(
-                "ExporterCollectorFailed", severity="warning", team="gpu-ops",
-                expr=f"({failing} == 0) and on ({c}, node) node:gpus:count",
-                for_="15m",
-                summary="A node_exporter collector that hpcobs reads fails on a GPU node.",
-                description=f"node_exporter's {label('collector')} collector fails on GPU node {label('node')} (cluster "
-                            f"{label(c)}): the metrics it reads (and the alerts on them) are missing on this node.",
-                runbook="exporters", dashboard=DASHBOARD, dashboard_vars=(c, "node"),
-                fires_on=[Case(f"the {collectors[0]} collector fails", at="20m",
-                               series=[*gpu_node, node("collector_success", "1 1 0x60", collector=collectors[0])],
-                               expect=[alert(**cl, node="n1", collector=collectors[0])])],
-                silent_on=[Case("every collector works", at="20m",
-                                series=[*gpu_node, node("collector_success", "1x60", collector=collectors[0])]),
-                           Case("a collector hpcobs does not read, with nothing to read on this node", at="20m",
-                                series=[*gpu_node, node("collector_success", "0x60", collector="zfs")]),
-                           Case("a node without GPUs (login node without an HCA)", at="20m",
-                                series=[node("collector_success", "0x60", collector=collectors[0])]),
-                           Case("failing for less than the for: duration", at="10m",
-                                series=[*gpu_node, node("collector_success", "1 1 0x60", collector=collectors[0])])],
-            ))
+def _textfile_scrape_error(ctx: Context) -> list[Alert]:
+    if not ctx.sources["node_exporter"].enabled:
+        return []
+    return [
+        _node_alert(ctx)(
+            "ExporterTextfileScrapeError",
+            severity="warning",
+            team=Team.GPU_OPS,
+            expr=f"{ctx.select('node_exporter', ['textfile_scrape_error'])} == 1",
+            for_="5m",
+            summary="node_exporter cannot read a file of its textfile directory.",
+            description=f"node_exporter on {label('node')} (cluster {label(ctx.cluster)}) fails to open or parse a "
+            ".prom file of its textfile directory: the job-info series of our prolog and NCCL Inspector "
+            "metrics may be stale or missing there.",
+            **standard_cases(
+                timing(ctx, "5m", 2),
+                fault="a malformed .prom file",
+                fault_series=[_node_series(ctx, "textfile_scrape_error", "0 0 1x30")],
+                expect=[alert(**ctx.cluster_labels, node="n1")],
+                healthy="every file reads",
+                healthy_series=[_node_series(ctx, "textfile_scrape_error", "0x30")],
+                pending="an error for less than the for: duration",
+            ),
+        )
+    ]
+
+
+def _collector_failed(ctx: Context) -> list[Alert]:
+    if not ctx.sources["node_exporter"].enabled or not (ctx.sources["dcgm"].enabled or ctx.sources["amd"].enabled):
+        return []
+    collectors = ctx.thresholds.exporter_node_collectors
+    failing = ctx.select(
+        "node_exporter", ["collector_success"], ("node", "collector"), op="min", where={"collector": one_of(collectors)}
+    )
+    gpu_node = [gpu_utilization(ctx, "0.9x60", node="n1", gpu="0")]
+    when = timing(ctx, "15m", 2)
+
+    def success(values: str, collector: str = collectors[0]) -> Series:
+        return _node_series(ctx, "collector_success", values, collector=collector)
+
+    return [
+        _node_alert(ctx)(
+            "ExporterCollectorFailed",
+            severity="warning",
+            team=Team.GPU_OPS,
+            expr=f"({failing} == 0) and on ({ctx.cluster}, node) node:gpus:count",
+            for_="15m",
+            summary="A node_exporter collector that hpcobs reads fails on a GPU node.",
+            description=f"node_exporter's {label('collector')} collector fails on GPU node {label('node')} (cluster "
+            f"{label(ctx.cluster)}): the metrics it reads (and the alerts on them) are missing on this node.",
+            **standard_cases(
+                when,
+                fault=f"the {collectors[0]} collector fails",
+                fault_series=[*gpu_node, success("1 1 0x60")],
+                expect=[alert(**ctx.cluster_labels, node="n1", collector=collectors[0])],
+                healthy="every collector works",
+                healthy_series=[*gpu_node, success("1x60")],
+                pending="failing for less than the for: duration",
+                also_silent=[
+                    when.silent(
+                        "a collector hpcobs does not read, with nothing to read on this node",
+                        [*gpu_node, success("0x60", collector="zfs")],
+                    ),
+                    when.silent("a node without GPUs (login node without an HCA)", [success("0x60")]),
+                ],
+            ),
+        )
+    ]
+
+
+def _slurm_collector_failed(ctx: Context) -> list[Alert]:
     slurm = ctx.sources["slurm"]
-    if slurm.enabled and "collector_success" in slurm.exporter.signals():
-        def collector(values):
-            return series(ctx, "slurm", "collector_success", values, node=SLURM_CONTROLLER, collector="partition")
+    if not slurm.enabled or "collector_success" not in slurm.exporter.signals():
+        return []
 
-        out.append(Alert(
-            "ExporterSlurmCollectorFailed", severity="warning", team="slurm-admins",
-            expr=f'{ctx.select("slurm", ["collector_success"], ("collector",), op="min")} == 0',
+    def collector(values: str) -> Series:
+        return series(ctx, "slurm", "collector_success", values, node=SLURM_CONTROLLER, collector="partition")
+
+    return [
+        Alert(
+            "ExporterSlurmCollectorFailed",
+            severity="warning",
+            team=Team.SLURM_ADMINS,
+            expr=f"{ctx.select('slurm', ['collector_success'], ('collector',), op='min')} == 0",
             for_="10m",
             summary="A collector of the Slurm exporter fails.",
-            description=f"The Slurm exporter's {label('collector')} collector fails (cluster {label(c)}): the Slurm "
-                        "command it runs (sinfo, squeue, sdiag, sshare) errors or times out, so its series "
-                        "and the Slurm alerts on them are missing.",
-            runbook="exporters", dashboard="hpcobs-slurm-jobs", dashboard_vars=(c,),
-            fires_on=[Case("sinfo fails", at="15m", series=[collector("1 1 0x40")],
-                           expect=[alert(**cl, collector="partition")])],
-            silent_on=[Case("every collector works", at="15m", series=[collector("1x40")]),
-                       Case("one slow sinfo, shorter than the for: duration", at="8m", series=[collector("1 1 0x40")])],
-        ))
-    return out
+            description=f"The Slurm exporter's {label('collector')} collector fails (cluster {label(ctx.cluster)}): "
+            "the Slurm command it runs (sinfo, squeue, sdiag, sshare) errors or times out, so its series "
+            "and the Slurm alerts on them are missing.",
+            runbook="exporters",
+            dashboard=DashboardUid.SLURM_JOBS,
+            dashboard_vars=(ctx.cluster,),
+            **standard_cases(
+                timing(ctx, "10m", 2),
+                fault="sinfo fails",
+                fault_series=[collector("1 1 0x40")],
+                expect=[alert(**ctx.cluster_labels, collector="partition")],
+                healthy="every collector works",
+                healthy_series=[collector("1x40")],
+                pending="one slow sinfo, shorter than the for: duration",
+            ),
+        )
+    ]
 
 
 def _gpu_exporter_without_gpus(ctx: Context) -> list[Alert]:
     """A GPU exporter that answers but exposes no GPU at all (driver not loaded, DCGM host engine down)."""
-    c = ctx.cluster
     roles = [role for role in ("dcgm", "amd") if ctx.sources[role].enabled]
     if not roles:
         return []
-    answering = either([label_replace(f"{up_name()}{ctx.sources[role].selector()} == 1", "node", "instance", INSTANCE_HOST)
-                        for role in roles])
-    role = roles[0]
+    answering = either(
+        [
+            label_replace(f"{up_name()}{ctx.sources[role].selector()} == 1", "node", "instance", INSTANCE_HOST)
+            for role in roles
+        ]
+    )
+    role, when = roles[0], timing(ctx, "10m", 0)
+    return [
+        _node_alert(ctx)(
+            "ExporterGpuSeriesAbsent",
+            severity="warning",
+            team=Team.GPU_OPS,
+            expr=f"{answering} unless on ({ctx.cluster}, node) node:gpus:count",
+            for_="10m",
+            summary="A GPU exporter answers but reports no GPU.",
+            description=f"{label('instance')} ({label('job')}, cluster {label(ctx.cluster)}) answers its scrapes but "
+            f"exposes no GPU series for {label('node')}: the GPU driver is not loaded, the DCGM host engine "
+            "(or AMD's gpuagent) is down, or every GPU fell off the bus.",
+            **standard_cases(
+                when,
+                fault="the exporter answers with its own metrics only",
+                fault_series=[_up(ctx, role, "1x40")],
+                expect=[alert(**_up_labels(ctx, role))],
+                healthy="the exporter reports its GPUs",
+                healthy_series=[
+                    _up(ctx, role, "1x40"),
+                    *(gpu_utilization(ctx, "0.9x40", node="n1", gpu=gpu) for gpu in "01"),
+                ],
+                pending="GPUs missing for less than the for: duration (exporter start-up)",
+                also_silent=[when.silent("the exporter is down (ExporterDcgmDown's case)", [_up(ctx, role, "0x40")])],
+            ),
+        )
+    ]
 
-    return [Alert(
-        "ExporterGpuSeriesAbsent", severity="warning", team="gpu-ops",
-        expr=f"{answering} unless on ({c}, node) node:gpus:count",
-        for_="10m",
-        summary="A GPU exporter answers but reports no GPU.",
-        description=f"{label('instance')} ({label('job')}, cluster {label(c)}) answers its scrapes but exposes no GPU series "
-                    f"for {label('node')}: the GPU driver is not loaded, the DCGM host engine (or AMD's gpuagent) is "
-                    "down, or every GPU fell off the bus.",
-        runbook="exporters", dashboard=DASHBOARD, dashboard_vars=(c, "node"),
-        fires_on=[Case("the exporter answers with its own metrics only", at="15m", series=[_up(ctx, role, "1x40")],
-                       expect=[alert(**_up_labels(ctx, role))])],
-        silent_on=[Case("the exporter reports its GPUs", at="15m",
-                        series=[_up(ctx, role, "1x40"), *(gpu_series(ctx, "utilization", "90x40", gpu=g) for g in "01")]),
-                   Case("the exporter is down (ExporterDcgmDown's case)", at="15m", series=[_up(ctx, role, "0x40")]),
-                   Case("GPUs missing for less than the for: duration (exporter start-up)", at="8m",
-                        series=[_up(ctx, role, "1x40")])],
-    )]
 
-
-def _attribution(ctx: Context) -> list[Alert]:
-    """Job attribution (DESIGN.md §7) broken: GPUs Slurm gave to a job carry no hpc_job, or a job has no info."""
-    c = ctx.cluster
-    cl = ctx.cluster_labels
-    th = ctx.thresholds
-    out = []
+def _busy_gpu(ctx: Context, ratio: float, samples: int, gpu: str = "0", **labels: str) -> Series:
+    """A dcgm-exporter GPU of n1 at a constant utilisation (a ratio), as its first deployed version writes it."""
     version = ctx.sources["dcgm"].versions[0]
+    return dcgm(
+        ctx,
+        "gpu_utilization",
+        f"{raw_value(ctx, 'gpu_utilization', version, ratio)}x{samples}",
+        node="n1",
+        gpu=gpu,
+        **labels,
+    )
 
-    def util(ratio, samples, gpu="0", **kw):
-        return dcgm(ctx, "gpu_utilization", f"{raw_value(ctx, 'gpu_utilization', version, ratio)}x{samples}",
-                    node="n1", gpu=gpu, **kw)
 
+def _job_mapping_missing(ctx: Context) -> list[Alert]:
+    """Job attribution broken: GPUs Slurm gave to a job carry no hpc_job (docs/exporters.md, the prolog)."""
     slurm = ctx.sources["slurm"]
-    if slurm.enabled and ctx.sources["dcgm"].enabled and slurm.exporter.id in SLURM_NODE_GPUS:
-        signal, where, test_labels = SLURM_NODE_GPUS[slurm.exporter.id]
-        allocated = ctx.select("slurm", [signal], ("node",), where=where)
-        mapping_for = th["exporter_job_mapping_for"]
-        mapping_s = duration_seconds(mapping_for)
-        at = duration(mapping_s + 300)
-        samples = (mapping_s + 900) // 30
-        busy = th["gpu_busy_ratio"]
+    if not (slurm.enabled and ctx.sources["dcgm"].enabled and slurm.exporter.id in SLURM_NODE_GPUS):
+        return []
+    signal, where, test_labels = SLURM_NODE_GPUS[slurm.exporter.id]
+    allocated = ctx.select("slurm", [signal], ("node",), where=where)
+    mapping_for, busy, cluster = (
+        ctx.thresholds.exporter_job_mapping_for,
+        ctx.thresholds.gpu_busy_ratio,
+        ctx.cluster,
+    )
+    when = timing(ctx, mapping_for, 0)
+    samples = (when.hold + 900) // when.step
 
-        def slurm_gpus(count):
-            return series(ctx, "slurm", signal, f"{count}x{samples}", node="n1", **test_labels)
+    def slurm_gpus(count: int) -> Series:
+        return series(ctx, "slurm", signal, f"{count}x{samples}", node="n1", **test_labels)
 
-        out.append(Alert(
-            "ExporterJobMappingMissing", severity="warning", team="gpu-ops",
-            expr=f"count by ({c}, node) ((max_over_time(gpu:utilization:ratio[{BUSY_WINDOW}]) > {busy}) "
-                 f"unless on ({c}, node, gpu) gpu:job:info) and on ({c}, node) ({allocated} > 0)",
+    return [
+        _node_alert(ctx)(
+            "ExporterJobMappingMissing",
+            severity="warning",
+            team=Team.GPU_OPS,
+            expr=f"count by ({cluster}, node) ((max_over_time(gpu:utilization:ratio[{BUSY_WINDOW}]) > {busy}) "
+            f"unless on ({cluster}, node, gpu) gpu:job:info) and on ({cluster}, node) ({allocated} > 0)",
             for_=mapping_for,
             summary="Busy GPUs on a node Slurm has allocated carry no job label.",
-            description=f"GPUs on {label('node')} (cluster {label(c)}) are busy and Slurm has allocated GPUs there, but "
-                        "dcgm-exporter labels none of them with hpc_job: the prolog is not writing the GPU "
-                        "mapping files (or dcgm-exporter runs without --hpc-job-mapping-dir), so per-job GPU "
-                        "views and job-owner alerts miss these jobs.",
-            runbook="exporters", dashboard=DASHBOARD, dashboard_vars=(c, "node"),
+            description=f"GPUs on {label('node')} (cluster {label(cluster)}) are busy and Slurm has allocated GPUs "
+            "there, but dcgm-exporter labels none of them with hpc_job: the prolog is not writing the GPU "
+            "mapping files (or dcgm-exporter runs without --hpc-job-mapping-dir), so per-job GPU "
+            "views and job-owner alerts miss these jobs.",
             fired_by=("prolog_not_writing",),
-            fires_on=[Case("two busy GPUs without hpc_job on a node running a job", at=at,
-                           series=[util(0.9, samples, "0"), util(0.9, samples, "1"), slurm_gpus(2)],
-                           expect=[alert(**cl, node="n1")])],
-            silent_on=[Case("busy GPUs labelled with their job", at=at,
-                            series=[util(0.9, samples, "0", hpc_job="7"), slurm_gpus(1)]),
-                       Case("busy GPUs Slurm did not allocate: not a prolog problem", at=at,
-                            series=[util(0.9, samples, "0"), slurm_gpus(0)]),
-                       Case("unlabelled GPUs just under the busy threshold", at=at,
-                            series=[util(busy * 0.8, samples, "0"), slurm_gpus(1)]),
-                       Case("unlabelled for less than the for: duration", at=duration(mapping_s - 60),
-                            series=[util(0.9, samples, "0"), slurm_gpus(1)])],
-        ))
-    if ctx.sources["job_info"].enabled and ctx.sources["dcgm"].enabled:
-        info_for = th["exporter_job_info_for"]
-        info_s = duration_seconds(info_for)
-        at = duration(info_s + 300)
-        samples = (info_s + 900) // 30
+            **standard_cases(
+                when,
+                fault="two busy GPUs without hpc_job on a node running a job",
+                fault_series=[_busy_gpu(ctx, 0.9, samples, "0"), _busy_gpu(ctx, 0.9, samples, "1"), slurm_gpus(2)],
+                expect=[alert(**ctx.cluster_labels, node="n1")],
+                healthy="busy GPUs labelled with their job",
+                healthy_series=[_busy_gpu(ctx, 0.9, samples, hpc_job="7"), slurm_gpus(1)],
+                pending="unlabelled for less than the for: duration",
+                pending_series=[_busy_gpu(ctx, 0.9, samples), slurm_gpus(1)],
+                also_silent=[
+                    when.silent(
+                        "busy GPUs Slurm did not allocate: not a prolog problem",
+                        [_busy_gpu(ctx, 0.9, samples), slurm_gpus(0)],
+                    ),
+                    when.silent(
+                        "unlabelled GPUs just under the busy threshold",
+                        [_busy_gpu(ctx, busy * 0.8, samples), slurm_gpus(1)],
+                    ),
+                ],
+            ),
+        )
+    ]
 
-        def info(values):
-            return series(ctx, "job_info", "job_info", values, node="n1", hpc_job="7", user="alice", account="llm",
-                          partition="gpu", job_name="train", qos="normal")
 
-        out.append(Alert(
-            "ExporterJobInfoMissing", severity="warning", team="gpu-ops",
-            expr=f"group by ({c}, hpc_job) (gpu:job:info) unless on ({c}, hpc_job) job:slurm_job_info:max",
+def _job_info_missing(ctx: Context) -> list[Alert]:
+    """Job attribution broken: a job on GPUs has no job-info series (its owner is unknown)."""
+    if not (ctx.sources["job_info"].enabled and ctx.sources["dcgm"].enabled):
+        return []
+    info_for, cluster = ctx.thresholds.exporter_job_info_for, ctx.cluster
+    when = timing(ctx, info_for, 0)
+    samples = (when.hold + 900) // when.step
+    on_gpu = _busy_gpu(ctx, 0.9, samples, hpc_job="7")
+
+    return [
+        Alert(
+            "ExporterJobInfoMissing",
+            severity="warning",
+            team=Team.GPU_OPS,
+            expr=f"group by ({cluster}, hpc_job) (gpu:job:info) unless on ({cluster}, hpc_job) job:slurm_job_info:max",
             for_=info_for,
             summary="A job running on GPUs has no job-info series.",
-            description=f"Job {label('hpc_job')} (cluster {label(c)}) holds GPUs but has had no job-info series for "
-                        f"{info_for}: its user, account and partition are unknown, so it is missing from "
-                        "account and partition views; check the prolog (or the job-info exporter).",
-            runbook="exporters", dashboard=DASHBOARD, dashboard_vars=(c,),
-            fires_on=[Case("a job on a GPU without job info", at=at, series=[util(0.9, samples, hpc_job="7")],
-                           expect=[alert(**cl, hpc_job="7")])],
-            silent_on=[Case("the job has its info", at=at,
-                            series=[util(0.9, samples, hpc_job="7"), info(f"1x{samples}")]),
-                       Case("the info arrives two minutes late (slow prolog)", at=at,
-                            series=[util(0.9, samples, hpc_job="7"), info(f"_x4 1x{samples}")]),
-                       Case("missing for less than the for: duration", at=duration(info_s - 60),
-                            series=[util(0.9, samples, hpc_job="7")])],
-        ))
-    return out
+            description=f"Job {label('hpc_job')} (cluster {label(cluster)}) holds GPUs but has had no job-info series "
+            f"for {info_for}: its user, account and partition are unknown, so it is missing from "
+            "account and partition views; check the prolog (or the job-info exporter).",
+            runbook="exporters",
+            dashboard=DashboardUid.GPU_CLUSTER,
+            dashboard_vars=(cluster,),
+            **standard_cases(
+                when,
+                fault="a job on a GPU without job info",
+                fault_series=[on_gpu],
+                expect=[alert(**ctx.cluster_labels, hpc_job="7")],
+                healthy="the job has its info",
+                healthy_series=[on_gpu, job_info(ctx, "7", f"1x{samples}")],
+                pending="missing for less than the for: duration",
+                also_silent=[
+                    when.silent(
+                        "the info arrives two minutes late (slow prolog)",
+                        [on_gpu, job_info(ctx, "7", f"_x4 1x{samples}")],
+                    )
+                ],
+            ),
+        )
+    ]

@@ -1,4 +1,4 @@
-"""Storage alerts (DESIGN.md §10): filling and full filesystems, stalled checkpoints, NFS and Lustre health.
+"""Storage alerts: filling and full filesystems, stalled checkpoints, NFS and Lustre health.
 
 Node mounts are read from node:filesystem_used:ratio minus the shared mountpoints (config
 thresholds.storage_shared_mountpoints): every client sees a Lustre or NFS filesystem, so alerting on each
@@ -7,255 +7,412 @@ client's view would page once per node. Lustre is watched from its servers inste
 still looks half empty. The per-OST and health reads are raw (no record keeps them) and small: one
 series per OST, one per Lustre host.
 """
+
+from dataclasses import dataclass
+from functools import cached_property, partial
+
+from hpcobs.alert_cases import Timing, standard_cases, timing
 from hpcobs.context import Context
 from hpcobs.escape import promql_matcher
-from hpcobs.promql import duration, duration_seconds
-from hpcobs.rules import Alert, Group, label
-from hpcobs.ruletest import Case, alert
-from hpcobs.synthetic import series
+from hpcobs.names import DashboardUid, Team
+from hpcobs.promql import duration_seconds
+from hpcobs.rules import Alert, Group, alerts_of, label
+from hpcobs.ruletest import Sample, Series, alert
+from hpcobs.synthetic import JOB_OWNER, job_info, series
+from hpcobs.thresholds import Thresholds
 
-from .training import job_info, owned, rank_series
+from .training import owned, rank_series
 
 OST = {"component": '="ost"'}
-DASHBOARD = "hpcobs-network-storage"
-TIB_KIB = 1024 ** 3           # one TiB in the KiB the Lustre exporter reports
-
+TIB_KIB = 1024**3  # one TiB in the KiB the Lustre exporter reports
+NODE_DISK = 10**12  # a node mount of 1 TB
+# Full filesystems are full from this scrape on in every case.
+FULL_FROM = 6
 
 
 def groups(ctx: Context) -> list[Group]:
-    c = ctx.cluster
-    cl = ctx.cluster_labels
-    th = ctx.thresholds
-    step = duration_seconds(ctx.scrape_interval)
-    where = f"cluster {label(c)}"
-    shared = th["storage_shared_mountpoints"]
-    fill_window, horizon = th["storage_fill_window"], th["storage_fill_horizon"]
-    fill_for, full_for = duration_seconds(th["storage_fill_for"]), duration_seconds(th["storage_full_for"])
-    min_ratio, full = th["storage_fill_min_ratio"], th["storage_full_ratio"]
-    local = f"node:filesystem_used:ratio{{{promql_matcher('mountpoint', '!~', shared)}}}"
+    data = _Data(ctx)
+    rules = [
+        _filesystem_filling_up(data),
+        _lustre_filling_up(data),
+        _filesystem_full(data),
+        _lustre_ost_full(data),
+        _checkpoint_write_stalled(data),
+        _nfs_retransmissions(data),
+        _lustre_unhealthy(data),
+    ]
+    return [Group("hpcobs-storage-alerts", domain="storage", interval=ctx.scrape_interval, rules=rules)]
 
-    def filling(ratio: str) -> str:
-        return (f"({ratio} > {min_ratio}) and predict_linear({ratio}[{fill_window}], "
-                f"{duration_seconds(horizon)}) >= 1")
 
-    # -- synthetic data ------------------------------------------------------------------------------
-    size = 10 ** 12
+def _remaining(used: str, total: int) -> tuple[str, str]:
+    """(size, free) promtool values for a used fraction given in thousandths ('500+0.5x100 900x10')."""
+    out, samples = [], 0
+    for part in used.split():
+        start, op, rest = part.partition("+")
+        slope, _, count = rest.partition("x") if op else ("0", "", start.partition("x")[2])
+        start = start.partition("x")[0]
+        free = total - int(start) * total // 1000
+        out.append(f"{free}-{int(float(slope) * total / 1000)}x{count}" if op else f"{free}x{count}")
+        samples += int(count) + 1
+    return f"{total}x{samples - 1}", " ".join(out)
 
-    def remaining(used: str, total: int) -> tuple[str, str]:
-        """(size, free) promtool values for a used fraction given in thousandths ('500+0.5x100 900x10')."""
-        out, samples = [], 0
-        for part in used.split():
-            start, op, rest = part.partition("+")
-            slope, _, count = rest.partition("x") if op else ("0", "", start.partition("x")[2])
-            start = start.partition("x")[0]
-            free = total - int(start) * total // 1000
-            out.append(f"{free}-{int(float(slope) * total / 1000)}x{count}" if op else f"{free}x{count}")
-            samples += int(count) + 1
-        return f"{total}x{samples - 1}", " ".join(out)
 
-    def mount(used: str, mountpoint="/raid", node="n1"):
-        """A node mount of 1 TB; `used` as remaining() reads it."""
-        labels = dict(node=node, device="/dev/md0", mountpoint=mountpoint, fstype="ext4")
-        total, avail = remaining(used, size)
-        return [series(ctx, "node_exporter", "fs_size", total, **labels),
-                series(ctx, "node_exporter", "fs_avail", avail, **labels)]
+@dataclass(frozen=True)
+class _Data:
+    """Thresholds and test series the storage alerts share."""
 
-    def ost(index: int, used: str, target_fs="scratch"):
-        """An OST of 1 TiB on oss01; `used` as remaining() reads it."""
-        labels = dict(node="oss01", component="ost", target=f"{target_fs}-OST{index:04x}")
-        total, avail = remaining(used, TIB_KIB)
-        return [series(ctx, "lustre", "capacity_kib", total, **labels),
-                series(ctx, "lustre", "available_kib", avail, **labels)]
+    ctx: Context
 
-    # Used fraction per scrape (thousandths) that reaches 1 within the horizon, and one that just does not.
-    horizon_scrapes = duration_seconds(horizon) // step
-    fast, slow = round(1000 / horizon_scrapes * 1.5, 4), round(1000 / horizon_scrapes * 0.4, 4)
-    long = fill_for // step + 40
-    fill_at, fill_early = duration(step + fill_for + 10 * step), duration(step + fill_for - 3 * step)
-    n1 = dict(**cl, node="n1")
-    fs = dict(**cl, fs="scratch")
-    full_fires = 6 * step + full_for           # full from the 6th scrape
-    full_at, full_early = duration(full_fires + 5 * step), duration(full_fires - 3 * step)
-    full_len = full_for // step + 20
-    filled = f"800x5 {{}}x{full_len}"
-    over, under = round(full * 1000) + 20, round(full * 1000) - 10
+    @property
+    def thresholds(self) -> Thresholds:
+        return self.ctx.thresholds
 
-    ost_ratio = (f"1 - {ctx.select('lustre', ['available_kib'], ('fs', 'target', 'node'), op='sum', where=OST)} "
-                 f"/ {ctx.select('lustre', ['capacity_kib'], ('fs', 'target', 'node'), op='sum', where=OST)}")
+    @property
+    def step(self) -> int:
+        return duration_seconds(self.ctx.scrape_interval)
 
-    # -- checkpoint stall ----------------------------------------------------------------------------
-    stalled = th["storage_checkpoint_stalled_bytes_per_second"]
-    stall_for = duration_seconds(th["storage_checkpoint_stall_for"])
+    @property
+    def where(self) -> str:
+        return f"cluster {label(self.ctx.cluster)}"
 
-    def job_writes(values: str, job="42"):
-        return [series(ctx, "lustre", "job_write_bytes", values, node="oss01", component="ost", target=f"scratch-OST000{i}",
-                       hpc_job=job, operation="write") for i in (0, 1)]
+    def storage_alert(self, *by: str) -> partial[Alert]:
+        return alerts_of("storage", DashboardUid.NETWORK_STORAGE, self.ctx.cluster, *by, team=Team.STORAGE)
 
-    def per_ost(bytes_per_second: float) -> str:
-        return f"{bytes_per_second / 2 * step:.12g}"
+    @cached_property
+    def local(self) -> str:
+        """Used ratio of node mounts that are not shared."""
+        shared = promql_matcher("mountpoint", "!~", self.thresholds.storage_shared_mountpoints)
+        return f"node:filesystem_used:ratio{{{shared}}}"
 
-    stop = 10                                   # the job's last step is at this scrape
-    run = stall_for // step + 30
-    progress = rank_series(ctx, {("0", "n1"): 0.5, ("1", "n2"): 0.5}, stop_after=stop, length=stop + run)
-    owner = [job_info(ctx, "42")]
-    job42 = dict(**cl, hpc_job="42", user="alice", account="llm", partition="gpu")
+    def on(self, **labels: str) -> list[Sample]:
+        return [alert(**self.ctx.cluster_labels, **labels)]
+
+    def mount(self, used: str, mountpoint: str = "/raid") -> list[Series]:
+        """A node mount of 1 TB on n1; `used` in thousandths as _remaining() reads it."""
+        labels = dict(node="n1", device="/dev/md0", mountpoint=mountpoint, fstype="ext4")
+        total, avail = _remaining(used, NODE_DISK)
+        return [
+            series(self.ctx, "node_exporter", "fs_size", total, **labels),
+            series(self.ctx, "node_exporter", "fs_avail", avail, **labels),
+        ]
+
+    def ost(self, index: int, used: str) -> list[Series]:
+        """An OST of 1 TiB of filesystem scratch on oss01; `used` as _remaining() reads it."""
+        labels = dict(node="oss01", component="ost", target=f"scratch-OST{index:04x}")
+        total, avail = _remaining(used, TIB_KIB)
+        return [
+            series(self.ctx, "lustre", "capacity_kib", total, **labels),
+            series(self.ctx, "lustre", "available_kib", avail, **labels),
+        ]
+
+    # -- filling up: a forecast over predict_linear -----------------------------------------------------
+
+    def filling(self, ratio: str) -> str:
+        horizon = duration_seconds(self.thresholds.storage_fill_horizon)
+        return (
+            f"({ratio} > {self.thresholds.storage_fill_min_ratio}) and "
+            f"predict_linear({ratio}[{self.thresholds.storage_fill_window}], {horizon}) >= 1"
+        )
+
+    @cached_property
+    def fill(self) -> Timing:
+        return timing(self.ctx, self.thresholds.storage_fill_for, 1)
+
+    @cached_property
+    def fill_length(self) -> int:
+        return self.fill.hold // self.fill.step + 40
+
+    def growth(self, pace: float) -> float:
+        """Used thousandths per scrape that reach full within pace x the horizon (1.5: well within; 0.4: after)."""
+        horizon_scrapes = duration_seconds(self.thresholds.storage_fill_horizon) // self.fill.step
+        return round(1000 / horizon_scrapes * pace, 4)
+
+    # -- full: above a ratio -----------------------------------------------------------------------------
+
+    @cached_property
+    def full(self) -> Timing:
+        return timing(self.ctx, self.thresholds.storage_full_for, FULL_FROM, settle=5 * self.step)
+
+    @cached_property
+    def full_length(self) -> int:
+        return self.full.hold // self.full.step + 20
+
+    def filled(self, over: int) -> str:
+        """Used thousandths: 80% for FULL_FROM scrapes, then `over`."""
+        return f"800x{FULL_FROM - 1} {over}x{self.full_length}"
+
+
+def _filesystem_filling_up(data: _Data) -> Alert:
+    thresholds, fast = data.thresholds, data.growth(1.5)
+    horizon, length = thresholds.storage_fill_horizon, data.fill_length
+    return data.storage_alert("node")(
+        "StorageFilesystemFillingUp",
+        severity="warning",
+        expr=data.filling(data.local),
+        for_=thresholds.storage_fill_for,
+        summary="A node filesystem is forecast to be full soon.",
+        description=f"{label('mountpoint')} on {label('node')} ({data.where}) will be full within {horizon} at the "
+        f"rate it grew over the last {thresholds.storage_fill_window}: find what writes to it (checkpoint "
+        "staging, core dumps, logs).",
+        **standard_cases(
+            data.fill,
+            fault=f"half full and growing to full in well under {horizon}",
+            fault_series=data.mount(f"500+{fast}x{length}"),
+            expect=data.on(node="n1", mountpoint="/raid"),
+            healthy="a steady filesystem",
+            healthy_series=data.mount(f"600x{length}"),
+            pending=f"forecast full for less than {thresholds.storage_fill_for}",
+            also_silent=[
+                data.fill.silent(
+                    f"growing, but full only after {horizon}", data.mount(f"500+{data.growth(0.4)}x{length}")
+                ),
+                data.fill.silent(
+                    f"growing fast but less than {thresholds.storage_fill_min_ratio:.0%} used",
+                    data.mount(f"100+{fast}x{length}"),
+                ),
+                data.fill.silent(
+                    "a shared mount: each client sees it; Lustre has its own alerts",
+                    data.mount(f"500+{fast}x{length}", mountpoint="/lustre"),
+                ),
+            ],
+        ),
+    )
+
+
+def _lustre_filling_up(data: _Data) -> Alert:
+    thresholds, fast, slow = data.thresholds, data.growth(1.5), data.growth(0.4)
+    horizon, length = thresholds.storage_fill_horizon, data.fill_length
+    return data.storage_alert("fs")(
+        "StorageLustreFillingUp",
+        severity="warning",
+        expr=data.filling("fs:lustre_used:ratio"),
+        for_=thresholds.storage_fill_for,
+        summary="A Lustre filesystem is forecast to be full soon.",
+        description=f"Lustre filesystem {label('fs')} ({data.where}) will be full within {horizon} at the rate it "
+        f"grew over the last {thresholds.storage_fill_window}: find the jobs and users writing most (lfs "
+        "quota, jobstats) before checkpoints start failing.",
+        fired_by=("fs_filling",),
+        **standard_cases(
+            data.fill,
+            fault="an OST filling fast fills the filesystem",
+            fault_series=data.ost(0, f"400+{2 * fast}x{length}") + data.ost(1, f"400x{length}"),
+            expect=data.on(fs="scratch"),
+            healthy="a steady filesystem",
+            healthy_series=data.ost(0, f"400x{length}") + data.ost(1, f"600x{length}"),
+            pending=f"forecast full for less than {thresholds.storage_fill_for}",
+            also_silent=[
+                data.fill.silent(
+                    f"growing, but full only after {horizon}",
+                    data.ost(0, f"500+{slow}x{length}") + data.ost(1, f"500+{slow}x{length}"),
+                )
+            ],
+        ),
+    )
+
+
+def _full_levels(data: _Data) -> tuple[float, int, int, int]:
+    """The full ratio, and used thousandths above it, just under it, and the length of a steady series."""
+    full = data.thresholds.storage_full_ratio
+    return full, round(full * 1000) + 20, round(full * 1000) - 10, data.full_length + 5
+
+
+def _filesystem_full(data: _Data) -> Alert:
+    full, over, under, length = _full_levels(data)
+    for_ = data.thresholds.storage_full_for
+    return data.storage_alert("node")(
+        "StorageFilesystemFull",
+        severity="critical",
+        expr=f"{data.local} > {full}",
+        for_=for_,
+        summary="A node filesystem is full.",
+        description=f"{label('mountpoint')} on {label('node')} ({data.where}) is more than {full:.0%} used: writes "
+        "(checkpoint staging, logs, /tmp) are about to fail with ENOSPC.",
+        **standard_cases(
+            data.full,
+            fault=f"above {full:.0%}",
+            fault_series=data.mount(data.filled(over)),
+            expect=data.on(node="n1", mountpoint="/raid"),
+            healthy="half full",
+            healthy_series=data.mount(f"500x{length}"),
+            pending=f"above {full:.0%} for less than {for_}",
+            also_silent=[
+                data.full.silent(f"just under {full:.0%}", data.mount(f"{under}x{length}")),
+                data.full.silent(
+                    "a full shared mount is Lustre's or the NFS server's alert",
+                    data.mount(f"{over}x{length}", mountpoint="/home"),
+                ),
+            ],
+        ),
+    )
+
+
+def _lustre_ost_full(data: _Data) -> Alert:
+    full, over, under, length = _full_levels(data)
+    for_, by = data.thresholds.storage_full_for, ("fs", "target", "node")
+    used = (
+        f"1 - {data.ctx.select('lustre', ['available_kib'], by, op='sum', where=OST)} "
+        f"/ {data.ctx.select('lustre', ['capacity_kib'], by, op='sum', where=OST)}"
+    )
+    return data.storage_alert("fs")(
+        "StorageLustreOstFull",
+        severity="critical",
+        expr=f"{used} > {full}",
+        for_=for_,
+        summary="A Lustre OST is full.",
+        description=f"OST {label('target')} of Lustre filesystem {label('fs')} on {label('node')} ({data.where}) is "
+        f"more than {full:.0%} used: writes of files striped on it fail with ENOSPC even though the "
+        "filesystem has space. Rebalance (lfs migrate) or deactivate it for new objects.",
+        fired_by=("fs_filling",),
+        **standard_cases(
+            data.full,
+            fault=f"one OST above {full:.0%}",
+            fault_series=data.ost(0, data.filled(over)) + data.ost(1, f"400x{length}"),
+            expect=data.on(fs="scratch", target="scratch-OST0000", node="oss01"),
+            healthy="OSTs half full",
+            healthy_series=data.ost(0, f"500x{length}") + data.ost(1, f"400x{length}"),
+            pending=f"above {full:.0%} for less than {for_}",
+            pending_series=data.ost(0, data.filled(over)),
+            also_silent=[data.full.silent(f"just under {full:.0%}", data.ost(0, f"{under}x{length}"))],
+        ),
+    )
+
+
+def _checkpoint_write_stalled(data: _Data) -> Alert:
+    ctx, thresholds = data.ctx, data.thresholds
+    stalled, for_ = (
+        thresholds.storage_checkpoint_stalled_bytes_per_second,
+        thresholds.storage_checkpoint_stall_for,
+    )
+    stop = 10  # the job's last step is at this scrape
     # No step in the rate window from (stop + 3) or (stop + 4) scrapes on, depending on whether the window
     # includes its left edge (Prometheus 2 vs 3).
-    stall_at = duration((stop + 4) * step + stall_for + 5 * step)
-    stall_early = duration((stop + 3) * step + stall_for - 3 * step)
+    when = timing(ctx, for_, stop + 4, earliest_scrapes=stop + 3, settle=5 * data.step)
+    run = when.hold // when.step + 30
+    progress = rank_series(ctx, {("0", "n1"): 0.5, ("1", "n2"): 0.5}, stop_after=stop, length=stop + run)
 
-    def trickle(bytes_per_second: float, start=stop) -> list:
-        return job_writes(f"0x{start} 0+{per_ost(bytes_per_second)}x{stop + run - start}")
+    def job_writes(values: str) -> list[Series]:
+        return [
+            series(
+                ctx,
+                "lustre",
+                "job_write_bytes",
+                values,
+                node="oss01",
+                component="ost",
+                target=f"scratch-OST000{index}",
+                hpc_job="42",
+                operation="write",
+            )
+            for index in (0, 1)
+        ]
 
-    nfs_rate = th["storage_nfs_retransmissions_per_second"]
-    nfs_for = duration_seconds(th["storage_nfs_retransmissions_for"])
+    def trickle(bytes_per_second: float) -> list[Series]:
+        """Writes from the job's stop on, at this rate over its two OSTs."""
+        return job_writes(f"0x{stop} 0+{bytes_per_second / 2 * when.step:.12g}x{run}")
 
-    nfs_at, nfs_early = duration(11 * step + nfs_for + 10 * step), duration(11 * step + nfs_for - 3 * step)
-
-    def retransmissions(rate: float, start=10):
-        return [series(ctx, "node_exporter", "nfs_rpc_retransmissions",
-                       f"7x{start} 7+{rate * step:.12g}x{nfs_for // step + 30}", node="n1")]
-
-    unhealthy_for = duration_seconds(th["storage_lustre_unhealthy_for"])
-    lustre_healthy = ctx.select("lustre", ["healthy"], ("node",), op="min")
-
-    sick, well = f"1x5 0x{unhealthy_for // step + 20}", f"1x{unhealthy_for // step + 25}"
-    sick_at, sick_early = duration(6 * step + unhealthy_for + 5 * step), duration(6 * step + unhealthy_for - 3 * step)
-
-    def health(values: str, node="oss01"):
-        return [series(ctx, "lustre", "healthy", values, node=node)]
-
-    return [Group("hpcobs-storage-alerts", domain="storage", interval=ctx.scrape_interval, rules=[
-        Alert(
-            "StorageFilesystemFillingUp", severity="warning", team="storage",
-            expr=filling(local), for_=th["storage_fill_for"],
-            summary="A node filesystem is forecast to be full soon.",
-            description=f"{label('mountpoint')} on {label('node')} ({where}) will be full within {horizon} at the rate it "
-                        f"grew over the last {fill_window}: find what writes to it (checkpoint staging, core dumps, logs).",
-            runbook="storage", dashboard=DASHBOARD, dashboard_vars=(c, "node"),
-            fires_on=[Case(f"half full and growing to full in well under {horizon}", at=fill_at,
-                           series=mount(f"500+{fast}x{long}"), expect=[alert(**n1, mountpoint="/raid")])],
-            silent_on=[
-                Case("a steady filesystem", at=fill_at, series=mount(f"600x{long}")),
-                Case(f"growing, but full only after {horizon}", at=fill_at, series=mount(f"500+{slow}x{long}")),
-                Case(f"growing fast but less than {min_ratio:.0%} used", at=fill_at,
-                     series=mount(f"100+{fast}x{long}")),
-                Case("a shared mount: each client sees it; Lustre has its own alerts", at=fill_at,
-                     series=mount(f"500+{fast}x{long}", mountpoint="/lustre")),
-                Case(f"forecast full for less than {th['storage_fill_for']}", at=fill_early,
-                     series=mount(f"500+{fast}x{long}")),
+    stuck = progress + trickle(stalled / 10)
+    return data.storage_alert("hpc_job")(
+        "StorageCheckpointWriteStalled",
+        severity="critical",
+        expr=owned(
+            ctx,
+            f"(job:lustre_write_bytes:rate > 0 < {stalled}) and on ({ctx.cluster}, hpc_job) "
+            "job:training_steps:rate == 0",
+        ),
+        for_=for_,
+        summary="A training job's checkpoint write to Lustre has stalled.",
+        description=f"Job {label('hpc_job')} (user {label('user')}, {data.where}) has made no training step for "
+        f"{for_} while writing to Lustre at under {stalled} bytes/s: its checkpoint is stuck on the "
+        "filesystem. Check the OSTs it writes to and the OSS health.",
+        fired_by=("checkpoint_stall",),
+        **standard_cases(
+            when,
+            fault="no step, writes down to a trickle",
+            fault_series=stuck + [job_info(ctx, "42", "1x400", job_name="pretrain")],
+            expect=data.on(hpc_job="42", **JOB_OWNER),
+            healthy="training and not writing (between checkpoints)",
+            healthy_series=rank_series(ctx, {("0", "n1"): 0.5}, length=stop + run) + job_writes(f"0x{stop + run}"),
+            pending=f"stalled for less than {for_}",
+            pending_series=stuck,
+            also_fires=[
+                when.fires("a job without job-info still alerts, without its owner", stuck, data.on(hpc_job="42"))
+            ],
+            also_silent=[
+                when.silent("no step but writing fast: a checkpoint in progress", progress + trickle(stalled * 20)),
+                when.silent("no step and writing just over the stall threshold", progress + trickle(stalled * 1.1)),
+                when.silent(
+                    "no step and no write at all: a hang, TrainingHang's case", progress + job_writes(f"0x{stop + run}")
+                ),
             ],
         ),
-        Alert(
-            "StorageLustreFillingUp", severity="warning", team="storage",
-            expr=filling("fs:lustre_used:ratio"), for_=th["storage_fill_for"],
-            summary="A Lustre filesystem is forecast to be full soon.",
-            description=f"Lustre filesystem {label('fs')} ({where}) will be full within {horizon} at the rate it grew over "
-                        f"the last {fill_window}: find the jobs and users writing most (lfs quota, jobstats) before "
-                        "checkpoints start failing.",
-            runbook="storage", dashboard=DASHBOARD, dashboard_vars=(c, "fs"), fired_by=("fs_filling",),
-            fires_on=[Case("an OST filling fast fills the filesystem", at=fill_at,
-                           series=ost(0, f"400+{2 * fast}x{long}") + ost(1, f"400x{long}"), expect=[alert(**fs)])],
-            silent_on=[
-                Case("a steady filesystem", at=fill_at, series=ost(0, f"400x{long}") + ost(1, f"600x{long}")),
-                Case(f"growing, but full only after {horizon}", at=fill_at,
-                     series=ost(0, f"500+{slow}x{long}") + ost(1, f"500+{slow}x{long}")),
-                Case(f"forecast full for less than {th['storage_fill_for']}", at=fill_early,
-                     series=ost(0, f"400+{2 * fast}x{long}") + ost(1, f"400x{long}")),
-            ],
+    )
+
+
+def _nfs_retransmissions(data: _Data) -> Alert:
+    rate, for_ = (
+        data.thresholds.storage_nfs_retransmissions_per_second,
+        data.thresholds.storage_nfs_retransmissions_for,
+    )
+    # Retransmissions start after the 10th scrape and show in rate() one scrape later.
+    when = timing(data.ctx, for_, 11)
+
+    def retransmissions(per_second: float) -> list[Series]:
+        return [
+            series(
+                data.ctx,
+                "node_exporter",
+                "nfs_rpc_retransmissions",
+                f"7x10 7+{per_second * when.step:.12g}x{when.hold // when.step + 30}",
+                node="n1",
+            )
+        ]
+
+    return data.storage_alert("node")(
+        "StorageNfsRetransmissions",
+        severity="warning",
+        expr=f"node:nfs_retransmissions:rate > {rate}",
+        for_=for_,
+        summary="An NFS client keeps retransmitting RPCs.",
+        description=f"The NFS client on {label('node')} ({data.where}) has retransmitted RPCs for {for_}: the NFS "
+        "server is slow or unreachable and processes on the node block on /home or other NFS mounts.",
+        **standard_cases(
+            when,
+            fault="retransmitting at twice the threshold",
+            fault_series=retransmissions(2 * rate),
+            expect=data.on(node="n1"),
+            healthy="no retransmission",
+            healthy_series=retransmissions(0),
+            pending=f"retransmitting for less than {for_}",
+            also_silent=[when.silent("just under the threshold", retransmissions(0.9 * rate))],
         ),
-        Alert(
-            "StorageFilesystemFull", severity="critical", team="storage",
-            expr=f"{local} > {full}", for_=th["storage_full_for"],
-            summary="A node filesystem is full.",
-            description=f"{label('mountpoint')} on {label('node')} ({where}) is more than {full:.0%} used: writes "
-                        "(checkpoint staging, logs, /tmp) are about to fail with ENOSPC.",
-            runbook="storage", dashboard=DASHBOARD, dashboard_vars=(c, "node"),
-            fires_on=[Case(f"above {full:.0%}", at=full_at, series=mount(filled.format(over)),
-                           expect=[alert(**n1, mountpoint="/raid")])],
-            silent_on=[
-                Case("half full", at=full_at, series=mount(f"500x{full_len + 5}")),
-                Case(f"just under {full:.0%}", at=full_at, series=mount(f"{under}x{full_len + 5}")),
-                Case("a full shared mount is Lustre's or the NFS server's alert", at=full_at,
-                     series=mount(f"{over}x{full_len + 5}", mountpoint="/home")),
-                Case(f"above {full:.0%} for less than {th['storage_full_for']}", at=full_early,
-                     series=mount(filled.format(over))),
-            ],
+    )
+
+
+def _lustre_unhealthy(data: _Data) -> Alert:
+    for_ = data.thresholds.storage_lustre_unhealthy_for
+    when = timing(data.ctx, for_, FULL_FROM, settle=5 * data.step)
+    scrapes = when.hold // when.step
+
+    def health(values: str, node: str = "oss01") -> list[Series]:
+        return [series(data.ctx, "lustre", "healthy", values, node=node)]
+
+    sick, well = f"1x{FULL_FROM - 1} 0x{scrapes + 20}", f"1x{scrapes + 25}"
+    return data.storage_alert("node")(
+        "StorageLustreUnhealthy",
+        severity="critical",
+        expr=f"{data.ctx.select('lustre', ['healthy'], ('node',), op='min')} == 0",
+        for_=for_,
+        summary="A Lustre host reports itself unhealthy.",
+        description=f"Lustre on {label('node')} ({data.where}) reports health_check unhealthy: a target hit an LBUG "
+        "or went read-only; clients of its targets hang. Check lctl get_param health_check and dmesg.",
+        **standard_cases(
+            when,
+            fault="the OSS turns unhealthy",
+            fault_series=health(sick) + health(well, node="oss02"),
+            expect=data.on(node="oss01"),
+            healthy="healthy servers",
+            healthy_series=health(well) + health(well, node="oss02"),
+            pending=f"unhealthy for less than {for_}",
+            pending_series=health(sick),
         ),
-        Alert(
-            "StorageLustreOstFull", severity="critical", team="storage",
-            expr=f"{ost_ratio} > {full}", for_=th["storage_full_for"],
-            summary="A Lustre OST is full.",
-            description=f"OST {label('target')} of Lustre filesystem {label('fs')} on {label('node')} ({where}) is more than "
-                        f"{full:.0%} used: writes of files striped on it fail with ENOSPC even though the filesystem "
-                        "has space. Rebalance (lfs migrate) or deactivate it for new objects.",
-            runbook="storage", dashboard=DASHBOARD, dashboard_vars=(c, "fs"), fired_by=("fs_filling",),
-            fires_on=[Case(f"one OST above {full:.0%}", at=full_at,
-                           series=ost(0, filled.format(over)) + ost(1, f"400x{full_len + 5}"),
-                           expect=[alert(**fs, target="scratch-OST0000", node="oss01")])],
-            silent_on=[
-                Case("OSTs half full", at=full_at, series=ost(0, f"500x{full_len + 5}") + ost(1, f"400x{full_len + 5}")),
-                Case(f"just under {full:.0%}", at=full_at, series=ost(0, f"{under}x{full_len + 5}")),
-                Case(f"above {full:.0%} for less than {th['storage_full_for']}", at=full_early,
-                     series=ost(0, filled.format(over))),
-            ],
-        ),
-        Alert(
-            "StorageCheckpointWriteStalled", severity="critical", team="storage",
-            expr=owned(ctx, f"(job:lustre_write_bytes:rate > 0 < {stalled}) and on ({c}, hpc_job) "
-                            "job:training_steps:rate == 0"),
-            for_=th["storage_checkpoint_stall_for"],
-            summary="A training job's checkpoint write to Lustre has stalled.",
-            description=f"Job {label('hpc_job')} (user {label('user')}, {where}) has made no training step for "
-                        f"{th['storage_checkpoint_stall_for']} while writing to Lustre at under {stalled} bytes/s: its "
-                        "checkpoint is stuck on the filesystem. Check the OSTs it writes to and the OSS health.",
-            runbook="storage", dashboard=DASHBOARD, dashboard_vars=(c, "hpc_job"), fired_by=("checkpoint_stall",),
-            fires_on=[Case("no step, writes down to a trickle", at=stall_at,
-                           series=progress + trickle(stalled / 10) + owner, expect=[alert(**job42)]),
-                      Case("a job without job-info still alerts, without its owner", at=stall_at,
-                           series=progress + trickle(stalled / 10), expect=[alert(**cl, hpc_job="42")])],
-            silent_on=[
-                Case("training and not writing (between checkpoints)", at=stall_at,
-                     series=rank_series(ctx, {("0", "n1"): 0.5}, length=stop + run) + job_writes(f"0x{stop + run}")),
-                Case("no step but writing fast: a checkpoint in progress", at=stall_at,
-                     series=progress + trickle(stalled * 20)),
-                Case("no step and writing just over the stall threshold", at=stall_at,
-                     series=progress + trickle(stalled * 1.1)),
-                Case("no step and no write at all: a hang, TrainingHang's case", at=stall_at,
-                     series=progress + job_writes(f"0x{stop + run}")),
-                Case(f"stalled for less than {th['storage_checkpoint_stall_for']}", at=stall_early,
-                     series=progress + trickle(stalled / 10)),
-            ],
-        ),
-        Alert(
-            "StorageNfsRetransmissions", severity="warning", team="storage",
-            expr=f"node:nfs_retransmissions:rate > {nfs_rate}", for_=th["storage_nfs_retransmissions_for"],
-            summary="An NFS client keeps retransmitting RPCs.",
-            description=f"The NFS client on {label('node')} ({where}) has retransmitted RPCs for "
-                        f"{th['storage_nfs_retransmissions_for']}: the NFS server is slow or unreachable and processes "
-                        "on the node block on /home or other NFS mounts.",
-            runbook="storage", dashboard=DASHBOARD, dashboard_vars=(c, "node"),
-            fires_on=[Case("retransmitting at twice the threshold", at=nfs_at,
-                           series=retransmissions(2 * nfs_rate), expect=[alert(**n1)])],
-            silent_on=[
-                Case("no retransmission", at=nfs_at, series=retransmissions(0)),
-                Case("just under the threshold", at=nfs_at, series=retransmissions(0.9 * nfs_rate)),
-                Case(f"retransmitting for less than {th['storage_nfs_retransmissions_for']}", at=nfs_early,
-                     series=retransmissions(2 * nfs_rate)),
-            ],
-        ),
-        Alert(
-            "StorageLustreUnhealthy", severity="critical", team="storage",
-            expr=f"{lustre_healthy} == 0", for_=th["storage_lustre_unhealthy_for"],
-            summary="A Lustre host reports itself unhealthy.",
-            description=f"Lustre on {label('node')} ({where}) reports health_check unhealthy: a target hit an LBUG or "
-                        "went read-only; clients of its targets hang. Check lctl get_param health_check and dmesg.",
-            runbook="storage", dashboard=DASHBOARD, dashboard_vars=(c, "node"),
-            fires_on=[Case("the OSS turns unhealthy", at=sick_at, series=health(sick) + health(well, node="oss02"),
-                           expect=[alert(**cl, node="oss01")])],
-            silent_on=[
-                Case("healthy servers", at=sick_at, series=health(well) + health(well, node="oss02")),
-                Case(f"unhealthy for less than {th['storage_lustre_unhealthy_for']}", at=sick_early, series=health(sick)),
-            ],
-        ),
-    ])]
+    )

@@ -7,6 +7,7 @@ relates several keys or needs the catalogue, and numbers YAML can make non-finit
 
 Every failure reads "problem; fix" for one key path; hpcobs.config names the file that set the key.
 """
+
 from __future__ import annotations
 
 import difflib
@@ -23,6 +24,7 @@ from urllib.parse import unquote, urlsplit
 import jsonschema
 
 from . import catalogue, escape, promql, promregex
+from .names import Team
 from .sources import parse_selector, scrape_labels
 
 KeyPath = list[Any]
@@ -32,13 +34,16 @@ FORMATS = jsonschema.FormatChecker(formats=())
 def _format(name: str) -> Callable[[Callable[[str], None]], Callable[[str], None]]:
     """Register a check of string values (raising ValueError "problem; fix"); other types are the schema's
     `type` to refuse."""
+
     def register(check: Callable[[str], None]) -> Callable[[str], None]:
         def run(value: Any) -> bool:
             if isinstance(value, str):
                 check(value)
             return True
+
         FORMATS.checks(name, raises=ValueError)(run)
         return check
+
     return register
 
 
@@ -54,8 +59,9 @@ def _control_character(text: str) -> str | None:
 def _no_control_character(text: str, what: str) -> None:
     found = _control_character(text)
     if found:
-        raise ValueError(f"{what} contains the control character {found} (a line break, tab or invisible "
-                         "character); remove it")
+        raise ValueError(
+            f"{what} contains the control character {found} (a line break, tab or invisible character); remove it"
+        )
 
 
 @_format("duration")
@@ -74,8 +80,10 @@ def _re2(text: str) -> None:
 @_format("label-name")
 def _label_name(text: str) -> None:
     if not escape.LABEL_NAME.fullmatch(text):
-        raise ValueError(f"{text!r} is not a Prometheus label name; use letters, digits and _, not starting "
-                         "with a digit (e.g. cluster)")
+        raise ValueError(
+            f"{text!r} is not a Prometheus label name; use letters, digits and _, not starting "
+            "with a digit (e.g. cluster)"
+        )
     if text.startswith("__"):
         raise ValueError(f"{text!r} is reserved (names starting with __ are Prometheus' own); choose another name")
 
@@ -86,8 +94,10 @@ def _selector(text: str) -> None:
     matchers = parse_selector(text)
     for matcher in matchers:
         if matcher.label.startswith("__") or not escape.LABEL_NAME.fullmatch(matcher.label):
-            raise ValueError(f"matches on {matcher.label!r}, which is reserved or not a label name (the metric "
-                             'name comes from the catalogue); select by an ordinary label, e.g. job="dcgm-exporter"')
+            raise ValueError(
+                f"matches on {matcher.label!r}, which is reserved or not a label name (the metric "
+                'name comes from the catalogue); select by an ordinary label, e.g. job="dcgm-exporter"'
+            )
         _no_control_character(matcher.value, f"the value of {matcher.label}")
         problem = promregex.problem(matcher.value) if matcher.op in ("=~", "!~") else None
         if problem:
@@ -111,16 +121,20 @@ _SEGMENT = re.compile(r"[A-Za-z0-9][A-Za-z0-9 ._-]{0,63}")
 def _path_segment(text: str) -> None:
     """A directory name under out/: one segment that cannot climb, hide or be read as a path."""
     if not _SEGMENT.fullmatch(text) or text[-1] in " .":
-        raise ValueError(f"{text!r} is not one plain directory name; write 1-64 letters, digits, spaces, '.', '_' "
-                         "or '-', starting with a letter or digit and not ending with a space or '.' (e.g. HPC)")
+        raise ValueError(
+            f"{text!r} is not one plain directory name; write 1-64 letters, digits, spaces, '.', '_' "
+            "or '-', starting with a letter or digit and not ending with a space or '.' (e.g. HPC)"
+        )
 
 
 @_format("secret-file")
 def _secret_file(text: str) -> None:
     # The value is not echoed: a careless value here is often the secret itself.
     if not text.startswith("/") or _control_character(text):
-        raise ValueError("the value is not an absolute file path; write the path of the file that holds the secret "
-                         "(e.g. /etc/alertmanager/secrets/slack), never the secret itself")
+        raise ValueError(
+            "the value is not an absolute file path; write the path of the file that holds the secret "
+            "(e.g. /etc/alertmanager/secrets/slack), never the secret itself"
+        )
 
 
 # RFC 3986: unreserved, reserved and the % of %XX escapes. Everything else (spaces, quotes, braces,
@@ -135,16 +149,19 @@ def _url(text: str, what: str) -> Any:
     bad = next((ch for ch in text if ch not in _URL_CHARACTERS), None)
     if bad is not None:
         shown = repr(bad) if bad.isprintable() else f"U+{ord(bad):04X}"
-        raise ValueError(f"{what} contains {shown}, which a URL cannot carry as is; percent-encode it "
-                         f"({''.join(f'%{b:02X}' for b in bad.encode())}) or remove it")
+        raise ValueError(
+            f"{what} contains {shown}, which a URL cannot carry as is; percent-encode it "
+            f"({''.join(f'%{b:02X}' for b in bad.encode())}) or remove it"
+        )
     if re.search(r"%(?![0-9A-Fa-f]{2})", text):
         raise ValueError(f"{what} has a % that does not start a %XX escape; write %25 for a literal %")
     parts = urlsplit(text)
     if parts.scheme not in ("http", "https") or not parts.netloc:
         raise ValueError(f"{what} is not an http:// or https:// URL; write e.g. https://host.example.org:443/path")
     if "@" in parts.netloc:
-        raise ValueError(f"{what} carries credentials (user:password@); remove them, the URL is written into the "
-                         "generated files")
+        raise ValueError(
+            f"{what} carries credentials (user:password@); remove them, the URL is written into the generated files"
+        )
     host = parts.hostname or ""
     valid_host = _HOST_NAME.fullmatch(host) is not None
     if parts.netloc.startswith("["):
@@ -167,8 +184,9 @@ def _url(text: str, what: str) -> Any:
 def _http_url(text: str) -> None:
     _url(text, "the URL")
     if "?" in text or "#" in text:
-        raise ValueError("the URL has a query or fragment (? or #), which would sit before the paths appended "
-                         "to it; remove it")
+        raise ValueError(
+            "the URL has a query or fragment (? or #), which would sit before the paths appended to it; remove it"
+        )
 
 
 @_format("base-url")
@@ -179,12 +197,18 @@ def _base_url(text: str) -> None:
         raise ValueError("the URL ends with /; remove it (hpcobs appends /<path> to it)")
 
 
-_RELAY = ("point webhook_url at a relay that holds it, authenticated by a token in webhook_credentials_file "
-          "(sent as the Authorization header)")
+_RELAY = (
+    "point webhook_url at a relay that holds it, authenticated by a token in webhook_credentials_file "
+    "(sent as the Authorization header)"
+)
 # Services whose incoming-webhook URL is itself the credential: (domain, path prefix, what it is; fix).
 _SECRET_WEBHOOKS = (
-    ("hooks.slack.com", "", "a Slack incoming-webhook URL, itself a secret; use a receiver with slack_api_url_file "
-                            "(a file holding the URL) and slack_channel instead"),
+    (
+        "hooks.slack.com",
+        "",
+        "a Slack incoming-webhook URL, itself a secret; use a receiver with slack_api_url_file "
+        "(a file holding the URL) and slack_channel instead",
+    ),
     ("webhook.office.com", "", f"a Microsoft Teams webhook URL, itself a secret; {_RELAY}"),
     ("outlook.office.com", "/webhook", f"a Microsoft Teams webhook URL, itself a secret; {_RELAY}"),
     ("logic.azure.com", "", f"a Teams workflow (Power Automate) URL, itself a secret; {_RELAY}"),
@@ -193,8 +217,10 @@ _SECRET_WEBHOOKS = (
 )
 # A path segment that reads as a token: a run of 20 or more letters and digits with both in it (Slack's
 # B0123/XXXX, API keys, base64), or a UUID.
-_TOKEN = re.compile(r"(?=[A-Za-z0-9]*[0-9])(?=[A-Za-z0-9]*[A-Za-z])[A-Za-z0-9]{20,}"
-                    r"|[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12}")
+_TOKEN = re.compile(
+    r"(?=[A-Za-z0-9]*[0-9])(?=[A-Za-z0-9]*[A-Za-z])[A-Za-z0-9]{20,}"
+    r"|[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12}"
+)
 
 
 @_format("webhook-url")
@@ -206,13 +232,17 @@ def _webhook_url(text: str) -> None:
         if (host == domain or host.endswith("." + domain)) and parts.path.startswith(path):
             raise ValueError(f"the webhook URL is {kind}")
     if parts.query or "?" in text or parts.fragment:
-        raise ValueError("the webhook URL has a query string or fragment, where tokens travel; remove it and put "
-                         "the token in webhook_credentials_file (sent as the Authorization header)")
+        raise ValueError(
+            "the webhook URL has a query string or fragment, where tokens travel; remove it and put "
+            "the token in webhook_credentials_file (sent as the Authorization header)"
+        )
     for number, segment in enumerate(unquote(parts.path).split("/")[1:], start=1):
         if _TOKEN.search(segment):
-            raise ValueError(f"path segment {number} of the webhook URL looks like a token (20+ letters and digits, "
-                             "or a UUID); remove it and put the token in webhook_credentials_file (sent as the "
-                             "Authorization header)")
+            raise ValueError(
+                f"path segment {number} of the webhook URL looks like a token (20+ letters and digits, "
+                "or a UUID); remove it and put the token in webhook_credentials_file (sent as the "
+                "Authorization header)"
+            )
 
 
 # RFC 5322 dot-atom local part (no quoted strings or comments) at a host name.
@@ -223,10 +253,16 @@ _ADDRESS = re.compile(rf"{_ATEXT}(\.{_ATEXT})*@{_HOST_NAME.pattern}")
 @_format("email")
 def _email(text: str) -> None:
     name, address = email.utils.parseaddr(text)
-    if not _ADDRESS.fullmatch(address) or text not in (address, f"{name} <{address}>") \
-            or _control_character(text) or '"' in name:
-        raise ValueError(f"{text!r} is not an e-mail address; write e.g. alerts@example.org "
-                         "(or Name <alerts@example.org> for smtp_from)")
+    if (
+        not _ADDRESS.fullmatch(address)
+        or text not in (address, f"{name} <{address}>")
+        or _control_character(text)
+        or '"' in name
+    ):
+        raise ValueError(
+            f"{text!r} is not an e-mail address; write e.g. alerts@example.org "
+            "(or Name <alerts@example.org> for smtp_from)"
+        )
 
 
 @_format("email-list")
@@ -234,8 +270,10 @@ def _email_list(text: str) -> None:
     """Alertmanager's `to`: one address, or several separated by commas."""
     for address in text.split(","):
         if not _ADDRESS.fullmatch(address.strip()):
-            raise ValueError(f"{address.strip()!r} is not an e-mail address; write e.g. team@example.org, "
-                             "several separated by commas")
+            raise ValueError(
+                f"{address.strip()!r} is not an e-mail address; write e.g. team@example.org, "
+                "several separated by commas"
+            )
 
 
 @_format("host-port")
@@ -247,16 +285,23 @@ def _host_port(text: str) -> None:
     except ValueError:
         valid_host = False
     if not valid_host or not re.fullmatch(r"[0-9]{1,5}", port) or not 1 <= int(port) <= 65535:
-        raise ValueError(f"{text!r} is not host:port; write e.g. mail-relay.example.org:25 (port 1-65535, "
-                         "[::1]:25 for IPv6)")
+        raise ValueError(
+            f"{text!r} is not host:port; write e.g. mail-relay.example.org:25 (port 1-65535, [::1]:25 for IPv6)"
+        )
 
 
 def problems(doc: Any) -> list[tuple[KeyPath, str]]:
     """What relates keys to each other, or needs the catalogue: (key path, "problem; fix") each."""
     if not isinstance(doc, dict):
         return []
-    return [*_non_finite_numbers(doc, []), *_windows(doc), *_metric_names(doc), *_alertmanager(doc),
-            *_datasource_uids(doc)]
+    return [
+        *_non_finite_numbers(doc, []),
+        *_windows(doc),
+        *_metric_names(doc),
+        *_alertmanager(doc),
+        *_team_routes(doc),
+        *_datasource_uids(doc),
+    ]
 
 
 def _non_finite_numbers(node: Any, path: KeyPath) -> Iterator[tuple[KeyPath, str]]:
@@ -275,7 +320,7 @@ def _seconds(text: Any) -> int | None:
     try:
         return promql.duration_seconds(text) if isinstance(text, str) else None
     except ValueError:
-        return None     # the schema's duration format reports it
+        return None  # the schema's duration format reports it
 
 
 # Thresholds that are ranges read back from now (range selectors, offsets, predict_linear's history).
@@ -292,11 +337,14 @@ def _windows(doc: dict) -> Iterator[tuple[KeyPath, str]]:
         yield ["scrape_interval"], f"{doc['scrape_interval']!r} is shorter than a second; write at least 1s (e.g. 30s)"
         return
     thresholds = doc.get("thresholds")
-    for key, value in (thresholds.items() if isinstance(thresholds, dict) else ()):
+    for key, value in thresholds.items() if isinstance(thresholds, dict) else ():
         seconds = _seconds(value) if isinstance(key, str) and key.endswith(_WINDOW_SUFFIXES) else None
         if seconds is not None and seconds < 2 * interval:
-            yield (["thresholds", key], f"{value!r} holds fewer than two scrapes of scrape_interval "
-                   f"{doc['scrape_interval']}; write at least {promql.duration(2 * interval)}")
+            yield (
+                ["thresholds", key],
+                f"{value!r} holds fewer than two scrapes of scrape_interval "
+                f"{doc['scrape_interval']}; write at least {promql.duration(2 * interval)}",
+            )
 
 
 def _metric_names(doc: dict) -> Iterator[tuple[KeyPath, str]]:
@@ -308,24 +356,29 @@ def _metric_names(doc: dict) -> Iterator[tuple[KeyPath, str]]:
         if signal not in known:
             guess = difflib.get_close_matches(str(signal), known, n=1)
             hint = f"did you mean {guess[0]!r}?" if guess else "use a signal id"
-            yield (["exporters", "dcgm", "metric_names", signal],
-                   f"unknown signal; {hint} (signal ids are listed in hpcobs/catalogue/dcgm.yaml)")
+            yield (
+                ["exporters", "dcgm", "metric_names", signal],
+                f"unknown signal; {hint} (signal ids are listed in hpcobs/catalogue/dcgm.yaml)",
+            )
 
 
 def _alertmanager(doc: dict) -> Iterator[tuple[KeyPath, str]]:
     """Receivers are referred to by name: each defined once, and every reference defined."""
     receivers = _get(doc, "alertmanager", "receivers")
     receivers = receivers if isinstance(receivers, list) else []
-    names = [r.get("name") if isinstance(r, dict) else None for r in receivers]
-    if not all(isinstance(name, str) for name in names):
-        return      # references cannot be judged against a list the schema refuses
+    names = [r["name"] for r in receivers if isinstance(r, dict) and isinstance(r.get("name"), str)]
+    if len(names) != len(receivers):
+        return  # references cannot be judged against a list the schema refuses
     for index, name in enumerate(names):
         if name in names[:index]:
-            yield (["alertmanager", "receivers", index, "name"],
-                   f"receiver {name!r} is defined twice; rename one or merge them")
+            yield (
+                ["alertmanager", "receivers", index, "name"],
+                f"receiver {name!r} is defined twice; rename one or merge them",
+            )
     defined = sorted(set(names))
-    references: list[tuple[KeyPath, Any]] = [(["alertmanager", "default_receiver"],
-                                          _get(doc, "alertmanager", "default_receiver"))]
+    references: list[tuple[KeyPath, Any]] = [
+        (["alertmanager", "default_receiver"], _get(doc, "alertmanager", "default_receiver"))
+    ]
     routes = _get(doc, "alertmanager", "routes")
     for index, route in enumerate(routes if isinstance(routes, list) else []):
         if isinstance(route, dict):
@@ -337,14 +390,53 @@ def _alertmanager(doc: dict) -> Iterator[tuple[KeyPath, str]]:
             yield path, f"receiver {name!r} is not defined; {hint}"
 
 
+def _team_routes(doc: dict) -> Iterator[tuple[KeyPath, str]]:
+    """Every team an alert can carry (hpcobs.names.Team) has a route matching it on `team`: an alert of a team
+    without one falls through to the default receiver, where nobody on that team reads it. A route that also
+    matches other labels (severity) counts: the site chose to split the team's alerts. Team.NONE is for alerts
+    that only inhibit others; the default route drops them. No route at all is a choice (a small site sending
+    everything to one receiver), not a forgotten team."""
+    routes = _get(doc, "alertmanager", "routes")
+    if not isinstance(routes, list) or not routes:
+        return
+    if not all(_judgeable_route(route) for route in routes):
+        return  # the schema refuses the routes; a team's route cannot be told apart from a broken one
+    routed = {route["match"].get("team") for route in routes}
+    for team in Team:
+        if team is not Team.NONE and team.value not in routed:
+            yield (
+                ["alertmanager", "routes"],
+                f"no route for team {team.value!r} (its alerts would reach only the default receiver); add "
+                f"{{receiver: ..., match: {{team: {team.value}}}}}",
+            )
+
+
+def _judgeable_route(route: Any) -> bool:
+    """A route whose match the schema accepts: a non-empty mapping of label names to text."""
+    match = route.get("match") if isinstance(route, dict) else None
+    if not isinstance(match, dict) or not match:
+        return False
+    try:
+        for label, value in match.items():
+            if not isinstance(label, str) or not isinstance(value, str):
+                return False
+            _label_name(label)
+            _text(value)
+    except ValueError:
+        return False
+    return True
+
+
 def _datasource_uids(doc: dict) -> Iterator[tuple[KeyPath, str]]:
     datasources = _get(doc, "grafana", "datasources")
     seen: dict[str, str] = {}
-    for kind, settings in (datasources.items() if isinstance(datasources, dict) else ()):
+    for kind, settings in datasources.items() if isinstance(datasources, dict) else ():
         uid = settings.get("uid") if isinstance(settings, dict) else None
         if isinstance(uid, str) and uid in seen:
-            yield (["grafana", "datasources", kind, "uid"],
-                   f"{uid!r} is already the uid of the {seen[uid]} datasource; give each datasource its own uid")
+            yield (
+                ["grafana", "datasources", kind, "uid"],
+                f"{uid!r} is already the uid of the {seen[uid]} datasource; give each datasource its own uid",
+            )
         elif isinstance(uid, str):
             seen[uid] = kind
 

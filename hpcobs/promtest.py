@@ -1,4 +1,5 @@
 """Turn the cases declared on records and alerts into promtool rule-test files."""
+
 from __future__ import annotations
 
 from .rules import Alert, Record, render_template
@@ -14,11 +15,15 @@ def _record_test(record: Record, case: Case, interval: str) -> dict:
         "name": f"{record.record}: {case.name}",
         "interval": interval,
         "input_series": _input(case),
-        "promql_expr_test": [{
-            "expr": record.record,
-            "eval_time": case.at,
-            "exp_samples": [{"labels": selector_text(record.record, s.labels), "value": s.value} for s in case.expect],
-        }],
+        "promql_expr_test": [
+            {
+                "expr": record.record,
+                "eval_time": case.at,
+                "exp_samples": [
+                    {"labels": selector_text(record.record, s.labels), "value": s.value} for s in case.expect
+                ],
+            }
+        ],
     }
 
 
@@ -26,10 +31,12 @@ def _alert_test(alert: Alert, case: Case, interval: str, annotations: dict[str, 
     expected = []
     for s in case.expect:
         labels = {**alert.all_labels(), **s.labels}
-        expected.append({
-            "exp_labels": labels,
-            "exp_annotations": {k: render_template(v, labels) for k, v in annotations.items()},
-        })
+        expected.append(
+            {
+                "exp_labels": labels,
+                "exp_annotations": {k: render_template(v, labels) for k, v in annotations.items()},
+            }
+        )
     return {
         "name": f"{alert.alert}: {case.name}",
         "interval": interval,
@@ -38,8 +45,9 @@ def _alert_test(alert: Alert, case: Case, interval: str, annotations: dict[str, 
     }
 
 
-def test_file(rules: list[Record | Alert], rule_files: list[str], interval: str, grafana_url: str,
-              runbook_base: str) -> dict:
+def test_file(
+    rules: list[Record | Alert], rule_files: list[str], interval: str, grafana_url: str, runbook_base: str
+) -> dict:
     """One promtool test file covering every case of the given rules."""
     tests = []
     for rule in rules:

@@ -1,15 +1,21 @@
 """Recording rules, alerts and groups as small declarative objects, plus their rendering to rule files."""
+
 from __future__ import annotations
 
 import re
+from collections.abc import Sequence
 from dataclasses import dataclass, field
+from functools import partial
 
 from .escape import go_template_text, url_query
+from .names import DashboardUid, Team
 from .promql import duration_seconds
 from .ruletest import Case
 
 SEVERITIES = ("critical", "warning", "info")
-_RECORD_NAME = re.compile(r"^(gpu|node|job|account|partition|cluster|user|rank|port|fs|exporter):[a-z0-9_]+:[a-z0-9_]+$")
+_RECORD_NAME = re.compile(
+    r"^(gpu|node|job|account|partition|cluster|user|rank|port|fs|exporter):[a-z0-9_]+:[a-z0-9_]+$"
+)
 _ALERT_NAME = re.compile(r"^(Gpu|Node|Ib|Storage|Training|Slurm|Security|Exporter)[A-Z][A-Za-z0-9]+$")
 # The template actions hpcobs writes: a label (optionally URL-query encoded), or a string printed as is
 # (escape.go_template_text writes {{ "{" }}).
@@ -25,12 +31,12 @@ class Record:
     tests: list[Case] = field(default_factory=list)
     labels: dict[str, str] = field(default_factory=dict)
 
-    def __post_init__(self):
+    def __post_init__(self) -> None:
         if not _RECORD_NAME.match(self.record):
             raise ValueError(f"recording rule {self.record!r} does not follow level:metric:operations")
 
     def to_dict(self) -> dict:
-        out = {"record": self.record, "expr": self.expr}
+        out: dict[str, str | dict[str, str]] = {"record": self.record, "expr": self.expr}
         if self.labels:
             out["labels"] = dict(self.labels)
         return out
@@ -42,24 +48,32 @@ class Alert:
 
     alert: str
     severity: str
-    team: str
+    team: Team  # rendered as its plain string value
     expr: str
     for_: str | None
     summary: str
     description: str
-    runbook: str                       # docs/runbooks/<runbook>.md, section named like the alert
-    dashboard: str                     # uid of the dashboard to open
-    dashboard_vars: tuple[str, ...]    # labels passed as var-<label> to the dashboard
+    runbook: str  # docs/runbooks/<runbook>.md, section named like the alert
+    dashboard: DashboardUid  # the dashboard to open
+    dashboard_vars: tuple[str, ...]  # labels passed as var-<label> to the dashboard
     fires_on: list[Case]
     silent_on: list[Case]
-    no_for_reason: str | None = None   # why there is no `for:` (the runbook repeats it)
+    no_for_reason: str | None = None  # why there is no `for:` (the runbook repeats it)
     labels: dict[str, str] = field(default_factory=dict)
-    fired_by: tuple[str, ...] = ()     # simulator scenarios (hpcobs.simulate) that must fire it live
+    fired_by: tuple[str, ...] = ()  # simulator scenarios (hpcobs.simulate) that must fire it live
 
-    def __post_init__(self):
+    def __post_init__(self) -> None:
         problems = []
         if not _ALERT_NAME.match(self.alert):
-            problems.append("name must be CamelCase with a domain prefix (Gpu, Node, Ib, Storage, Training, Slurm, Security, Exporter)")
+            problems.append(
+                "name must be CamelCase with a domain prefix "
+                "(Gpu, Node, Ib, Storage, Training, Slurm, Security, Exporter)"
+            )
+        # The enums, not strings that happen to match them today: names.py is where a team or uid changes.
+        if not isinstance(self.team, Team):
+            problems.append("team must be a hpcobs.names.Team")
+        if not isinstance(self.dashboard, DashboardUid):
+            problems.append("dashboard must be a hpcobs.names.DashboardUid")
         if self.severity not in SEVERITIES:
             problems.append(f"severity must be one of {SEVERITIES}")
         if not self.summary.endswith(".") or "{{" in self.summary:
@@ -84,19 +98,32 @@ class Alert:
         }
 
     def all_labels(self) -> dict[str, str]:
-        return {"severity": self.severity, "team": self.team, **self.labels}
+        # Plain strings: YAML dumpers do not know the enums.
+        return {"severity": self.severity, "team": str(self.team), **self.labels}
 
     def to_dict(self, grafana_url: str, runbook_base: str) -> dict:
-        out = {"alert": self.alert, "expr": self.expr, "labels": self.all_labels(),
-               "annotations": self.annotations(grafana_url, runbook_base)}
+        out = {
+            "alert": self.alert,
+            "expr": self.expr,
+            "labels": self.all_labels(),
+            "annotations": self.annotations(grafana_url, runbook_base),
+        }
         if self.for_:
             out["for"] = self.for_
         return out
 
 
+def alerts_of(runbook: str, dashboard: DashboardUid, *dashboard_vars: str, team: Team | None = None) -> partial[Alert]:
+    """Alert(...) with what a family of alerts shares: its runbook page, the dashboard its alerts link to (with
+    the labels passed as dashboard variables) and, when every one goes to the same team, the team."""
+    if team is None:
+        return partial(Alert, runbook=runbook, dashboard=dashboard, dashboard_vars=dashboard_vars)
+    return partial(Alert, runbook=runbook, dashboard=dashboard, dashboard_vars=dashboard_vars, team=team)
+
+
 def label(name: str) -> str:
     """`{{ $labels.name }}`, for annotation templates."""
-    return "{{ $labels.%s }}" % name
+    return f"{{{{ $labels.{name} }}}}"
 
 
 def render_template(text: str, labels: dict[str, str]) -> str:
@@ -104,7 +131,7 @@ def render_template(text: str, labels: dict[str, str]) -> str:
     {{ $labels.x }} (a missing label is empty), {{ $labels.x | urlquery }} and {{ "text" }}."""
     out, pos = [], 0
     for action in _ACTION.finditer(text):
-        out.append(_literal_text(text[pos:action.start()], text))
+        out.append(_literal_text(text[pos : action.start()], text))
         name, pipe, literal = action.groups()
         if name is None:
             out.append(literal)
@@ -130,11 +157,14 @@ class Group:
     name: str
     domain: str
     interval: str
-    rules: list[Record | Alert]
+    rules: Sequence[Record | Alert]
 
     def to_dict(self, grafana_url: str, runbook_base: str) -> dict:
         return {
             "name": self.name,
             "interval": self.interval,
-            "rules": [r.to_dict(grafana_url, runbook_base) if isinstance(r, Alert) else r.to_dict() for r in self.rules],
+            "rules": [
+                rule.to_dict(grafana_url, runbook_base) if isinstance(rule, Alert) else rule.to_dict()
+                for rule in self.rules
+            ],
         }

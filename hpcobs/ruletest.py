@@ -3,6 +3,7 @@
 A Case is a few input series, an evaluation time and what must come out: samples of a recorded
 series, or the labels of the alerts that fire (none for a silent case).
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass, field
@@ -14,7 +15,7 @@ from .escape import promql_matcher
 class Series:
     name: str
     labels: dict[str, str]
-    values: str            # promtool expanding notation, e.g. "0+1x10" or "1 1 _ stale"
+    values: str  # promtool expanding notation, e.g. "0+1x10" or "1 1 _ stale"
 
     def text(self) -> str:
         return selector_text(self.name, self.labels)
@@ -28,13 +29,13 @@ def selector_text(name: str, labels: dict[str, str]) -> str:
 @dataclass(frozen=True)
 class Sample:
     labels: dict[str, str]
-    value: float | None = None      # None for alerts
+    value: float | None = None  # None for alerts
 
 
 @dataclass
 class Case:
     name: str
-    at: str                               # evaluation time, from the start of the input series
+    at: str  # evaluation time, from the start of the input series
     series: list[Series]
     expect: list[Sample] = field(default_factory=list)
 

@@ -1,5 +1,5 @@
 """Security: Falco rule matches and Tetragon policy events and actions per node, job and cluster
-(DESIGN.md §8).
+(docs/recording-rules.md).
 
 Per node only totals by priority are recorded; per rule and per policy only cluster-wide: a series per
 node and rule would be the largest recorded group. Per job, a node's events are counted for every job
@@ -11,74 +11,161 @@ already at 1 or more, and security events are rare: rate() never sees that first
 a lone match away. So the rate here is the counter's rise over the window, counting the whole value of a
 series that appeared within it, divided by the window (a counter reset counts nothing for one window).
 """
+
 from hpcobs.context import Context
 from hpcobs.promql import aggregate, duration_seconds, rise_within
 from hpcobs.rules import Group, Record
-from hpcobs.ruletest import Case, sample
-from hpcobs.synthetic import gpu_utilization, series
+from hpcobs.ruletest import Case, Series, sample
+from hpcobs.synthetic import falco_match, gpu_utilization, tetragon_action, tetragon_event
 
 
 def groups(ctx: Context) -> list[Group]:
-    c = ctx.cluster
-    cl = ctx.cluster_labels
-    w = ctx.rate_window
-    seconds = duration_seconds(w)
+    cluster = ctx.cluster
+    cluster_labels = ctx.cluster_labels
+    window = ctx.rate_window
+    seconds = duration_seconds(window)
 
     def events_rate(exporter: str, signal: str, by: tuple[str, ...]) -> str:
-        rise = ctx.select(exporter, [signal], by, op="sum", over=lambda e: rise_within(e, w))
+        rise = ctx.select(exporter, [signal], by, op="sum", over=lambda e: rise_within(e, window))
         return f"{rise} / {seconds}"
 
-    def falco(values, node, rule, priority):
-        return series(ctx, "falco", "rule_matches", values, node=node, rule_name=rule, priority=priority,
-                      source="syscall")
+    def falco(values: str, node: str, rule: str, priority: str) -> Series:
+        return falco_match(ctx, values, node=node, rule=rule, priority=priority)
 
     outbound, sensitive = "Unexpected outbound connection", "Read sensitive file untrusted"
-    matches = [falco("0+3x20", "n1", outbound, "4"), falco("0+6x20", "n2", outbound, "4"),
-               falco("0+30x20", "n2", sensitive, "3")]
+    matches = [
+        falco("0+3x20", "n1", outbound, "4"),
+        falco("0+6x20", "n2", outbound, "4"),
+        falco("0+30x20", "n2", sensitive, "3"),
+    ]
     first_match = [falco("_x10 1x10", "n1", outbound, "4")]
-    tetragon = [series(ctx, "tetragon", "policy_events", "0+15x20", node="n1", policy="checkpoint-guard",
-                       hook="kprobe:security_file_open", binary="/usr/bin/curl", namespace="", pod="", workload="",
-                       node_name="")]
-    kills = [series(ctx, "tetragon", "selector_actions", "_x5 1+2x15", node="n1", policy="block-miners",
-                    action="signal", hook="kprobe:tcp_connect", hook_index="0", policy_namespace="",
-                    selector_index="0", selector_label="")]
-    jobs = [gpu_utilization(ctx, "0.9x20", node=node, gpu=gpu, hpc_job=job)
-            for node, gpu, job in (("n2", "0", "42"), ("n2", "1", "43"), ("n1", "0", "44"), ("n3", "0", "45"))]
+    tetragon = [tetragon_event(ctx, "0+15x20", node="n1", policy="checkpoint-guard", binary="/usr/bin/curl")]
+    kills = [
+        tetragon_action(ctx, "_x5 1+2x15", node="n1", policy="block-miners", action="signal", hook="kprobe:tcp_connect")
+    ]
+    jobs = [
+        gpu_utilization(ctx, "0.9x20", node=node, gpu=gpu, hpc_job=job)
+        for node, gpu, job in (("n2", "0", "42"), ("n2", "1", "43"), ("n1", "0", "44"), ("n3", "0", "45"))
+    ]
     per_second = 1 / seconds
 
     def at_rate(count: float) -> float:
         return count * per_second
 
-    return [Group("hpcobs-security", domain="security", interval=ctx.scrape_interval, rules=[
-        Record("node:falco_events:rate", events_rate("falco", "rule_matches", ("node", "priority")),
-               tests=[Case("Falco rule matches per second by node and priority", at="5m", series=matches,
-                           expect=[sample(at_rate(12), **cl, node="n1", priority="4"),
-                                   sample(at_rate(24), **cl, node="n2", priority="4"),
-                                   sample(at_rate(120), **cl, node="n2", priority="3")]),
-                      Case("a rule's first match counts, though its series starts at 1", at="5m30s",
-                           series=first_match, expect=[sample(at_rate(1), **cl, node="n1", priority="4")])]),
-        Record("cluster:falco_events:rate", events_rate("falco", "rule_matches", ("rule_name", "priority")),
-               tests=[Case("Falco rule matches per second by rule across the cluster", at="5m", series=matches,
-                           expect=[sample(at_rate(36), **cl, rule_name=outbound, priority="4"),
-                                   sample(at_rate(120), **cl, rule_name=sensitive, priority="3")])]),
-        Record("node:tetragon_policy_events:rate", events_rate("tetragon", "policy_events", ("node",)),
-               tests=[Case("Tetragon policy events per second by node", at="5m", series=tetragon,
-                           expect=[sample(at_rate(60), **cl, node="n1")])]),
-        Record("cluster:tetragon_policy_events:rate", events_rate("tetragon", "policy_events", ("policy", "binary")),
-               tests=[Case("Tetragon policy events per second by policy and binary", at="5m", series=tetragon,
-                           expect=[sample(at_rate(60), **cl, policy="checkpoint-guard", binary="/usr/bin/curl")])]),
-        Record("node:tetragon_policy_actions:rate",
-               events_rate("tetragon", "selector_actions", ("node", "policy", "action")),
-               tests=[Case("enforcement actions (kills, overrides) per second by node, policy and action, the "
-                           "first one included", at="3m", series=kills,
-                           expect=[sample(at_rate(3), **cl, node="n1", policy="block-miners", action="signal")])]),
-    ]), Group("hpcobs-security-jobs", domain="security", interval=ctx.scrape_interval, rules=[
-        Record("job:falco_events:rate",
-               aggregate("sum", (c, "hpc_job"),
-                         f"{aggregate('sum', (c, 'node'), 'node:falco_events:rate')} "
-                         f"* on ({c}, node) group_right () {aggregate('group', (c, 'node', 'hpc_job'), 'gpu:job:info')}"),
-               tests=[Case("a node's Falco matches count for every job on the node; nodes without a job count for "
-                           "none", at="5m", series=matches + jobs,
-                           expect=[sample(at_rate(144), **cl, hpc_job="42"), sample(at_rate(144), **cl, hpc_job="43"),
-                                   sample(at_rate(12), **cl, hpc_job="44")])]),
-    ])]
+    return [
+        Group(
+            "hpcobs-security",
+            domain="security",
+            interval=ctx.scrape_interval,
+            rules=[
+                Record(
+                    "node:falco_events:rate",
+                    events_rate("falco", "rule_matches", ("node", "priority")),
+                    tests=[
+                        Case(
+                            "Falco rule matches per second by node and priority",
+                            at="5m",
+                            series=matches,
+                            expect=[
+                                sample(at_rate(12), **cluster_labels, node="n1", priority="4"),
+                                sample(at_rate(24), **cluster_labels, node="n2", priority="4"),
+                                sample(at_rate(120), **cluster_labels, node="n2", priority="3"),
+                            ],
+                        ),
+                        Case(
+                            "a rule's first match counts, though its series starts at 1",
+                            at="5m30s",
+                            series=first_match,
+                            expect=[sample(at_rate(1), **cluster_labels, node="n1", priority="4")],
+                        ),
+                    ],
+                ),
+                Record(
+                    "cluster:falco_events:rate",
+                    events_rate("falco", "rule_matches", ("rule_name", "priority")),
+                    tests=[
+                        Case(
+                            "Falco rule matches per second by rule across the cluster",
+                            at="5m",
+                            series=matches,
+                            expect=[
+                                sample(at_rate(36), **cluster_labels, rule_name=outbound, priority="4"),
+                                sample(at_rate(120), **cluster_labels, rule_name=sensitive, priority="3"),
+                            ],
+                        )
+                    ],
+                ),
+                Record(
+                    "node:tetragon_policy_events:rate",
+                    events_rate("tetragon", "policy_events", ("node",)),
+                    tests=[
+                        Case(
+                            "Tetragon policy events per second by node",
+                            at="5m",
+                            series=tetragon,
+                            expect=[sample(at_rate(60), **cluster_labels, node="n1")],
+                        )
+                    ],
+                ),
+                Record(
+                    "cluster:tetragon_policy_events:rate",
+                    events_rate("tetragon", "policy_events", ("policy", "binary")),
+                    tests=[
+                        Case(
+                            "Tetragon policy events per second by policy and binary",
+                            at="5m",
+                            series=tetragon,
+                            expect=[
+                                sample(at_rate(60), **cluster_labels, policy="checkpoint-guard", binary="/usr/bin/curl")
+                            ],
+                        )
+                    ],
+                ),
+                Record(
+                    "node:tetragon_policy_actions:rate",
+                    events_rate("tetragon", "selector_actions", ("node", "policy", "action")),
+                    tests=[
+                        Case(
+                            "enforcement actions (kills, overrides) per second by node, policy and action, the "
+                            "first one included",
+                            at="3m",
+                            series=kills,
+                            expect=[
+                                sample(at_rate(3), **cluster_labels, node="n1", policy="block-miners", action="signal")
+                            ],
+                        )
+                    ],
+                ),
+            ],
+        ),
+        Group(
+            "hpcobs-security-jobs",
+            domain="security",
+            interval=ctx.scrape_interval,
+            rules=[
+                Record(
+                    "job:falco_events:rate",
+                    aggregate(
+                        "sum",
+                        (cluster, "hpc_job"),
+                        f"{aggregate('sum', (cluster, 'node'), 'node:falco_events:rate')} "
+                        f"* on ({cluster}, node) group_right () "
+                        f"{aggregate('group', (cluster, 'node', 'hpc_job'), 'gpu:job:info')}",
+                    ),
+                    tests=[
+                        Case(
+                            "a node's Falco matches count for every job on the node; nodes without a job count for "
+                            "none",
+                            at="5m",
+                            series=matches + jobs,
+                            expect=[
+                                sample(at_rate(144), **cluster_labels, hpc_job="42"),
+                                sample(at_rate(144), **cluster_labels, hpc_job="43"),
+                                sample(at_rate(12), **cluster_labels, hpc_job="44"),
+                            ],
+                        )
+                    ],
+                ),
+            ],
+        ),
+    ]

@@ -1,11 +1,12 @@
 """Storage: Lustre bandwidth per job (jobstats) and per filesystem, NFS bandwidth per export, fill ratios
-(DESIGN.md §8).
+(docs/recording-rules.md).
 
 Lustre jobstats need `jobid_var=SLURM_JOB_ID` on the clients and `?jobstats=true` on the exporter's
 scrape (docs/exporters.md); the job id then joins dcgm-exporter's hpc_job. NFS has no per-job counters:
 its client bandwidth per export comes from node_exporter's mountstats collector (--collector.mountstats,
 off by default), summed over the clients.
 """
+
 from hpcobs.context import Context
 from hpcobs.promql import aggregate, label_replace
 from hpcobs.rules import Group, Record
@@ -16,78 +17,196 @@ OST = {"component": '="ost"'}
 
 
 def groups(ctx: Context) -> list[Group]:
-    c = ctx.cluster
-    cl = ctx.cluster_labels
-    w = ctx.rate_window
+    cluster = ctx.cluster
+    cluster_labels = ctx.cluster_labels
+    window = ctx.rate_window
 
     def lustre_rate(signal: str, by: tuple[str, ...]) -> str:
-        return ctx.select("lustre", [signal], by, over=lambda e: f"rate({e}[{w}])", op="sum", where=OST)
+        return ctx.select("lustre", [signal], by, over=lambda e: f"rate({e}[{window}])", op="sum", where=OST)
 
     def ost(signal, values, target, **labels):
         return series(ctx, "lustre", signal, values, node="oss01", component="ost", target=target, **labels)
 
-    lustre = [ost("job_write_bytes", "0+3000000000x20", "scratch-OST0000", hpc_job="42", operation="write_bytes"),
-              ost("job_write_bytes", "0+1500000000x20", "scratch-OST0001", hpc_job="42", operation="write_bytes"),
-              ost("job_read_bytes", "0+300000000x20", "scratch-OST0000", hpc_job="42", operation="read_bytes"),
-              ost("write_bytes", "0+6000000000x20", "scratch-OST0000", operation="write_bytes"),
-              ost("read_bytes", "0+600000000x20", "scratch-OST0001", operation="read_bytes"),
-              ost("capacity_kib", "1000000x20", "scratch-OST0000"), ost("capacity_kib", "1000000x20", "scratch-OST0001"),
-              ost("available_kib", "250000x20", "scratch-OST0000"), ost("available_kib", "750000x20", "scratch-OST0001")]
+    lustre = [
+        ost("job_write_bytes", "0+3000000000x20", "scratch-OST0000", hpc_job="42", operation="write_bytes"),
+        ost("job_write_bytes", "0+1500000000x20", "scratch-OST0001", hpc_job="42", operation="write_bytes"),
+        ost("job_read_bytes", "0+300000000x20", "scratch-OST0000", hpc_job="42", operation="read_bytes"),
+        ost("write_bytes", "0+6000000000x20", "scratch-OST0000", operation="write_bytes"),
+        ost("read_bytes", "0+600000000x20", "scratch-OST0001", operation="read_bytes"),
+        ost("capacity_kib", "1000000x20", "scratch-OST0000"),
+        ost("capacity_kib", "1000000x20", "scratch-OST0001"),
+        ost("available_kib", "250000x20", "scratch-OST0000"),
+        ost("available_kib", "750000x20", "scratch-OST0001"),
+    ]
 
     def mount(signal, value, mountpoint, node="n1"):
-        return series(ctx, "node_exporter", signal, f"{value}x20", node=node, device="/dev/nvme0n1p1",
-                      mountpoint=mountpoint, fstype="xfs")
+        return series(
+            ctx,
+            "node_exporter",
+            signal,
+            f"{value}x20",
+            node=node,
+            device="/dev/nvme0n1p1",
+            mountpoint=mountpoint,
+            fstype="xfs",
+        )
 
-    local = [mount("fs_size", 4 * 2 ** 40, "/local"), mount("fs_avail", 2 ** 40, "/local"),
-             mount("fs_size", 100 * 2 ** 30, "/"), mount("fs_avail", 75 * 2 ** 30, "/")]
-    job42 = dict(**cl, hpc_job="42")
+    local = [
+        mount("fs_size", 4 * 2**40, "/local"),
+        mount("fs_avail", 2**40, "/local"),
+        mount("fs_size", 100 * 2**30, "/"),
+        mount("fs_avail", 75 * 2**30, "/"),
+    ]
+    job42 = dict(**cluster_labels, hpc_job="42")
 
     def nfs_rate(signal: str) -> str:
         """Per export, named `fs` like a Lustre filesystem (one filesystem variable for both)."""
-        per_export = ctx.select("node_exporter", [signal], ("export",), over=lambda e: f"rate({e}[{w}])", op="sum")
-        return aggregate("sum", (c, "fs"), label_replace(per_export, "fs", "export", "(.+)"))
+        per_export = ctx.select("node_exporter", [signal], ("export",), over=lambda e: f"rate({e}[{window}])", op="sum")
+        return aggregate("sum", (cluster, "fs"), label_replace(per_export, "fs", "export", "(.+)"))
 
     def nfs_client(signal, values, node):
-        return series(ctx, "node_exporter", signal, values, node=node, export="nfs01:/export/home", protocol="tcp",
-                      mountaddr="10.10.0.2")
+        return series(
+            ctx,
+            "node_exporter",
+            signal,
+            values,
+            node=node,
+            export="nfs01:/export/home",
+            protocol="tcp",
+            mountaddr="10.10.0.2",
+        )
 
-    nfs = [nfs_client("nfs_mount_read_bytes", "0+30000000x20", "n1"), nfs_client("nfs_mount_read_bytes", "0+60000000x20", "n2"),
-           nfs_client("nfs_mount_write_bytes", "0+3000000x20", "n1")]
-    home = dict(**cl, fs="nfs01:/export/home")
+    nfs = [
+        nfs_client("nfs_mount_read_bytes", "0+30000000x20", "n1"),
+        nfs_client("nfs_mount_read_bytes", "0+60000000x20", "n2"),
+        nfs_client("nfs_mount_write_bytes", "0+3000000x20", "n1"),
+    ]
+    home = dict(**cluster_labels, fs="nfs01:/export/home")
 
-    return [Group("hpcobs-storage", domain="storage", interval=ctx.scrape_interval, rules=[
-        Record("job:lustre_write_bytes:rate", lustre_rate("job_write_bytes", ("hpc_job",)),
-               tests=[Case("bytes per second a job writes over every OST (checkpoints)", at="5m", series=lustre,
-                           expect=[sample(150e6, **job42)])]),
-        Record("job:lustre_read_bytes:rate", lustre_rate("job_read_bytes", ("hpc_job",)),
-               tests=[Case("bytes per second a job reads", at="5m", series=lustre, expect=[sample(10e6, **job42)])]),
-        Record("fs:lustre_write_bytes:rate", lustre_rate("write_bytes", ("fs",)),
-               tests=[Case("bytes per second written to the filesystem named by the OST prefix", at="5m",
-                           series=lustre, expect=[sample(200e6, **cl, fs="scratch")])]),
-        Record("fs:lustre_read_bytes:rate", lustre_rate("read_bytes", ("fs",)),
-               tests=[Case("bytes per second read from the filesystem", at="5m", series=lustre,
-                           expect=[sample(20e6, **cl, fs="scratch")])]),
-        Record("fs:lustre_used:ratio",
-               f"1 - {ctx.select('lustre', ['available_kib'], ('fs',), op='sum', where=OST)} "
-               f"/ {ctx.select('lustre', ['capacity_kib'], ('fs',), op='sum', where=OST)}",
-               tests=[Case("used fraction of the filesystem over its OSTs, as a user sees it (available)", at="5m",
-                           series=lustre, expect=[sample(0.5, **cl, fs="scratch")])]),
-        Record("node:filesystem_used:ratio",
-               f"1 - {ctx.select('node_exporter', ['fs_avail'], ('node', 'mountpoint'))} "
-               f"/ {ctx.select('node_exporter', ['fs_size'], ('node', 'mountpoint'))}",
-               tests=[Case("used fraction of each local mount (checkpoint staging, /)", at="5m", series=local,
-                           expect=[sample(0.75, **cl, node="n1", mountpoint="/local"),
-                                   sample(0.25, **cl, node="n1", mountpoint="/")])]),
-        Record("fs:nfs_read_bytes:rate", nfs_rate("nfs_mount_read_bytes"),
-               tests=[Case("bytes per second every client reads from the export", at="5m", series=nfs,
-                           expect=[sample(3e6, **home)])]),
-        Record("fs:nfs_write_bytes:rate", nfs_rate("nfs_mount_write_bytes"),
-               tests=[Case("bytes per second every client writes to the export", at="5m", series=nfs,
-                           expect=[sample(1e5, **home)])]),
-        Record("node:nfs_retransmissions:rate",
-               aggregate("sum", (c, "node"), ctx.select("node_exporter", ["nfs_rpc_retransmissions"], ("node",),
-                                                         over=lambda e: f"rate({e}[{w}])", op="sum")),
-               tests=[Case("NFS RPC retransmissions per second on the client", at="5m",
-                           series=[series(ctx, "node_exporter", "nfs_rpc_retransmissions", "0+15x20", node="n1")],
-                           expect=[sample(0.5, **cl, node="n1")])]),
-    ])]
+    return [
+        Group(
+            "hpcobs-storage",
+            domain="storage",
+            interval=ctx.scrape_interval,
+            rules=[
+                Record(
+                    "job:lustre_write_bytes:rate",
+                    lustre_rate("job_write_bytes", ("hpc_job",)),
+                    tests=[
+                        Case(
+                            "bytes per second a job writes over every OST (checkpoints)",
+                            at="5m",
+                            series=lustre,
+                            expect=[sample(150e6, **job42)],
+                        )
+                    ],
+                ),
+                Record(
+                    "job:lustre_read_bytes:rate",
+                    lustre_rate("job_read_bytes", ("hpc_job",)),
+                    tests=[
+                        Case("bytes per second a job reads", at="5m", series=lustre, expect=[sample(10e6, **job42)])
+                    ],
+                ),
+                Record(
+                    "fs:lustre_write_bytes:rate",
+                    lustre_rate("write_bytes", ("fs",)),
+                    tests=[
+                        Case(
+                            "bytes per second written to the filesystem named by the OST prefix",
+                            at="5m",
+                            series=lustre,
+                            expect=[sample(200e6, **cluster_labels, fs="scratch")],
+                        )
+                    ],
+                ),
+                Record(
+                    "fs:lustre_read_bytes:rate",
+                    lustre_rate("read_bytes", ("fs",)),
+                    tests=[
+                        Case(
+                            "bytes per second read from the filesystem",
+                            at="5m",
+                            series=lustre,
+                            expect=[sample(20e6, **cluster_labels, fs="scratch")],
+                        )
+                    ],
+                ),
+                Record(
+                    "fs:lustre_used:ratio",
+                    f"1 - {ctx.select('lustre', ['available_kib'], ('fs',), op='sum', where=OST)} "
+                    f"/ {ctx.select('lustre', ['capacity_kib'], ('fs',), op='sum', where=OST)}",
+                    tests=[
+                        Case(
+                            "used fraction of the filesystem over its OSTs, as a user sees it (available)",
+                            at="5m",
+                            series=lustre,
+                            expect=[sample(0.5, **cluster_labels, fs="scratch")],
+                        )
+                    ],
+                ),
+                Record(
+                    "node:filesystem_used:ratio",
+                    f"1 - {ctx.select('node_exporter', ['fs_avail'], ('node', 'mountpoint'))} "
+                    f"/ {ctx.select('node_exporter', ['fs_size'], ('node', 'mountpoint'))}",
+                    tests=[
+                        Case(
+                            "used fraction of each local mount (checkpoint staging, /)",
+                            at="5m",
+                            series=local,
+                            expect=[
+                                sample(0.75, **cluster_labels, node="n1", mountpoint="/local"),
+                                sample(0.25, **cluster_labels, node="n1", mountpoint="/"),
+                            ],
+                        )
+                    ],
+                ),
+                Record(
+                    "fs:nfs_read_bytes:rate",
+                    nfs_rate("nfs_mount_read_bytes"),
+                    tests=[
+                        Case(
+                            "bytes per second every client reads from the export",
+                            at="5m",
+                            series=nfs,
+                            expect=[sample(3e6, **home)],
+                        )
+                    ],
+                ),
+                Record(
+                    "fs:nfs_write_bytes:rate",
+                    nfs_rate("nfs_mount_write_bytes"),
+                    tests=[
+                        Case(
+                            "bytes per second every client writes to the export",
+                            at="5m",
+                            series=nfs,
+                            expect=[sample(1e5, **home)],
+                        )
+                    ],
+                ),
+                Record(
+                    "node:nfs_retransmissions:rate",
+                    aggregate(
+                        "sum",
+                        (cluster, "node"),
+                        ctx.select(
+                            "node_exporter",
+                            ["nfs_rpc_retransmissions"],
+                            ("node",),
+                            over=lambda e: f"rate({e}[{window}])",
+                            op="sum",
+                        ),
+                    ),
+                    tests=[
+                        Case(
+                            "NFS RPC retransmissions per second on the client",
+                            at="5m",
+                            series=[series(ctx, "node_exporter", "nfs_rpc_retransmissions", "0+15x20", node="n1")],
+                            expect=[sample(0.5, **cluster_labels, node="n1")],
+                        )
+                    ],
+                ),
+            ],
+        )
+    ]

@@ -1,27 +1,28 @@
-"""Training: per-rank data reduced to per-job series, never recorded per rank (DESIGN.md §8-§9).
+"""Training: per-rank data reduced to per-job series, never recorded per rank (docs/recording-rules.md).
 
 A rank's step time is the rate of its step-seconds counter over the rate of its step counter (robust to
 scrape timing, unlike a last-step gauge). Per job: fastest, median and slowest rank, the straggler
 ratio median / slowest (nvidia-resiliency-ext scores a rank reference / own time and flags < 0.75),
 the slowest rank's identity, throughput and NCCL collective time per collective.
 """
+
 from hpcobs.context import Context
 from hpcobs.promql import aggregate
 from hpcobs.rules import Group, Record
-from hpcobs.ruletest import Case, sample
-from hpcobs.synthetic import series
+from hpcobs.ruletest import Case, Series, sample
+from hpcobs.synthetic import nccl_collective, series
 
 RANK = ("hpc_job", "rank", "node")
 JOB = ("hpc_job",)
 
 
 def groups(ctx: Context) -> list[Group]:
-    c = ctx.cluster
-    cl = ctx.cluster_labels
-    w = ctx.rate_window
+    cluster = ctx.cluster
+    cluster_labels = ctx.cluster_labels
+    window = ctx.rate_window
 
     def rate_of(signal: str, by=RANK) -> str:
-        return ctx.select("training", [signal], by, over=lambda e: f"rate({e}[{w}])", op="sum")
+        return ctx.select("training", [signal], by, over=lambda e: f"rate({e}[{window}])", op="sum")
 
     # Ranks that made no step in the window are left out here (0/0); the hang alert watches steps.
     rank_step = f"{rate_of('step_seconds')} / ({rate_of('steps')} > 0)"
@@ -30,62 +31,166 @@ def groups(ctx: Context) -> list[Group]:
         out = []
         for (rank, node), seconds in step_times.items():
             labels = dict(node=node, hpc_job=job, rank=rank)
-            out += [series(ctx, "training", "steps", f"0+{steps_per_scrape}x20", **labels),
-                    series(ctx, "training", "step_seconds", f"0+{steps_per_scrape * seconds}x20", **labels),
-                    series(ctx, "training", "tokens", f"0+{tokens_per_scrape}x20", **labels),
-                    series(ctx, "training", "model_flops", f"0+{3 * 10 ** 15}x20", **labels)]
+            out += [
+                series(ctx, "training", "steps", f"0+{steps_per_scrape}x20", **labels),
+                series(ctx, "training", "step_seconds", f"0+{steps_per_scrape * seconds}x20", **labels),
+                series(ctx, "training", "tokens", f"0+{tokens_per_scrape}x20", **labels),
+                series(ctx, "training", "model_flops", f"0+{3 * 10**15}x20", **labels),
+            ]
         return out
 
     straggling = ranks({("0", "n1"): 0.5, ("1", "n1"): 0.5, ("2", "n2"): 0.5, ("3", "n2"): 1.0})
     healthy = ranks({("0", "n1"): 0.5, ("1", "n1"): 0.5}, job="43")
-    job42, job43 = dict(**cl, hpc_job="42"), dict(**cl, hpc_job="43")
+    job42, job43 = dict(**cluster_labels, hpc_job="42"), dict(**cluster_labels, hpc_job="43")
 
-    def nccl(collective, microseconds, gbs, gpu, node="n1"):
-        labels = dict(node=node, hpc_job="42", gpu=gpu, version="v5.1", comm_name="0x7f3a", n_nodes="2", nranks="16",
-                      collective=collective, message_size="1-2GB", algo_proto="Ring_ll")
-        return [series(ctx, "nccl_inspector", "coll_exec_time", f"{microseconds}x20", **labels),
-                series(ctx, "nccl_inspector", "coll_busbw", f"{gbs}x20", **labels)]
+    def nccl(collective: str, microseconds: int, gbs: int, gpu: str) -> list[Series]:
+        return [
+            nccl_collective(
+                ctx, signal, f"{value}x20", collective=collective, gpu=gpu, message_size="1-2GB", algo_proto="Ring_ll"
+            )
+            for signal, value in (("coll_exec_time", microseconds), ("coll_busbw", gbs))
+        ]
 
-    collectives = [*nccl("AllReduce", 1000, 100, "GPU0"), *nccl("AllReduce", 3000, 50, "GPU1"),
-                   *nccl("AllGather", 500, 200, "GPU0")]
+    collectives = [
+        *nccl("AllReduce", 1000, 100, "GPU0"),
+        *nccl("AllReduce", 3000, 50, "GPU1"),
+        *nccl("AllGather", 500, 200, "GPU0"),
+    ]
 
-    return [Group("hpcobs-training", domain="training", interval=ctx.scrape_interval, rules=[
-        Record("job:training_step_seconds:min", aggregate("min", (c, *JOB), rank_step),
-               tests=[Case("fastest rank's step time", at="5m", series=straggling + healthy,
-                           expect=[sample(0.5, **job42), sample(0.5, **job43)])]),
-        Record("job:training_step_seconds:median", f"quantile by ({c}, hpc_job) (0.5, {rank_step})",
-               tests=[Case("median rank's step time", at="5m", series=straggling + healthy,
-                           expect=[sample(0.5, **job42), sample(0.5, **job43)])]),
-        Record("job:training_step_seconds:max", aggregate("max", (c, *JOB), rank_step),
-               tests=[Case("slowest rank's step time", at="5m", series=straggling + healthy,
-                           expect=[sample(1.0, **job42), sample(0.5, **job43)])]),
-        Record("job:training_straggler:ratio",
-               f"quantile by ({c}, hpc_job) (0.5, {rank_step}) / {aggregate('max', (c, *JOB), rank_step)}",
-               tests=[Case("median over slowest: 1 when balanced, below 0.75 with a straggler", at="5m",
-                           series=straggling + healthy, expect=[sample(0.5, **job42), sample(1, **job43)])]),
-        Record("job:training_slowest_rank:step_seconds", f"topk by ({c}, hpc_job) (1, {rank_step})",
-               tests=[Case("which rank, on which node, is the slowest", at="5m", series=straggling,
-                           expect=[sample(1.0, **job42, rank="3", node="n2")])]),
-        Record("job:training_steps:rate", aggregate("sum", (c, *JOB), rate_of("steps")) + " / count by "
-               f"({c}, hpc_job) ({rate_of('steps')})",
-               tests=[Case("steps per second of the job (mean over ranks); 0 when it hangs", at="5m",
-                           series=straggling + ranks({("0", "n3"): 1}, job="44", steps_per_scrape=0),
-                           expect=[sample(4 / 30, **job42), sample(0, **cl, hpc_job="44")])]),
-        Record("job:training_tokens:rate", aggregate("sum", (c, *JOB), rate_of("tokens")),
-               tests=[Case("tokens per second over every rank", at="5m", series=straggling,
-                           expect=[sample(400, **job42)])]),
-        Record("job:training_model_flops:rate", aggregate("sum", (c, *JOB), rate_of("model_flops")),
-               tests=[Case("model FLOP/s over every rank", at="5m", series=healthy,
-                           expect=[sample(2 * 10 ** 14, **job43)])]),
-        Record("job:nccl_collective_seconds:avg",
-               ctx.select("nccl_inspector", ["coll_exec_time"], (*JOB, "collective"), op="avg"),
-               tests=[Case("mean collective time per job and collective, in seconds", at="5m", series=collectives,
-                           expect=[sample(0.002, **job42, collective="AllReduce"),
-                                   sample(0.0005, **job42, collective="AllGather")])]),
-        Record("job:nccl_bus_bandwidth:avg",
-               ctx.select("nccl_inspector", ["coll_busbw"], (*JOB, "collective"), op="avg"),
-               tests=[Case("mean bus bandwidth per job and collective, in bytes per second", at="5m",
-                           series=collectives,
-                           expect=[sample(75e9, **job42, collective="AllReduce"),
-                                   sample(200e9, **job42, collective="AllGather")])]),
-    ])]
+    return [
+        Group(
+            "hpcobs-training",
+            domain="training",
+            interval=ctx.scrape_interval,
+            rules=[
+                Record(
+                    "job:training_step_seconds:min",
+                    aggregate("min", (cluster, *JOB), rank_step),
+                    tests=[
+                        Case(
+                            "fastest rank's step time",
+                            at="5m",
+                            series=straggling + healthy,
+                            expect=[sample(0.5, **job42), sample(0.5, **job43)],
+                        )
+                    ],
+                ),
+                Record(
+                    "job:training_step_seconds:median",
+                    f"quantile by ({cluster}, hpc_job) (0.5, {rank_step})",
+                    tests=[
+                        Case(
+                            "median rank's step time",
+                            at="5m",
+                            series=straggling + healthy,
+                            expect=[sample(0.5, **job42), sample(0.5, **job43)],
+                        )
+                    ],
+                ),
+                Record(
+                    "job:training_step_seconds:max",
+                    aggregate("max", (cluster, *JOB), rank_step),
+                    tests=[
+                        Case(
+                            "slowest rank's step time",
+                            at="5m",
+                            series=straggling + healthy,
+                            expect=[sample(1.0, **job42), sample(0.5, **job43)],
+                        )
+                    ],
+                ),
+                Record(
+                    "job:training_straggler:ratio",
+                    f"quantile by ({cluster}, hpc_job) (0.5, {rank_step}) "
+                    f"/ {aggregate('max', (cluster, *JOB), rank_step)}",
+                    tests=[
+                        Case(
+                            "median over slowest: 1 when balanced, below 0.75 with a straggler",
+                            at="5m",
+                            series=straggling + healthy,
+                            expect=[sample(0.5, **job42), sample(1, **job43)],
+                        )
+                    ],
+                ),
+                Record(
+                    "job:training_slowest_rank:step_seconds",
+                    f"topk by ({cluster}, hpc_job) (1, {rank_step})",
+                    tests=[
+                        Case(
+                            "which rank, on which node, is the slowest",
+                            at="5m",
+                            series=straggling,
+                            expect=[sample(1.0, **job42, rank="3", node="n2")],
+                        )
+                    ],
+                ),
+                Record(
+                    "job:training_steps:rate",
+                    aggregate("sum", (cluster, *JOB), rate_of("steps"))
+                    + f" / count by ({cluster}, hpc_job) ({rate_of('steps')})",
+                    tests=[
+                        Case(
+                            "steps per second of the job (mean over ranks); 0 when it hangs",
+                            at="5m",
+                            series=straggling + ranks({("0", "n3"): 1}, job="44", steps_per_scrape=0),
+                            expect=[sample(4 / 30, **job42), sample(0, **cluster_labels, hpc_job="44")],
+                        )
+                    ],
+                ),
+                Record(
+                    "job:training_tokens:rate",
+                    aggregate("sum", (cluster, *JOB), rate_of("tokens")),
+                    tests=[
+                        Case(
+                            "tokens per second over every rank",
+                            at="5m",
+                            series=straggling,
+                            expect=[sample(400, **job42)],
+                        )
+                    ],
+                ),
+                Record(
+                    "job:training_model_flops:rate",
+                    aggregate("sum", (cluster, *JOB), rate_of("model_flops")),
+                    tests=[
+                        Case(
+                            "model FLOP/s over every rank",
+                            at="5m",
+                            series=healthy,
+                            expect=[sample(2 * 10**14, **job43)],
+                        )
+                    ],
+                ),
+                Record(
+                    "job:nccl_collective_seconds:avg",
+                    ctx.select("nccl_inspector", ["coll_exec_time"], (*JOB, "collective"), op="avg"),
+                    tests=[
+                        Case(
+                            "mean collective time per job and collective, in seconds",
+                            at="5m",
+                            series=collectives,
+                            expect=[
+                                sample(0.002, **job42, collective="AllReduce"),
+                                sample(0.0005, **job42, collective="AllGather"),
+                            ],
+                        )
+                    ],
+                ),
+                Record(
+                    "job:nccl_bus_bandwidth:avg",
+                    ctx.select("nccl_inspector", ["coll_busbw"], (*JOB, "collective"), op="avg"),
+                    tests=[
+                        Case(
+                            "mean bus bandwidth per job and collective, in bytes per second",
+                            at="5m",
+                            series=collectives,
+                            expect=[
+                                sample(75e9, **job42, collective="AllReduce"),
+                                sample(200e9, **job42, collective="AllGather"),
+                            ],
+                        )
+                    ],
+                ),
+            ],
+        )
+    ]

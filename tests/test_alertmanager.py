@@ -1,5 +1,6 @@
 """Alertmanager config: SchemaStore shape, amtool check-config, a routing table through amtool, and inhibitions
 that name real alerts and labels they carry (tests/live/test_alertmanager_live.py proves them in Alertmanager)."""
+
 import re
 
 import pytest
@@ -28,20 +29,28 @@ def test_no_inline_secrets(generated):
                     assert not key.endswith(("api_url", "routing_key", "service_key", "auth_password")), key
 
 
-@pytest.mark.parametrize("labels, receivers", [
-    ({"alertname": "GpuFellOffBus", "team": "gpu-ops", "severity": "critical"}, ["gpu-ops-pager", "gpu-ops"]),
-    ({"alertname": "GpuThermalSlowdown", "team": "gpu-ops", "severity": "warning"}, ["gpu-ops"]),
-    ({"alertname": "GpuXidApplicationClass", "team": "job-owner", "severity": "warning", "hpc_job": "42"},
-     ["job-owner"]),
-    ({"alertname": "TrainingStraggler", "team": "job-owner", "severity": "warning", "hpc_job": "42"}, ["job-owner"]),
-    ({"alertname": "TrainingNcclCollectiveSlow", "team": "ml-platform", "severity": "warning"}, ["ml-platform"]),
-    ({"alertname": "IbPortNotActive", "team": "network", "severity": "critical"}, ["network"]),
-    ({"alertname": "StorageFilesystemFillingUp", "team": "storage", "severity": "warning"}, ["storage"]),
-    ({"alertname": "SecurityFalcoCritical", "team": "security", "severity": "critical"}, ["security"]),
-    ({"alertname": "SlurmNodesDown", "team": "slurm-admins", "severity": "warning"}, ["slurm-admins"]),
-    ({"alertname": "SlurmJobEnded", "team": "none", "severity": "info"}, ["blackhole"]),
-    ({"alertname": "Unrouted", "team": "nobody", "severity": "info"}, ["default"]),
-])
+@pytest.mark.parametrize(
+    "labels, receivers",
+    [
+        ({"alertname": "GpuFellOffBus", "team": "gpu-ops", "severity": "critical"}, ["gpu-ops-pager", "gpu-ops"]),
+        ({"alertname": "GpuThermalSlowdown", "team": "gpu-ops", "severity": "warning"}, ["gpu-ops"]),
+        (
+            {"alertname": "GpuXidApplicationClass", "team": "job-owner", "severity": "warning", "hpc_job": "42"},
+            ["job-owner"],
+        ),
+        (
+            {"alertname": "TrainingStraggler", "team": "job-owner", "severity": "warning", "hpc_job": "42"},
+            ["job-owner"],
+        ),
+        ({"alertname": "TrainingNcclCollectiveSlow", "team": "ml-platform", "severity": "warning"}, ["ml-platform"]),
+        ({"alertname": "IbPortNotActive", "team": "network", "severity": "critical"}, ["network"]),
+        ({"alertname": "StorageFilesystemFillingUp", "team": "storage", "severity": "warning"}, ["storage"]),
+        ({"alertname": "SecurityFalcoCritical", "team": "security", "severity": "critical"}, ["security"]),
+        ({"alertname": "SlurmNodesDown", "team": "slurm-admins", "severity": "warning"}, ["slurm-admins"]),
+        ({"alertname": "SlurmJobEnded", "team": "none", "severity": "info"}, ["blackhole"]),
+        ({"alertname": "Unrouted", "team": "nobody", "severity": "info"}, ["default"]),
+    ],
+)
 def test_routing_table(generated_tree, labels, receivers):
     result = tools.routes_test(generated_tree / AM, labels, receivers)
     assert result.ok, result.output
@@ -74,7 +83,9 @@ def alert_labels(generated) -> dict[str, set[str]]:
 def alert_names(matchers: list[str]) -> tuple[list[str], bool]:
     """The alert names the alertname matcher of `matchers` mentions, and whether it selects them (= or =~)."""
     for matcher in matchers:
-        name, op, value = re.fullmatch(r'(\w+)(=~|!~|!=|=)"(.*)"', matcher).groups()
+        parsed = re.fullmatch(r'(\w+)(=~|!~|!=|=)"(.*)"', matcher)
+        assert parsed is not None, matcher
+        name, op, value = parsed.groups()
         if name == "alertname":
             return value.split("|"), op in ("=", "=~")
     return [], False

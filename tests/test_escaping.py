@@ -6,6 +6,7 @@ random hostile strings in every free-string setting are either refused when the 
 output whose PromQL expressions, Alertmanager matchers and templates have exactly the default build's
 structure, with the string back intact where it lands.
 """
+
 from __future__ import annotations
 
 import copy
@@ -31,10 +32,59 @@ from .test_dashboards import prometheus_expressions, substitute
 SEED = 20240610
 SAMPLES = 50
 # Pieces random strings are made of: what breaks out of a literal, a template, a URL or a list.
-PIECES = ('"', "\\", "'", "`", "{", "}", "{{", "}}", "{{ $labels.node }}", "$labels", "$node", "${x}", "[[x]]",
-          "\n", "\t", "\r", ",", "=~", "!=", "=", "|", ".*", "(", ")", "[", "]", "é", "日本", "🚀", "\u2028",
-          "\x01", " ", "%", "&", "?", "#", "/", ":", "+", "<", ">", "a", "Z", "0", "-", "_", '\\"', "\\n",
-          "}}{{", '"}', "x\", alertname=~\".*")
+PIECES = (
+    '"',
+    "\\",
+    "'",
+    "`",
+    "{",
+    "}",
+    "{{",
+    "}}",
+    "{{ $labels.node }}",
+    "$labels",
+    "$node",
+    "${x}",
+    "[[x]]",
+    "\n",
+    "\t",
+    "\r",
+    ",",
+    "=~",
+    "!=",
+    "=",
+    "|",
+    ".*",
+    "(",
+    ")",
+    "[",
+    "]",
+    "é",
+    "日本",
+    "🚀",
+    "\u2028",
+    "\x01",
+    " ",
+    "%",
+    "&",
+    "?",
+    "#",
+    "/",
+    ":",
+    "+",
+    "<",
+    ">",
+    "a",
+    "Z",
+    "0",
+    "-",
+    "_",
+    '\\"',
+    "\\n",
+    "}}{{",
+    '"}',
+    'x", alertname=~".*',
+)
 _YAML_LOADER = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
 _RE2 = re2.Options()
 _RE2.log_errors = False
@@ -50,7 +100,7 @@ def random_string(rng: random.Random) -> str:
 
 # ----------------------------------------------------------------------------------------- target models
 
-_SPACE = r"[ \t\n\f\r]*"        # RE2's \s
+_SPACE = r"[ \t\n\f\r]*"  # RE2's \s
 _AM_MATCHER = re.compile(rf"{_SPACE}([a-zA-Z_:][a-zA-Z0-9_:]*){_SPACE}(=~|=|!=|!~){_SPACE}(.*?){_SPACE}", re.S)
 
 
@@ -124,7 +174,7 @@ def go_template(text: str) -> tuple[str, list[str]]:
             elif text[i] == "`":
                 i = text.index("`", i + 1)
             i += 1
-        body, pos = text[start + 2:i].strip(), i + 2
+        body, pos = text[start + 2 : i].strip(), i + 2
         if re.fullmatch(r'"(?:[^"\\]|\\.)*"', body):
             out.append(json.loads(body))
         else:
@@ -137,8 +187,11 @@ def go_template(text: str) -> tuple[str, list[str]]:
 def grafana_expand(value: str, env: dict[str, str] | None = None) -> str:
     """Grafana's provisioning expansion (os.Expand with `$$` kept as `$`): $NAME and ${NAME} from env."""
     env = env or {}
-    return re.sub(r"\$(\$|\{[^}]*\}|[A-Za-z0-9_]+|)",
-                  lambda m: "$" if m.group(1) == "$" else env.get(m.group(1).strip("{}"), ""), value)
+    return re.sub(
+        r"\$(\$|\{[^}]*\}|[A-Za-z0-9_]+|)",
+        lambda m: "$" if m.group(1) == "$" else env.get(m.group(1).strip("{}"), ""),
+        value,
+    )
 
 
 # A PromQL string literal as the lexer reads it, left to right: double-quoted and single-quoted with
@@ -176,9 +229,16 @@ def _shape(expr: str) -> tuple:
         kind = type(node).__name__
         if isinstance(node, pp.VectorSelector):
             matchers = node.matchers
-            nodes.append((kind, node.name, [(m.name, str(m.op)) for m in matchers.matchers],
-                          [[(m.name, str(m.op)) for m in group] for group in matchers.or_matchers],
-                          str(node.offset), str(node.at)))
+            nodes.append(
+                (
+                    kind,
+                    node.name,
+                    [(m.name, str(m.op)) for m in matchers.matchers],
+                    [[(m.name, str(m.op)) for m in group] for group in matchers.or_matchers],
+                    str(node.offset),
+                    str(node.at),
+                )
+            )
         elif isinstance(node, pp.MatrixSelector):
             nodes.append((kind, str(node.range)))
         elif isinstance(node, pp.Call):
@@ -187,22 +247,44 @@ def _shape(expr: str) -> tuple:
             nodes.append((kind, str(node.op), str(node.modifier), node.param is not None))
         elif isinstance(node, pp.BinaryExpr):
             modifier = node.modifier
-            nodes.append((kind, str(node.op)) + ((str(modifier.card), str(modifier.matching),
-                                                   modifier.group_labels, modifier.return_bool) if modifier else ()))
+            nodes.append(
+                (kind, str(node.op))
+                + (
+                    (str(modifier.card), str(modifier.matching), modifier.group_labels, modifier.return_bool)
+                    if modifier
+                    else ()
+                )
+            )
         elif isinstance(node, pp.SubqueryExpr):
             nodes.append((kind, str(node.range), str(node.step), str(node.offset), str(node.at)))
         elif isinstance(node, pp.NumberLiteral):
             nodes.append((kind, node.val))
-        else:                                   # StringLiteral (its value left out), ParenExpr, UnaryExpr
+        else:  # StringLiteral (its value left out), ParenExpr, UnaryExpr
             nodes.append((kind,))
+
     pp.walk(pp.parse(expr), visit)
     return tuple(nodes)
 
 
 # ----------------------------------------------------------------------------------------- each helper
 
-TRICKY = ['', 'plain', 'a"b', 'a\\b', 'a\\', '\\"', 'x", mountpoint!="/never', "line\nbreak\r\t", "{{ $labels.x }}",
-          "}}{{", "日本 🚀 é", "\u2028\x01\x7f", "a,b=~c", "$node ${x} [[x]]", "'`"]
+TRICKY = [
+    "",
+    "plain",
+    'a"b',
+    "a\\b",
+    "a\\",
+    '\\"',
+    'x", mountpoint!="/never',
+    "line\nbreak\r\t",
+    "{{ $labels.x }}",
+    "}}{{",
+    "日本 🚀 é",
+    "\u2028\x01\x7f",
+    "a,b=~c",
+    "$node ${x} [[x]]",
+    "'`",
+]
 
 
 @pytest.mark.parametrize("value", TRICKY)
@@ -210,8 +292,9 @@ def test_promql_string_holds_the_value_exactly(value):
     matcher = escape.promql_matcher("job", "=", value)
     assert promql_matchers(f"up{{{matcher}}}") == [("job", "=", value)]
     assert [(m.name, m.value) for m in pp.parse(f"up{{{matcher}}}").matchers.matchers] == [("job", value)]
-    assert shape(f"label_replace(up, {escape.promql_string(value)}, \"\", \"a\", \"\")") == \
-        shape('label_replace(up, "", "", "a", "")')
+    assert shape(f'label_replace(up, {escape.promql_string(value)}, "", "a", "")') == shape(
+        'label_replace(up, "", "", "a", "")'
+    )
 
 
 def test_promql_matcher_refuses_what_cannot_be_escaped():
@@ -243,9 +326,16 @@ def test_go_template_text_prints_itself_and_runs_nothing(value):
 
 
 # Go's own vectors for url.QueryEscape (net/url url_test.go, queryEscapeTests), which `urlquery` calls.
-GO_QUERY_ESCAPE = [("", ""), ("abc", "abc"), ("one two", "one+two"), ("10%", "10%25"),
-                   (" ?&=#+%!<>#\"{}|\\^[]`☺\t:/@$'()*,;",
-                    "+%3F%26%3D%23%2B%25%21%3C%3E%23%22%7B%7D%7C%5C%5E%5B%5D%60%E2%98%BA%09%3A%2F%40%24%27%28%29%2A%2C%3B")]
+GO_QUERY_ESCAPE = [
+    ("", ""),
+    ("abc", "abc"),
+    ("one two", "one+two"),
+    ("10%", "10%25"),
+    (
+        " ?&=#+%!<>#\"{}|\\^[]`☺\t:/@$'()*,;",
+        "+%3F%26%3D%23%2B%25%21%3C%3E%23%22%7B%7D%7C%5C%5E%5B%5D%60%E2%98%BA%09%3A%2F%40%24%27%28%29%2A%2C%3B",
+    ),
+]
 
 
 @pytest.mark.parametrize("value, encoded", GO_QUERY_ESCAPE)
@@ -282,15 +372,17 @@ def test_dashboard_urls_encode_every_label(generated):
 
 # ----------------------------------------------------------------------------------------- the property
 
+
 @dataclass(frozen=True)
 class Setting:
     """A free-string setting: where it goes in the site file (`keys`, as config errors name them), how a
     random string is put there (between `prefix` and `suffix`, for URLs, paths and addresses), and where it
     must land."""
+
     name: str
     keys: tuple[str, ...]
     put: Callable[[dict, str], None]
-    lands: str            # promql | alternation | template | alertmanager | yaml | provisioning | nowhere
+    lands: str  # promql | alternation | template | alertmanager | yaml | provisioning | nowhere
     prefix: str = ""
     suffix: str = ""
 
@@ -304,6 +396,8 @@ def _settings(default: dict) -> list[Setting]:
     receivers, routes = am["receivers"], am["routes"]
     rx = {name: _index(receivers, lambda r, n=name: r["name"] == n) for name in [r["name"] for r in receivers]}
     network_route = _index(routes, lambda r: r["receiver"] == "network")
+    # The team of the pager route: gpu-ops keeps its plain route, and a team without one is refused at load.
+    pager_route = _index(routes, lambda r: r["receiver"] == "gpu-ops-pager")
 
     def at(*path):
         def put(doc, value):
@@ -311,12 +405,14 @@ def _settings(default: dict) -> list[Setting]:
             for key in path[:-1]:
                 node = node[key]
             node[path[-1]] = value
+
         return put
 
     def selector(*roles):
         def put(doc, value):
             for role in roles:
                 doc["exporters"][role]["selector"] = "job=" + json.dumps(value, ensure_ascii=False)
+
         return put
 
     def rename(old, *extra_keys):
@@ -326,31 +422,61 @@ def _settings(default: dict) -> list[Setting]:
                 route["receiver"] = value if route["receiver"] == old else route["receiver"]
             if doc["alertmanager"]["default_receiver"] == old:
                 doc["alertmanager"]["default_receiver"] = value
+
         return Setting(f"receiver name ({old})", (f"alertmanager.receivers[{rx[old]}].name", *extra_keys), put, "yaml")
 
     def names(key):
-        return Setting(f"thresholds.{key}", (f"thresholds.{key}",),
-                       lambda doc, value: doc["thresholds"].__setitem__(key, [value, value[::-1]]), "alternation")
+        return Setting(
+            f"thresholds.{key}",
+            (f"thresholds.{key}",),
+            lambda doc, value: doc["thresholds"].__setitem__(key, [value, value[::-1]]),
+            "alternation",
+        )
 
     def receiver_field(receiver, field, lands, prefix="", suffix=""):
         def put(doc, value):
             doc["alertmanager"]["receivers"][rx[receiver]][field] = prefix + value + suffix
-        return Setting(f"alertmanager.receivers[].{field}", (f"alertmanager.receivers[{rx[receiver]}].{field}",),
-                       put, lands, prefix, suffix)
+
+        return Setting(
+            f"alertmanager.receivers[].{field}",
+            (f"alertmanager.receivers[{rx[receiver]}].{field}",),
+            put,
+            lands,
+            prefix,
+            suffix,
+        )
 
     def framed(name, path, lands, prefix="", suffix=""):
         return Setting(name, (name,), lambda doc, value: at(*path)(doc, prefix + value + suffix), lands, prefix, suffix)
 
     out = [
         Setting("cluster.name", ("cluster.name",), at("cluster", "name"), "promql"),
-        Setting("thresholds.storage_shared_mountpoints", ("thresholds.storage_shared_mountpoints",),
-                at("thresholds", "storage_shared_mountpoints"), "promql"),
-        *[names(key) for key in ("security_outbound_rules", "security_checkpoint_rules", "security_checkpoint_policies",
-                                 "security_tetragon_enforcement_actions")],
+        Setting(
+            "thresholds.storage_shared_mountpoints",
+            ("thresholds.storage_shared_mountpoints",),
+            at("thresholds", "storage_shared_mountpoints"),
+            "promql",
+        ),
+        *[
+            names(key)
+            for key in (
+                "security_outbound_rules",
+                "security_checkpoint_rules",
+                "security_checkpoint_policies",
+                "security_tetragon_enforcement_actions",
+            )
+        ],
         framed("runbooks.base_url", ("runbooks", "base_url"), "template", "https://runbooks.example.org/"),
         framed("grafana.url", ("grafana", "url"), "template", "http://grafana.example.org/"),
-        *[framed(f"grafana.datasources.{kind}.url", ("grafana", "datasources", kind, "url"), "provisioning",
-                 f"http://{kind}.example.org:9000/") for kind in default["grafana"]["datasources"]],
+        *[
+            framed(
+                f"grafana.datasources.{kind}.url",
+                ("grafana", "datasources", kind, "url"),
+                "provisioning",
+                f"http://{kind}.example.org:9000/",
+            )
+            for kind in default["grafana"]["datasources"]
+        ],
         rename("network", f"alertmanager.routes[{network_route}].receiver"),
         rename("default", "alertmanager.default_receiver"),
         receiver_field("gpu-ops", "slack_channel", "template"),
@@ -361,9 +487,12 @@ def _settings(default: dict) -> list[Setting]:
         receiver_field("job-owner", "webhook_credentials_file", "yaml", "/etc/alertmanager/secrets/"),
         framed("alertmanager.smtp_from", ("alertmanager", "smtp_from"), "template", suffix="@example.org"),
         framed("alertmanager.smtp_smarthost", ("alertmanager", "smtp_smarthost"), "yaml", suffix=":25"),
-        Setting("alertmanager.routes[].match", (f"alertmanager.routes[{network_route}].match",),
-                lambda doc, value: doc["alertmanager"]["routes"][network_route]["match"].__setitem__("team", value),
-                "alertmanager"),
+        Setting(
+            "alertmanager.routes[].match",
+            (f"alertmanager.routes[{pager_route}].match",),
+            lambda doc, value: doc["alertmanager"]["routes"][pager_route]["match"].__setitem__("team", value),
+            "alertmanager",
+        ),
     ]
     # Roles sharing a selector by default keep sharing it (which targets share an `up` is logic, not escaping).
     by_selector: dict[str, list[str]] = {}
@@ -371,24 +500,32 @@ def _settings(default: dict) -> list[Setting]:
         by_selector.setdefault(settings["selector"], []).append(role)
     for roles in by_selector.values():
         enabled = any(default["exporters"][r]["enabled"] for r in roles)
-        out.append(Setting(f"exporters.{'+'.join(roles)}.selector", tuple(f"exporters.{r}.selector" for r in roles),
-                           selector(*roles), "promql" if enabled else "nowhere"))
+        out.append(
+            Setting(
+                f"exporters.{'+'.join(roles)}.selector",
+                tuple(f"exporters.{r}.selector" for r in roles),
+                selector(*roles),
+                "promql" if enabled else "nowhere",
+            )
+        )
     return out
 
 
 def _blamed(error: UserError, settings: list[Setting]) -> set[str]:
     """The settings whose keys the error lines name (either key a prefix of the other)."""
+
     def related(a, b):
         return a == b or a.startswith((b + ".", b + "[")) or b.startswith((a + ".", a + "["))
+
     keys = [line.split(": ", 3)[2] for line in error.lines if line.count(": ") >= 3]
     return {s.name for s in settings for k in keys for own in s.keys if related(k, own)}
 
 
 @dataclass
 class Build:
-    rules: dict            # (file, group, rule) -> rule dict
-    tests: dict            # (file, test, place) -> PromQL text (series, expected labels, expressions)
-    dashboards: dict       # (file, index) -> PromQL, Grafana variables substituted
+    rules: dict  # (file, group, rule) -> rule dict
+    tests: dict  # (file, test, place) -> PromQL text (series, expected labels, expressions)
+    dashboards: dict  # (file, index) -> PromQL, Grafana variables substituted
     alertmanager: dict
     provisioning: dict
 
@@ -425,8 +562,13 @@ def _parse_build(files: dict[str, str]) -> Build:
             dashboard = json.loads(text)
             for i, (_, expr) in enumerate(prometheus_expressions(dashboard)):
                 dashboards[(path.rsplit("/", 1)[-1], i)] = substitute(expr, dashboard)
-    return Build(rules, tests, dashboards, _load_yaml(files["alertmanager/alertmanager.yml"]),
-                 _load_yaml(files["grafana/provisioning/datasources/hpcobs.yaml"]))
+    return Build(
+        rules,
+        tests,
+        dashboards,
+        _load_yaml(files["alertmanager/alertmanager.yml"]),
+        _load_yaml(files["grafana/provisioning/datasources/hpcobs.yaml"]),
+    )
 
 
 @pytest.fixture(scope="module")
@@ -441,8 +583,9 @@ def reference(generated):
         "rules": {k: shape(r["expr"]) for k, r in build.rules.items()},
         "tests": {k: shape(e) for k, e in build.tests.items()},
         "dashboards": {k: shape(e) for k, e in build.dashboards.items()},
-        "templates": {k: {a: go_template(t)[1] for a, t in r.get("annotations", {}).items()}
-                      for k, r in build.rules.items()},
+        "templates": {
+            k: {a: go_template(t)[1] for a, t in r.get("annotations", {}).items()} for k, r in build.rules.items()
+        },
     }
 
 
@@ -490,6 +633,7 @@ def _check_alertmanager(build: Build, reference_build: Build) -> None:
         routes = [m for r in am["route"]["routes"] for m in r["matchers"]]
         inhibit = [m for r in am["inhibit_rules"] for side in ("source_matchers", "target_matchers") for m in r[side]]
         return routes + inhibit
+
     got, want = matchers(build.alertmanager), matchers(reference_build.alertmanager)
     assert len(got) == len(want)
     for text, default_text in zip(got, want):
@@ -502,7 +646,7 @@ def _check_landing(setting: Setting, value: str, build: Build) -> None:
     am = build.alertmanager
     receivers = am["receivers"]
     full = setting.prefix + value + setting.suffix
-    if setting.lands == "nowhere":          # a disabled exporter's selector
+    if setting.lands == "nowhere":  # a disabled exporter's selector
         return
     if setting.name == "cluster.name":
         assert ("cluster", "=", value) in build.test_matchers
@@ -512,13 +656,18 @@ def _check_landing(setting: Setting, value: str, build: Build) -> None:
         assert ("job", "=", value) in build.rule_matchers | build.dashboard_matchers
     elif setting.lands == "alternation":
         configured = {value, value[::-1]}
-        regexes = {m[2] for m in build.rule_matchers | build.dashboard_matchers
-                   if m[0] in ("rule_name", "policy", "action") and m[1] == "=~"}
+        regexes = {
+            m[2]
+            for m in build.rule_matchers | build.dashboard_matchers
+            if m[0] in ("rule_name", "policy", "action") and m[1] == "=~"
+        }
         probes = configured | {p for n in configured for p in (n + "x", "x" + n, n[:-1], n[1:], *re.split(r"[|.*]", n))}
         matched = [{p for p in probes if re2.compile(f"(?:{r})", _RE2).fullmatch(p)} for r in regexes]
         assert configured in matched, f"no matcher selects exactly {configured!r}"
     elif setting.name in ("runbooks.base_url", "grafana.url"):
-        annotation, tail = {"runbooks.base_url": ("runbook_url", "/"), "grafana.url": ("dashboard_url", "/d/")}[setting.name]
+        annotation, tail = {"runbooks.base_url": ("runbook_url", "/"), "grafana.url": ("dashboard_url", "/d/")}[
+            setting.name
+        ]
         alerts = [r for r in build.rules.values() if "annotations" in r]
         assert alerts and all(go_template(r["annotations"][annotation])[0].startswith(full + tail) for r in alerts)
     elif setting.lands == "provisioning":
@@ -529,21 +678,26 @@ def _check_landing(setting: Setting, value: str, build: Build) -> None:
         assert value in [r["name"] for r in receivers]
         assert value in [am["route"]["receiver"], *[r["receiver"] for r in am["route"]["routes"]]]
     elif setting.name.endswith(("slack_channel", "email_to")):
-        block, field = ("slack_configs", "channel") if setting.name.endswith("slack_channel") else ("email_configs", "to")
+        block, field = (
+            ("slack_configs", "channel") if setting.name.endswith("slack_channel") else ("email_configs", "to")
+        )
         assert (full, []) in [go_template(c[field]) for r in receivers for c in r.get(block, [])]
     elif setting.name == "alertmanager.smtp_from":
         assert go_template(am["global"]["smtp_from"]) == (full, [])
     elif setting.name == "alertmanager.smtp_smarthost":
         assert am["global"]["smtp_smarthost"] == full
-    elif setting.lands == "yaml":             # webhook URL and secret file paths: YAML values, nothing expands them
+    elif setting.lands == "yaml":  # webhook URL and secret file paths: YAML values, nothing expands them
         configs = [c for r in receivers for block in r.values() if isinstance(block, list) for c in block]
-        written = {c.get("url") for c in configs} | {c.get("api_url_file") for c in configs} | \
-                  {c.get("routing_key_file") for c in configs} | \
-                  {c.get("http_config", {}).get("authorization", {}).get("credentials_file") for c in configs}
+        written = (
+            {c.get("url") for c in configs}
+            | {c.get("api_url_file") for c in configs}
+            | {c.get("routing_key_file") for c in configs}
+            | {c.get("http_config", {}).get("authorization", {}).get("credentials_file") for c in configs}
+        )
         assert full in written
     else:
         assert setting.name == "alertmanager.routes[].match", setting.name
-        assert [("team", "=", value)] in [[am_parse_matcher(m) for m in r["matchers"]] for r in am["route"]["routes"]]
+        assert ("team", "=", value) in [am_parse_matcher(m) for r in am["route"]["routes"] for m in r["matchers"]]
 
 
 def test_random_strings_only_fill_literals(default_data, reference, tmp_path):

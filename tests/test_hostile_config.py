@@ -1,5 +1,6 @@
 """The corpus of hostile and careless site files (tests/hostile/cases.yaml): each is refused with one line
 naming the site file and the key, or accepted with its values landing verbatim where they belong."""
+
 import re
 from pathlib import Path
 
@@ -10,8 +11,11 @@ from hpcobs import config as config_module
 from hpcobs import pipeline
 from hpcobs.errors import UserError
 
-CASES = [case for path in sorted((Path(__file__).parent / "hostile").glob("*.yaml"))
-         for case in yaml.safe_load(path.read_text(encoding="utf-8"))["cases"]]
+CASES = [
+    case
+    for path in sorted((Path(__file__).parent / "hostile").glob("*.yaml"))
+    for case in yaml.safe_load(path.read_text(encoding="utf-8"))["cases"]
+]
 
 
 def test_corpus_is_well_formed():

@@ -1,5 +1,5 @@
 """Rule files: shape (SchemaStore), meaning (promtool check + test), and that the tests have teeth."""
-import posixpath
+
 import re
 
 import pytest
@@ -8,7 +8,9 @@ import yaml
 from hpcobs import lint, pipeline, tools, validate
 from hpcobs.cache import Cache
 from hpcobs.context import Context
+from hpcobs.names import DashboardUid, Team
 from hpcobs.rules import Alert, Record
+from hpcobs.ruletest import Case
 
 RULE_FILES = "prometheus/rules/"
 TEST_FILES = "prometheus/tests/"
@@ -90,8 +92,12 @@ def test_each_test_file_loads_its_rule_and_only_what_it_reads(generated):
         spec = yaml.safe_load(text)
         assert spec["rule_files"] == [f"{stem}.rules.yaml"], path
         assert {case["name"].split(": ", 1)[0] for case in spec["tests"]} == {stem.replace(".", ":")}, path
-        tested = [r for g in deployed[f"{RULE_FILES}{domain}.rules.yaml"] for r in g["rules"]
-                  if rule_name(r) == stem.replace(".", ":")]
+        tested = [
+            r
+            for g in deployed[f"{RULE_FILES}{domain}.rules.yaml"]
+            for r in g["rules"]
+            if rule_name(r) == stem.replace(".", ":")
+        ]
         expected, todo = [], list(tested)
         while todo:
             rule = todo.pop()
@@ -110,8 +116,12 @@ def test_each_test_file_loads_its_rule_and_only_what_it_reads(generated):
             assert reads <= earlier | {rule_name(r) for r in group["rules"]}, (path, group["name"])
             earlier |= {rule_name(r) for r in group["rules"]}
         tested_names.add((domain, stem.replace(".", ":")))
-    assert tested_names == {(path.removeprefix(RULE_FILES).removesuffix(".rules.yaml"), rule_name(r))
-                            for path, gs in deployed.items() for g in gs for r in g["rules"]}
+    assert tested_names == {
+        (path.removeprefix(RULE_FILES).removesuffix(".rules.yaml"), rule_name(r))
+        for path, gs in deployed.items()
+        for g in gs
+        for r in g["rules"]
+    }
 
 
 def test_alert_conventions(groups, config):
@@ -127,9 +137,42 @@ def test_alert_conventions(groups, config):
 
 def test_alert_constructor_refuses_an_alert_without_proof():
     with pytest.raises(ValueError, match="fires_on case and one silent_on"):
-        Alert("GpuSomething", severity="warning", team="gpu-ops", expr="up == 0", for_="5m",
-              summary="Something.", description="x {{ $labels.node }}", runbook="gpu", dashboard="d",
-              dashboard_vars=(), fires_on=[], silent_on=[])
+        Alert(
+            "GpuSomething",
+            severity="warning",
+            team=Team.GPU_OPS,
+            expr="up == 0",
+            for_="5m",
+            summary="Something.",
+            description="x {{ $labels.node }}",
+            runbook="gpu",
+            dashboard=DashboardUid.GPU_CLUSTER,
+            dashboard_vars=(),
+            fires_on=[],
+            silent_on=[],
+        )
+
+
+def test_alert_constructor_takes_team_and_dashboard_only_from_names():
+    """A free string that matches a route or a uid today would silently break when names.py changes."""
+    case = Case("c", at="1m", series=[])
+    with pytest.raises(
+        ValueError, match="team must be a hpcobs.names.Team; dashboard must be a hpcobs.names.DashboardUid"
+    ):
+        Alert(
+            "GpuSomething",
+            severity="warning",
+            team="gpu-ops",
+            expr="up == 0",
+            for_="5m",
+            summary="Something.",
+            description="x",
+            runbook="gpu",
+            dashboard="hpcobs-gpu-cluster",
+            dashboard_vars=(),
+            fires_on=[case],
+            silent_on=[case],
+        )
 
 
 def test_record_names_follow_level_metric_operations():
@@ -137,28 +180,35 @@ def test_record_names_follow_level_metric_operations():
         Record("gpu_utilization", "up")
 
 
-def _break(generated, tmp_path, path, old, new):
-    """Break the first rule of a deployed rule file that holds `old`, wherever a test loads that rule, and run
-    that rule's own cases against the intact and the broken rule: they pass on the first and must fail on the
-    second. (All cases pass in test_every_rule_test_passes; running only the broken rule's own shows that they,
-    not some other rule's, catch it.)"""
+def _break(generated, tmp_path, path, old, new, name=None, intact_too=True):
+    """Break the first rule of a deployed rule file that holds `old` (the rule `name` if given), wherever a test
+    loads that rule, and run that rule's own cases against the broken rule (and, with intact_too, the intact one):
+    they must fail on the first and pass on the second. (All cases pass in test_every_rule_test_passes; running
+    only the broken rule's own shows that they, not some other rule's, catch it.)"""
     rules = [r for g in yaml.safe_load(generated[path])["groups"] for r in g["rules"]]
-    intact = next((r for r in rules if old in yaml.safe_dump(r, width=1_000_000)), None)
+    intact = next(
+        (r for r in rules if old in yaml.safe_dump(r, width=1_000_000) and name in (None, rule_name(r))), None
+    )
     assert intact is not None, f"{old!r} not in a rule of {path}"
     broken = yaml.safe_load(yaml.safe_dump(intact, width=1_000_000).replace(old, new, 1))
     assert broken != intact
-    stem = f"{TEST_FILES}{path.removeprefix(RULE_FILES).removesuffix('.rules.yaml')}/{rule_name(intact).replace(':', '.')}"
+    domain = path.removeprefix(RULE_FILES).removesuffix(".rules.yaml")
+    stem = f"{TEST_FILES}{domain}/{rule_name(intact).replace(':', '.')}"
     loaded = yaml.safe_load(generated[f"{stem}.rules.yaml"])
     assert intact in [r for g in loaded["groups"] for r in g["rules"]]
     for group in loaded["groups"]:
         group["rules"] = [broken if r == intact else r for r in group["rules"]]
     from hpcobs import outdir
+
+    trees = {"broken": yaml.safe_dump(loaded)}
+    if intact_too:
+        trees["intact"] = generated[f"{stem}.rules.yaml"]
     results = {}
-    for name, rule_text in (("intact", generated[f"{stem}.rules.yaml"]), ("broken", yaml.safe_dump(loaded))):
-        outdir.write_tree(tmp_path / name, {f"{stem}.tests.yaml": generated[f"{stem}.tests.yaml"],
-                                            f"{stem}.rules.yaml": rule_text})
-        results[name] = tools.test_rules(tmp_path / name / f"{stem}.tests.yaml")
-    assert results["intact"].ok, results["intact"].output
+    for tree, rule_text in trees.items():
+        files = {f"{stem}.tests.yaml": generated[f"{stem}.tests.yaml"], f"{stem}.rules.yaml": rule_text}
+        outdir.write_tree(tmp_path / tree, files)
+        results[tree] = tools.test_rules(tmp_path / tree / f"{stem}.tests.yaml")
+    assert "intact" not in results or results["intact"].ok, results["intact"].output
     return results["broken"]
 
 
@@ -169,8 +219,13 @@ def test_tests_catch_a_missing_unit_conversion(generated, tmp_path):
 
 
 def test_tests_catch_double_counting_of_shared_gpus(generated, tmp_path):
-    result = _break(generated, tmp_path, RULE_FILES + "gpu.rules.yaml", "max by (cluster, node, gpu)",
-                    "max by (cluster, node, gpu, hpc_job)")
+    result = _break(
+        generated,
+        tmp_path,
+        RULE_FILES + "gpu.rules.yaml",
+        "max by (cluster, node, gpu)",
+        "max by (cluster, node, gpu, hpc_job)",
+    )
     assert not result.ok
 
 
@@ -187,16 +242,40 @@ def test_tests_catch_an_alert_that_fires_too_early(generated, tmp_path):
     assert not result.ok
 
 
+def test_every_for_not_yet_elapsed_case_has_teeth(generated, tmp_path):
+    """The cases hpcobs.alert_cases derives before `for` has elapsed evaluate a fault whose condition already
+    holds: without the `for`, each alert fires there and its own cases fail."""
+    alerts = [
+        (path, rule)
+        for path, text in files_under(generated, RULE_FILES, ".rules.yaml").items()
+        for group in yaml.safe_load(text)["groups"]
+        for rule in group["rules"]
+        if "alert" in rule and rule.get("for")
+    ]
+    assert len(alerts) > 40
+
+    def without_for(path, rule):
+        # Intact, these cases pass: test_every_rule_test_passes runs them all.
+        root = tmp_path / rule["alert"]
+        return _break(generated, root, path, f"for: {rule['for']}", "for: 0s", rule["alert"], intact_too=False)
+
+    with tools.pool() as pool:
+        futures = {rule["alert"]: pool.submit(without_for, path, rule) for path, rule in alerts}
+        passing = [name for name, future in futures.items() if future.result().ok]
+    assert not passing, f"nothing fails without `for`: {passing}"
+
+
 def test_synthetic_series_written_in_si_units_convert_value_by_value(config):
     """Rule tests write raw series in SI units; each dcgm-exporter version gets the values it exposes."""
     from hpcobs.synthetic import raw_values
+
     ctx = Context(config)
     assert raw_values(ctx, "dcgm", "gpu_utilization", "0x100 0.01 0x79", "4.6-4.8") == "0x100 1 0x79"
     assert raw_values(ctx, "dcgm", "gpu_utilization", "0x100 0.01 0x79", "4.9") == "0x100 0.01 0x79"
     assert raw_values(ctx, "dcgm", "gpu_utilization", "_x120 0.55x60 stale", "3.x-4.5") == "_x120 55x60 stale"
     assert raw_values(ctx, "dcgm", "energy", "0+12000x40", "4.6-4.8") == "0+12000000x40"
     assert raw_values(ctx, "dcgm", "energy", "0+12000x40", "4.10+") == "0+12000x40"
-    assert raw_values(ctx, "dcgm", "fb_used", f"{2 ** 33}x20 -1048576", "4.6-4.8") == "8192x20 -1"
+    assert raw_values(ctx, "dcgm", "fb_used", f"{2**33}x20 -1048576", "4.6-4.8") == "8192x20 -1"
     assert raw_values(ctx, "amd", "gfx_activity", "0.9-0.1x3 Inf NaN") == "90-10x3 Inf NaN"
     with pytest.raises(ValueError, match="not a promtool series value"):
         raw_values(ctx, "dcgm", "gpu_utilization", "80%x10", "4.9")
@@ -205,14 +284,23 @@ def test_synthetic_series_written_in_si_units_convert_value_by_value(config):
 DCGM_DISABLED_AMD_ONLY = "exporters:\n  dcgm: {enabled: false}\n  amd: {enabled: true}\n"
 EVERY_DCGM_VERSION = "exporters:\n  dcgm:\n    versions: ['3.x-4.5', '4.6-4.8', '4.9', '4.10+']\n"
 # 3.x-4.5 (Hostname), 4.6-4.8 (hostname), 4.9 (renamed, SI) and 4.10+ in one cluster.
-EVERY_SPELLING = ('"Hostname"', '"hostname"', "DCGM_FI_DEV_GPU_UTIL{", "DCGM_FI_DEV_GPU_UTIL_RATIO{",
-                  "DCGM_FI_DEV_XID_ERRORS{", "DCGM_FI_DEV_XID_ERROR{")
+EVERY_SPELLING = (
+    '"Hostname"',
+    '"hostname"',
+    "DCGM_FI_DEV_GPU_UTIL{",
+    "DCGM_FI_DEV_GPU_UTIL_RATIO{",
+    "DCGM_FI_DEV_XID_ERRORS{",
+    "DCGM_FI_DEV_XID_ERROR{",
+)
 # Site config -> (strings the GPU rules must hold, strings no generated file may hold).
 SITES = {
     "every-dcgm-version": (EVERY_DCGM_VERSION, EVERY_SPELLING, ()),
     "every-dcgm-version+amd+slurm-native+jontk": (
         EVERY_DCGM_VERSION + "  amd: {enabled: true, metric_prefix: amd_}\n  slurm: {flavour: native}\n"
-        "  job_info: {source: jontk}\n", EVERY_SPELLING, ()),
+        "  job_info: {source: jontk}\n",
+        EVERY_SPELLING,
+        (),
+    ),
     "dcgm-4.9": ("exporters:\n  dcgm:\n    versions: ['4.9']\n", (), ()),
     "dcgm-4.10+": ("exporters:\n  dcgm:\n    versions: ['4.10+']\n", (), ()),
     "dcgm-4.10+-then-3.x": ("exporters:\n  dcgm:\n    versions: ['4.10+', '3.x-4.5']\n", (), ()),
@@ -225,6 +313,7 @@ def site_builds(tmp_path_factory, private_cache_dir):
     """Each site's generated files and its promtool/amtool failures; all sites' tool runs share one pool."""
     from hpcobs import config as config_module
     from hpcobs import outdir
+
     builds = {}
     for site, (site_text, _, _) in SITES.items():
         folder = tmp_path_factory.mktemp("site")
