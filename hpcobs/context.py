@@ -1,4 +1,5 @@
 """What content modules (recording_rules/, alerts/, dashboards/) receive: config, sources and helpers."""
+
 from __future__ import annotations
 
 import json
@@ -10,8 +11,9 @@ from functools import cached_property
 from . import escape, promql
 from .config import Config
 from .sources import Sources
+from .thresholds import Thresholds
 
-# Labels every per-GPU canonical series keeps (DESIGN.md §6).
+# Labels every per-GPU canonical series keeps: a GPU is its node and its index there, whatever the exporter calls them.
 GPU_KEY = ("node", "gpu")
 
 
@@ -48,9 +50,9 @@ class Context:
         """The label carrying the cluster identity."""
         return self.config.get("cluster", "label")
 
-    @property
-    def thresholds(self) -> dict:
-        return self.config["thresholds"]
+    @cached_property
+    def thresholds(self) -> Thresholds:
+        return Thresholds.from_config(self.config["thresholds"])
 
     @property
     def scrape_interval(self) -> str:
@@ -66,8 +68,16 @@ class Context:
         """Shortest safe window for rate()/increase(): four scrape intervals."""
         return promql.duration(4 * promql.duration_seconds(self.scrape_interval))
 
-    def select(self, exporter_id: str, signals: list[str] | tuple[str, ...], by: tuple[str, ...] = ("node",), *,
-               over: Callable[[str], str] | None = None, op: str = "max", where: dict[str, str] | None = None) -> str:
+    def select(
+        self,
+        exporter_id: str,
+        signals: list[str] | tuple[str, ...],
+        by: tuple[str, ...] = ("node",),
+        *,
+        over: Callable[[str], str] | None = None,
+        op: str = "max",
+        where: dict[str, str] | None = None,
+    ) -> str:
         """One canonical expression for some signals of an exporter, across its deployed versions.
 
         Each distinct raw spelling contributes a branch: the raw name with the exporter's selector and
@@ -77,7 +87,7 @@ class Context:
         joined with `or`, so a target scraped under two spellings during an upgrade is counted once.
         """
         source = self.sources[exporter_id]
-        branches: dict[tuple[str, str], list[dict[str, str]]] = {}
+        branches: dict[tuple[str, str], list[dict[str, str | dict]]] = {}
         for version in source.versions:
             for signal in signals:
                 metric = source.metric(signal, version)
@@ -105,8 +115,14 @@ class Context:
             raise ValueError(f"no deployed {exporter_id} version exposes {list(signals)}")
         return either(parts)
 
-    def gpu(self, canonical: str, keep: tuple[str, ...] = (), over: Callable[[str], str] | None = None,
-            op: str = "max", where: dict[str, str] | None = None) -> str:
+    def gpu(
+        self,
+        canonical: str,
+        keep: tuple[str, ...] = (),
+        over: Callable[[str], str] | None = None,
+        op: str = "max",
+        where: dict[str, str] | None = None,
+    ) -> str:
         """A canonical per-GPU quantity (catalogue `canonical:`) over every enabled GPU exporter.
 
         `max` by default also folds the copies dcgm-exporter emits for a GPU shared by several jobs.
