@@ -1,5 +1,6 @@
 #!/usr/bin/env python3
 """hpcobs build entry point: `python build.py --help`."""
+
 import sys
 
 from hpcobs.cli import main

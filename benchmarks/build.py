@@ -17,6 +17,7 @@ so that both see the same load; a version without the cache reruns everything in
 load average is printed with each row: the machine is shared, so numbers taken under load are longer.
 Results go to docs/benchmarks.md by hand, with the machine they were measured on.
 """
+
 import argparse
 import os
 import statistics
@@ -33,9 +34,13 @@ THRESHOLD = "storage_full_ratio"
 def timed(tree: Path, args: list[str], cache: Path) -> tuple[float, float]:
     """Wall and CPU seconds of `build.py args` from tree (it must succeed)."""
     began = time.monotonic()
-    process = subprocess.Popen([sys.executable, str(tree / "build.py"), *args], cwd=tree,
-                               stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
-                               env={**os.environ, "HPCOBS_CACHE_DIR": str(cache)})
+    process = subprocess.Popen(
+        [sys.executable, str(tree / "build.py"), *args],
+        cwd=tree,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        env={**os.environ, "HPCOBS_CACHE_DIR": str(cache)},
+    )
     errors = process.stderr.read().decode()
     _, status, usage = os.wait4(process.pid, 0)
     wall = time.monotonic() - began
@@ -80,8 +85,7 @@ STEPS = {
 
 
 def cell(samples: list[tuple[float, float]]) -> str:
-    return (f"{statistics.median(wall for wall, _ in samples):.1f} / "
-            f"{statistics.median(cpu for _, cpu in samples):.1f}")
+    return f"{statistics.median(wall for wall, _ in samples):.1f} / {statistics.median(cpu for _, cpu in samples):.1f}"
 
 
 def main() -> None:

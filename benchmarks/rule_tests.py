@@ -9,6 +9,7 @@ Evaluations: promtool evaluates every rule a test file loads at every evaluation
 to the test's last eval_time; the columns split them into the tested rules and the records they read.
 Results go to docs/benchmarks.md by hand, with the machine they were measured on.
 """
+
 import argparse
 import os
 import statistics
@@ -26,8 +27,9 @@ ROOT = Path(__file__).resolve().parent.parent
 def promtool_cpu(folder: Path) -> float:
     """CPU seconds of one `promtool test rules` run over a domain's test files (they must pass)."""
     files = sorted(path.name for path in folder.glob("*.tests.yaml"))
-    process = subprocess.Popen(["promtool", "test", "rules", *files], cwd=folder,
-                               stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+    process = subprocess.Popen(
+        ["promtool", "test", "rules", *files], cwd=folder, stdout=subprocess.PIPE, stderr=subprocess.STDOUT
+    )
     output = process.stdout.read().decode()
     process.stdout.close()
     _, status, usage = os.wait4(process.pid, 0)
@@ -42,8 +44,9 @@ def evaluations(test_file: Path) -> dict[str, int]:
     interval = duration_seconds(spec.get("evaluation_interval", "1m"))
     steps = 0
     for test in spec["tests"]:
-        times = [duration_seconds(t["eval_time"])
-                 for t in test.get("alert_rule_test", []) + test.get("promql_expr_test", [])]
+        times = [
+            duration_seconds(t["eval_time"]) for t in test.get("alert_rule_test", []) + test.get("promql_expr_test", [])
+        ]
         steps += int(max(times, default=0) // interval) + 1
     tested = test_file.name.removesuffix(".tests.yaml").replace(".", ":")
     counts = {"tested": 0, "read": 0}
@@ -63,8 +66,11 @@ def main() -> None:
         out = args.out
         if out is None:
             out = Path(scratch) / "out"
-            subprocess.run([sys.executable, str(ROOT / "build.py"), "--no-tool-checks", "--out", str(out)],
-                           check=True, stdout=subprocess.DEVNULL)
+            subprocess.run(
+                [sys.executable, str(ROOT / "build.py"), "--no-tool-checks", "--out", str(out)],
+                check=True,
+                stdout=subprocess.DEVNULL,
+            )
         rows = []
         for folder in sorted(p for p in (out / "prometheus/tests").iterdir() if p.is_dir()):
             cpu = statistics.median(promtool_cpu(folder) for _ in range(args.repeat))
@@ -74,8 +80,10 @@ def main() -> None:
     print("|---|---|---|---|---|")
     for name, files, cpu, counts in sorted(rows, key=lambda row: -row[2]):
         print(f"| {name} | {files} | {cpu:.2f} | {counts['tested']:,} | {counts['read']:,} |")
-    print(f"| total | {sum(r[1] for r in rows)} | {sum(r[2] for r in rows):.2f} | "
-          f"{sum(r[3]['tested'] for r in rows):,} | {sum(r[3]['read'] for r in rows):,} |")
+    print(
+        f"| total | {sum(r[1] for r in rows)} | {sum(r[2] for r in rows):.2f} | "
+        f"{sum(r[3]['tested'] for r in rows):,} | {sum(r[3]['read'] for r in rows):,} |"
+    )
 
 
 if __name__ == "__main__":

@@ -5,6 +5,7 @@
 Each run is a separate process writing to /dev/null; peak memory is its maximum resident set size.
 Results go to docs/benchmarks.md by hand, with the machine they were measured on.
 """
+
 import argparse
 import resource
 import subprocess
@@ -18,17 +19,47 @@ ROOT = Path(__file__).resolve().parent.parent
 def run(nodes: int, gpus_per_node: int, hours: float, fmt: str) -> dict:
     before = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss
     began = time.monotonic()
-    out = subprocess.run([sys.executable, str(ROOT / "build.py"), "simulate", "--nodes", str(nodes),
-                          "--gpus-per-node", str(gpus_per_node), "--hours", str(hours), "--format", fmt,
-                          "--out", "/dev/null", "--seed", "1",
-                          # A benchmark measures large runs on purpose: lift the simulator's default size bound.
-                          "--max-samples", str(10 ** 12)], capture_output=True, text=True, check=True)
+    out = subprocess.run(
+        [
+            sys.executable,
+            str(ROOT / "build.py"),
+            "simulate",
+            "--nodes",
+            str(nodes),
+            "--gpus-per-node",
+            str(gpus_per_node),
+            "--hours",
+            str(hours),
+            "--format",
+            fmt,
+            "--out",
+            "/dev/null",
+            "--seed",
+            "1",
+            # A benchmark measures large runs on purpose: lift the simulator's default size bound.
+            "--max-samples",
+            str(10**12),
+        ],
+        capture_output=True,
+        text=True,
+        check=True,
+    )
     seconds = time.monotonic() - began
     peak_kib = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss
-    samples = next(int(w.replace(",", "")) for line in out.stderr.splitlines() + out.stdout.splitlines()
-                   for w, nxt in zip(line.split(), line.split()[1:]) if nxt.startswith("samples"))
-    return {"gpus": nodes * gpus_per_node, "format": fmt, "samples": samples, "seconds": seconds,
-            "samples_per_second": samples / seconds, "peak_mib": max(peak_kib, before) / 1024}
+    samples = next(
+        int(w.replace(",", ""))
+        for line in out.stderr.splitlines() + out.stdout.splitlines()
+        for w, nxt in zip(line.split(), line.split()[1:])
+        if nxt.startswith("samples")
+    )
+    return {
+        "gpus": nodes * gpus_per_node,
+        "format": fmt,
+        "samples": samples,
+        "seconds": seconds,
+        "samples_per_second": samples / seconds,
+        "peak_mib": max(peak_kib, before) / 1024,
+    }
 
 
 def main() -> None:
@@ -42,8 +73,11 @@ def main() -> None:
     print("|---|---|---|---|---|---|")
     for nodes in args.nodes:
         r = run(nodes, args.gpus_per_node, args.hours, args.format)
-        print(f"| {r['gpus']:,} | {r['format']} | {r['samples']:,} | {r['seconds']:.1f} | "
-              f"{r['samples_per_second']:,.0f} | {r['peak_mib']:.0f} |", flush=True)
+        print(
+            f"| {r['gpus']:,} | {r['format']} | {r['samples']:,} | {r['seconds']:.1f} | "
+            f"{r['samples_per_second']:,.0f} | {r['peak_mib']:.0f} |",
+            flush=True,
+        )
 
 
 if __name__ == "__main__":

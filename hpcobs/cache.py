@@ -5,6 +5,7 @@ out/, in a directory any run may delete. Each entry is written to a temp file an
 holds its key and a checksum of its content: a truncated, corrupted or misplaced entry reads as absent and
 the next success rewrites it. A directory that cannot be written only makes the build slower.
 """
+
 from __future__ import annotations
 
 import contextlib
@@ -25,7 +26,7 @@ def default_directory() -> Path:
     if os.environ.get("HPCOBS_CACHE_DIR"):
         return Path(os.environ["HPCOBS_CACHE_DIR"])
     xdg = os.environ.get("XDG_CACHE_HOME", "")
-    base = Path(xdg) if os.path.isabs(xdg) else Path.home() / ".cache"      # the XDG spec ignores relative values
+    base = Path(xdg) if os.path.isabs(xdg) else Path.home() / ".cache"  # the XDG spec ignores relative values
     return base / "hpcobs"
 
 
@@ -58,7 +59,7 @@ class Cache:
         try:
             entry = json.loads(self._path(key).read_bytes())
             found = entry["key"] == key and entry["check"] == digest(_canonical([key, entry["value"]]))
-        except (OSError, ValueError, TypeError, KeyError):       # missing, truncated, not JSON, not our shape
+        except (OSError, ValueError, TypeError, KeyError):  # missing, truncated, not JSON, not our shape
             found = False
         self._count("hits" if found else "misses")
         return entry["value"] if found else None

@@ -6,8 +6,9 @@ labels. A count of things matching a condition (ports not ACTIVE, idle GPUs...) 
 something matches, and a record of sparse raw series (catalogue `sparse: true`: Falco rule matches,
 Tetragon events, drain reasons) only where something happened; those are counted for the `faulty`
 fraction of the fleet. The live tests check the classes against series counted on a simulated cluster, and
-tests/test_cardinality.py asserts the budget of DESIGN.md §8 on these numbers.
+tests/test_cardinality.py asserts the budget (docs/recording-rules.md#budget) on these numbers.
 """
+
 from __future__ import annotations
 
 import re
@@ -20,12 +21,24 @@ from .rules import Group, Record
 from .sources import Sources
 
 REFERENCE = {
-    "nodes": 2048, "gpus_per_node": 8, "jobs": 300, "ranks": 16384,
-    "shared_gpus": 0.02,          # fraction of GPUs that two jobs share (dcgm-exporter exports them twice)
-    "accounts": 30, "partitions": 4, "ib_ports_per_node": 8, "mounts_per_node": 4, "filesystems": 2,
-    "lustre_targets": 64, "collectives": 5, "message_sizes": 8, "node_states": 6,
-    "falco_rules": 20, "falco_priorities": 3, "tetragon_policies": 5,
-    "faulty": 0.05,               # fraction of nodes or jobs a condition-count reports at a given time
+    "nodes": 2048,
+    "gpus_per_node": 8,
+    "jobs": 300,
+    "ranks": 16384,
+    "shared_gpus": 0.02,  # fraction of GPUs that two jobs share (dcgm-exporter exports them twice)
+    "accounts": 30,
+    "partitions": 4,
+    "ib_ports_per_node": 8,
+    "mounts_per_node": 4,
+    "filesystems": 2,
+    "lustre_targets": 64,
+    "collectives": 5,
+    "message_sizes": 8,
+    "node_states": 6,
+    "falco_rules": 20,
+    "falco_priorities": 3,
+    "tetragon_policies": 5,
+    "faulty": 0.05,  # fraction of nodes or jobs a condition-count reports at a given time
 }
 # Labels that add no series because another label of the set determines them.
 DEPENDENT = {"user", "account", "partition", "uuid", "model", "driver", "rank", "qos", "job_name"}
@@ -43,9 +56,16 @@ def recorded_per(labels: set[str], r: dict = REFERENCE) -> tuple[str, float]:
     if "hpc_job" in keyed:
         return ("job", r["jobs"] * (r["collectives"] if "collective" in keyed else 1))
     if "node" in keyed:
-        factor = prod(f for label, f in (("mountpoint", r["mounts_per_node"]),
-                                         ("rule_name", r["falco_rules"]), ("priority", r["falco_priorities"]),
-                                         ("policy", r["tetragon_policies"])) if label in keyed)
+        factor = prod(
+            f
+            for label, f in (
+                ("mountpoint", r["mounts_per_node"]),
+                ("rule_name", r["falco_rules"]),
+                ("priority", r["falco_priorities"]),
+                ("policy", r["tetragon_policies"]),
+            )
+            if label in keyed
+        )
         return ("node", r["nodes"] * factor)
     for label, key in (("account", "accounts"), ("partition", "partitions"), ("fs", "filesystems")):
         if label in keyed:
@@ -92,7 +112,7 @@ class GroupCost:
     group: str
     raw_read: float
     recorded: float
-    per: dict[str, float]        # recorded series by class
+    per: dict[str, float]  # recorded series by class
 
 
 def record_labels(record: Record, cluster_label: str) -> set[str]:
@@ -135,15 +155,19 @@ def gpu_exporter_series(sources: Sources, r: dict = REFERENCE) -> float:
 def report(groups: list[Group], sources: Sources, cluster_label: str) -> list[str]:
     """Lines printed by `python build.py`."""
     r = REFERENCE
-    lines = [f"cardinality on the reference cluster ({r['nodes']} nodes x {r['gpus_per_node']} GPUs, "
-             f"{r['jobs']} jobs, {r['ranks']} ranks):",
-             f"  {'group':34} {'raw read':>10} {'recorded':>9}  by class"]
+    lines = [
+        f"cardinality on the reference cluster ({r['nodes']} nodes x {r['gpus_per_node']} GPUs, "
+        f"{r['jobs']} jobs, {r['ranks']} ranks):",
+        f"  {'group':34} {'raw read':>10} {'recorded':>9}  by class",
+    ]
     total = 0.0
     for cost in costs(groups, sources, cluster_label):
         total += cost.recorded
         classes = ", ".join(f"{k} {v:,.0f}" for k, v in sorted(cost.per.items()))
         lines.append(f"  {cost.group:34} {cost.raw_read:>10,.0f} {cost.recorded:>9,.0f}  {classes}")
     raw_gpu = gpu_exporter_series(sources)
-    lines.append(f"  all recorded series: {total:,.0f} = {100 * total / raw_gpu:.1f}% of the {raw_gpu:,.0f} "
-                 f"series the GPU exporters emit by default (budget 25%)")
+    lines.append(
+        f"  all recorded series: {total:,.0f} = {100 * total / raw_gpu:.1f}% of the {raw_gpu:,.0f} "
+        f"series the GPU exporters emit by default (budget 25%)"
+    )
     return lines

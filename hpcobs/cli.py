@@ -1,4 +1,5 @@
 """Command line: `python build.py [build|check] [--config site.yaml] [--out DIR] [--profile]`, and `simulate`."""
+
 from __future__ import annotations
 
 import argparse
@@ -8,6 +9,7 @@ import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
+from typing import Any
 
 from . import cache as cache_module
 from . import config as config_module
@@ -21,48 +23,75 @@ ROOT = Path(__file__).resolve().parent.parent
 
 def _options(defaults: bool) -> argparse.ArgumentParser:
     """Options accepted both before and after the subcommand."""
-    keep = {} if defaults else {"default": argparse.SUPPRESS}
+    keep: dict[str, Any] = {} if defaults else {"default": argparse.SUPPRESS}
     parser = argparse.ArgumentParser(add_help=False)
-    parser.add_argument("--config", metavar="FILE", help="site YAML merged over config/default.yaml",
-                        **({"default": None} if defaults else keep))
-    parser.add_argument("--out", metavar="DIR",
-                        help="output directory (default: out/ beside build.py): new, empty or written by hpcobs",
-                        **({"default": str(ROOT / "out")} if defaults else keep))
-    parser.add_argument("--no-tool-checks", action="store_true",
-                        help="skip promtool/amtool (schemas are still checked); for machines without them",
-                        **({"default": False} if defaults else keep))
-    parser.add_argument("--cache-dir", metavar="DIR",
-                        help="where successful promtool/amtool and schema results are kept between builds, keyed by "
-                             "a hash of everything that decides them; any run may delete it (default: "
-                             "$HPCOBS_CACHE_DIR, else $XDG_CACHE_HOME/hpcobs or ~/.cache/hpcobs)",
-                        **({"default": None} if defaults else keep))
-    parser.add_argument("--no-cache", action="store_true",
-                        help="validate everything again, without reading or writing the cache",
-                        **({"default": False} if defaults else keep))
-    parser.add_argument("--profile", action="store_true",
-                        help="print on stderr where the time went, step by step (stdout is unchanged)",
-                        **({"default": False} if defaults else keep))
+    parser.add_argument(
+        "--config",
+        metavar="FILE",
+        help="site YAML merged over config/default.yaml",
+        **({"default": None} if defaults else keep),
+    )
+    parser.add_argument(
+        "--out",
+        metavar="DIR",
+        help="output directory (default: out/ beside build.py): new, empty or written by hpcobs",
+        **({"default": str(ROOT / "out")} if defaults else keep),
+    )
+    parser.add_argument(
+        "--no-tool-checks",
+        action="store_true",
+        help="skip promtool/amtool (schemas are still checked); for machines without them",
+        **({"default": False} if defaults else keep),
+    )
+    parser.add_argument(
+        "--cache-dir",
+        metavar="DIR",
+        help="where successful promtool/amtool and schema results are kept between builds, keyed by "
+        "a hash of everything that decides them; any run may delete it (default: "
+        "$HPCOBS_CACHE_DIR, else $XDG_CACHE_HOME/hpcobs or ~/.cache/hpcobs)",
+        **({"default": None} if defaults else keep),
+    )
+    parser.add_argument(
+        "--no-cache",
+        action="store_true",
+        help="validate everything again, without reading or writing the cache",
+        **({"default": False} if defaults else keep),
+    )
+    parser.add_argument(
+        "--profile",
+        action="store_true",
+        help="print on stderr where the time went, step by step (stdout is unchanged)",
+        **({"default": False} if defaults else keep),
+    )
     return parser
 
 
 def parser() -> argparse.ArgumentParser:
     main = argparse.ArgumentParser(
-        prog="build.py", parents=[_options(True)],
-        description="Generate hpcobs dashboards, rules, alerts, Alertmanager config and Grafana provisioning.")
+        prog="build.py",
+        parents=[_options(True)],
+        description="Generate hpcobs dashboards, rules, alerts, Alertmanager config and Grafana provisioning.",
+    )
     sub = main.add_subparsers(dest="command", metavar="COMMAND")
-    sub.add_parser("build", parents=[_options(False)],
-                   help="generate, validate and atomically replace out/ (the default)",
-                   description="Generate everything into a staging dir beside out/, validate it (schemas, promtool, "
-                               "amtool), then exchange it with out/ in one step. A failed or interrupted build leaves "
-                               "out/ untouched. Validation results are cached (see --cache-dir): an unchanged input "
-                               "is not checked twice. See docs/output.md.")
-    sub.add_parser("check", parents=[_options(False)],
-                   help="exit 1 listing the files where out/ differs from a fresh build",
-                   description="Generate everything in memory and compare it with out/ byte for byte (the "
-                               f"{outdir.MARKER} marker included); exit 1 listing the files that differ. It does not "
-                               "validate: no JSON schemas, no promtool, no amtool, so --no-tool-checks, --cache-dir "
-                               "and --no-cache change nothing here. out/ was validated by the build that wrote it, "
-                               "and the test suite validates the committed out/.")
+    sub.add_parser(
+        "build",
+        parents=[_options(False)],
+        help="generate, validate and atomically replace out/ (the default)",
+        description="Generate everything into a staging dir beside out/, validate it (schemas, promtool, "
+        "amtool), then exchange it with out/ in one step. A failed or interrupted build leaves "
+        "out/ untouched. Validation results are cached (see --cache-dir): an unchanged input "
+        "is not checked twice. See docs/output.md.",
+    )
+    sub.add_parser(
+        "check",
+        parents=[_options(False)],
+        help="exit 1 listing the files where out/ differs from a fresh build",
+        description="Generate everything in memory and compare it with out/ byte for byte (the "
+        f"{outdir.MARKER} marker included); exit 1 listing the files that differ. It does not "
+        "validate: no JSON schemas, no promtool, no amtool, so --no-tool-checks, --cache-dir "
+        "and --no-cache change nothing here. out/ was validated by the build that wrote it, "
+        "and the test suite validates the committed out/.",
+    )
     _simulate_parser(sub)
     return main
 
@@ -70,8 +99,12 @@ def parser() -> argparse.ArgumentParser:
 def _simulate_parser(sub) -> None:
     """`simulate` takes its arguments whole (no prefix character is an option here) and parses them with its own
     parser only when it runs, so that a build never imports the simulator."""
-    entry = sub.add_parser("simulate", add_help=False, prefix_chars="\0",
-                           help="write a simulated cluster's raw series (OpenMetrics, VictoriaMetrics or promtool input)")
+    entry = sub.add_parser(
+        "simulate",
+        add_help=False,
+        prefix_chars="\0",
+        help="write a simulated cluster's raw series (OpenMetrics, VictoriaMetrics or promtool input)",
+    )
     entry.add_argument("simulate_arguments", nargs="*")
 
 
@@ -92,7 +125,8 @@ def build(args: argparse.Namespace) -> int:
         timings.lap("publish: exchange with out/, remove the previous tree")
         rules = sum(1 for p in files if p.startswith(pipeline.RULES_DIR))
         dashboards = sum(1 for p in files if p.startswith("grafana/dashboards/"))
-        print(f"wrote {out} ({len(files)} files: {rules} rule files, {dashboards} dashboards) from {', '.join(config.origin)}")
+        counts = f"{len(files)} files: {rules} rule files, {dashboards} dashboards"
+        print(f"wrote {out} ({counts}) from {', '.join(config.origin)}")
         budget = pipeline.budget_report(config)
         timings.lap("cardinality budget")
         print("\n".join(budget))
@@ -140,8 +174,10 @@ def simulate(args: argparse.Namespace) -> int:
     if args.list_scenarios:
         for name, kind in sim_module.kinds().items():
             print(f"{name:24} {kind.doc} Parameters: {', '.join(kind.params) or 'none'}.")
-        print(f"{'realistic_week':24} faults drawn at the Llama 3 rates (0.47 interruptions per 1,000 GPU-days). "
-              "Parameters: none.")
+        print(
+            f"{'realistic_week':24} faults drawn at the Llama 3 rates (0.47 interruptions per 1,000 GPU-days). "
+            "Parameters: none."
+        )
         return 0
     request = arguments.checked(args)
     config = config_module.load(args.config)
@@ -151,6 +187,7 @@ def simulate(args: argparse.Namespace) -> int:
     bar = _ProgressBar(len(families), sys.stderr)
     try:
         with output.replacing(("--out", request.out), ("--expectations", request.expectations)) as (out, expect):
+            assert out is not None  # --out always names a file, or - for standard output
             stats = sim_module.formats.WRITERS[request.format](iter(families), out, sim.window, bar.update)
             if expect is not None:
                 expect.write(json.dumps([e.to_dict() for e in sim.expectations()], indent=2, sort_keys=True) + "\n")
@@ -160,8 +197,11 @@ def simulate(args: argparse.Namespace) -> int:
     finally:
         bar.done()
     seconds = time.monotonic() - began
-    print(f"wrote {request.out}: {stats.families} families, {stats.series} series, {stats.samples} samples "
-          f"({stats.samples / max(seconds, 1e-9):,.0f} samples/s, {len(sim.expectations())} expectations)", file=sys.stderr)
+    print(
+        f"wrote {request.out}: {stats.families} families, {stats.series} series, {stats.samples} samples "
+        f"({stats.samples / max(seconds, 1e-9):,.0f} samples/s, {len(sim.expectations())} expectations)",
+        file=sys.stderr,
+    )
     return 0
 
 
@@ -176,8 +216,10 @@ class _ProgressBar:
         self.done_families += 1
         if self.active:
             filled = 30 * self.done_families // self.total
-            self.stream.write(f"\r[{'#' * filled}{'.' * (30 - filled)}] {self.done_families}/{self.total} families, "
-                              f"{stats.series:,} series, {stats.samples:,} samples")
+            self.stream.write(
+                f"\r[{'#' * filled}{'.' * (30 - filled)}] {self.done_families}/{self.total} families, "
+                f"{stats.series:,} series, {stats.samples:,} samples"
+            )
             self.stream.flush()
 
     def done(self) -> None:

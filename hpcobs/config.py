@@ -3,6 +3,7 @@
 Errors name the file that holds the bad value, the key path and what is expected, one line each:
     config error: site.yaml: exporters.dcgm.versions[0]: '4.x' is not one of ['3.x-4.5', ...]
 """
+
 from __future__ import annotations
 
 import copy
@@ -40,7 +41,13 @@ class Config:
         return node
 
 
-class _Loader(getattr(yaml, "CSafeLoader", yaml.SafeLoader)):
+try:
+    from yaml import CSafeLoader as _SafeLoader
+except ImportError:  # PyYAML built without libyaml
+    from yaml import SafeLoader as _SafeLoader  # type: ignore[assignment]
+
+
+class _Loader(_SafeLoader):
     """Safe YAML, parsed by libyaml when available. Refuses a key given twice in one mapping (plain YAML keeps
     the last one silently, so half of a doubled `exporters:` block would vanish), and documents that are
     recursive through aliases, nested deeper than any config, or too large to walk once aliases are
@@ -61,11 +68,18 @@ class _Loader(getattr(yaml, "CSafeLoader", yaml.SafeLoader)):
             self._refuse(node, "an alias refers to a mapping or list that contains it; remove the recursion")
         if len(within) >= self.MAX_DEPTH:
             self._refuse(node, f"nested deeper than {self.MAX_DEPTH} levels; flatten it")
-        children = [part for pair in node.value for part in pair] if isinstance(node, yaml.MappingNode) else \
-            node.value if isinstance(node, yaml.SequenceNode) else []
+        children = (
+            [part for pair in node.value for part in pair]
+            if isinstance(node, yaml.MappingNode)
+            else node.value
+            if isinstance(node, yaml.SequenceNode)
+            else []
+        )
         size = 1 + sum(self._measure(child, sizes, within + [node]) for child in children)
         if size > self.MAX_VALUES:
-            self._refuse(node, f"aliases expand this to more than {self.MAX_VALUES:,} values; write the repeated parts out")
+            self._refuse(
+                node, f"aliases expand this to more than {self.MAX_VALUES:,} values; write the repeated parts out"
+            )
         sizes[id(node)] = size
         return size
 
@@ -88,16 +102,16 @@ def _read_yaml(path: Path) -> Any:
     try:
         text = path.read_text(encoding="utf-8")
     except FileNotFoundError:
-        raise UserError(f"config error: {path}: file not found; pass an existing YAML file to --config")
+        raise UserError(f"config error: {path}: file not found; pass an existing YAML file to --config") from None
     except OSError as exc:
-        raise UserError(f"config error: {path}: cannot read ({exc.strerror})")
+        raise UserError(f"config error: {path}: cannot read ({exc.strerror})") from None
     try:
         return yaml.load(text, Loader=_Loader)
     except yaml.YAMLError as exc:
         mark = getattr(exc, "problem_mark", None)
         where = f":{mark.line + 1}:{mark.column + 1}" if mark else ""
         problem = getattr(exc, "problem", None) or str(exc).splitlines()[0]
-        raise UserError(f"config error: {path}{where}: invalid YAML ({problem}); fix the syntax at that line")
+        raise UserError(f"config error: {path}{where}: invalid YAML ({problem}); fix the syntax at that line") from None
 
 
 def merge(base: Any, override: Any) -> Any:
@@ -120,9 +134,8 @@ def _key_path(path: list[Any]) -> str:
 def _holds(doc: Any, path: list[Any]) -> bool:
     node = doc
     for part in path:
-        if isinstance(node, dict) and part in node:
-            node = node[part]
-        elif isinstance(node, list) and isinstance(part, int) and part < len(node):
+        in_list = isinstance(node, list) and isinstance(part, int) and part < len(node)
+        if isinstance(node, dict) and part in node or in_list:
             node = node[part]
         else:
             return False
@@ -173,8 +186,11 @@ def validate(doc: Any, sources: list[tuple[Path, Any]]) -> None:
     validator = jsonschema.Draft7Validator(schema, format_checker=config_checks.FORMATS)
     found = [explained for error in validator.iter_errors(doc) for explained in _explain(error)]
     refused = [path for path, _, _ in found]
-    found += [(path, path, message) for path, message in config_checks.problems(doc)
-              if not any(path[:len(r)] == r for r in refused)]
+    found += [
+        (path, path, message)
+        for path, message in config_checks.problems(doc)
+        if not any(path[: len(r)] == r for r in refused)
+    ]
     lines = []
     for path, held, message in sorted(found, key=lambda f: (list(map(str, f[0])), f[2])):
         blamed = next((p for p, d in reversed(sources) if _holds(d, held)), sources[-1][0])
@@ -194,7 +210,9 @@ def load(site: str | Path | None = None) -> Config:
         if site_doc is None:
             site_doc = {}
         if not isinstance(site_doc, dict):
-            raise UserError(f"config error: {site_path}: top level must be a mapping of keys, got {type(site_doc).__name__}")
+            raise UserError(
+                f"config error: {site_path}: top level must be a mapping of keys, got {type(site_doc).__name__}"
+            )
         sources.append((site_path, site_doc))
         merged = merge(default_doc, site_doc)
     validate(merged, sources)

@@ -5,6 +5,7 @@ in a literal, through the function for the language it lands in (docs/validation
 settings reach which). Strings that cannot be escaped (label names, durations, URLs, paths) are
 validated when the config is loaded instead.
 """
+
 from __future__ import annotations
 
 import json
@@ -15,7 +16,7 @@ from urllib.parse import quote_plus
 # Prometheus' label-name grammar; config validation checks names against the same pattern.
 LABEL_NAME = re.compile(r"[a-zA-Z_][a-zA-Z0-9_]*")
 _MATCH_OPS = ("=", "!=", "=~", "!~")
-_REGEX_META = frozenset(".^$*+?()[]{}|\\")        # the characters Go's regexp.QuoteMeta escapes
+_REGEX_META = frozenset(".^$*+?()[]{}|\\")  # the characters Go's regexp.QuoteMeta escapes
 
 
 def promql_string(value: str) -> str:

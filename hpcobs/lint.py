@@ -4,6 +4,7 @@ Dashboard expressions may hold Grafana variables and be template queries (`label
 `query_result(expr)`): the PromQL inside is taken and the variables replaced by values of their kind
 before parsing.
 """
+
 from __future__ import annotations
 
 import re
@@ -40,8 +41,12 @@ def _metric_names(expr: str) -> frozenset[str]:
             if node.name:
                 names.add(node.name)
             matchers = node.matchers
-            names.update(m.value for group in (matchers.matchers, *matchers.or_matchers) for m in group
-                         if m.name == "__name__" and m.op == promql_parser.MatchOp.Equal)
+            names.update(
+                m.value
+                for group in (matchers.matchers, *matchers.or_matchers)
+                for m in group
+                if m.name == "__name__" and m.op == promql_parser.MatchOp.Equal
+            )
 
     promql_parser.walk(tree, visit)
     return frozenset(names)
@@ -50,8 +55,10 @@ def _metric_names(expr: str) -> frozenset[str]:
 def _plain_regexes(promql: str) -> str:
     """Regex matcher values replaced by a plain one: they name no metric, and the parser compiles them with
     Rust's regex crate, which refuses some patterns that Prometheus' RE2 accepts (`{{a}}`)."""
+
     def plain(string: re.Match) -> str:
-        return '"x"' if promql[:string.start()].rstrip().endswith(("=~", "!~")) else string.group()
+        return '"x"' if promql[: string.start()].rstrip().endswith(("=~", "!~")) else string.group()
+
     return _STRING.sub(plain, promql)
 
 
@@ -68,10 +75,10 @@ def promql_text(expr: str) -> str | None:
             expr = arguments.group(1)
             if expr is None:
                 return None
-    code = _STRING.sub(lambda string: " " * len(string.group()), expr)   # same offsets, strings blanked
+    code = _STRING.sub(lambda string: " " * len(string.group()), expr)  # same offsets, strings blanked
 
     def value(variable: re.Match) -> str:
-        if code[variable.start()] == " ":          # inside a string literal: text, left as it is
+        if code[variable.start()] == " ":  # inside a string literal: text, left as it is
             return variable.group()
         return "1m" if _BEFORE_DURATION.search(code, 0, variable.start()) else "1"
 

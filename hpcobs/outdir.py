@@ -3,6 +3,7 @@
 A build is written to a staging directory beside out/, validated there, then exchanged with out/ in
 one rename. Until then out/ is untouched; whatever happens, the staging directory is removed.
 """
+
 from __future__ import annotations
 
 import ctypes
@@ -21,7 +22,9 @@ from .errors import UserError
 
 # hpcobs only ever replaces a directory that holds this file, so it never deletes what it did not write.
 MARKER = ".hpcobs-output"
-MARKER_TEXT = "Written by hpcobs (python build.py): every build replaces this whole directory, so keep nothing else here.\n"
+MARKER_TEXT = (
+    "Written by hpcobs (python build.py): every build replaces this whole directory, so keep nothing else here.\n"
+)
 
 _AT_FDCWD = -100
 _RENAME_EXCHANGE = 2
@@ -58,8 +61,10 @@ def _target(out: Path) -> Path:
 
 def _refuse_foreign(out: Path, target: Path) -> None:
     if target.is_dir() and any(target.iterdir()) and not (target / MARKER).is_file():
-        raise UserError(f"build error: --out {out}: is not empty and was not written by hpcobs (it has no {MARKER}), "
-                        "so it is left alone; choose a new or empty directory, or empty this one yourself")
+        raise UserError(
+            f"build error: --out {out}: is not empty and was not written by hpcobs (it has no {MARKER}), "
+            "so it is left alone; choose a new or empty directory, or empty this one yourself"
+        )
 
 
 @contextmanager

@@ -1,17 +1,16 @@
 """config -> rules -> alerts -> dashboards -> rendered files. Pure: nothing is written here."""
+
 from __future__ import annotations
 
 import posixpath
 from collections import defaultdict
 from dataclasses import replace
 
-import alerts
-import dashboards
-import recording_rules
-from alerts import alertmanager
-
+# mypy reads the source tree, where the content folders sit at the top, and cannot follow setuptools' package-dir
+# mapping that installs them as hpcobs.*: it checks them as the packages alerts, dashboards and recording_rules.
+from . import alerts, dashboards, lint, promtest, provisioning, recording_rules  # type: ignore[attr-defined]
 from . import dashboard as dashboard_engine
-from . import lint, promtest, provisioning
+from .alerts import alertmanager  # type: ignore[import-not-found]
 from .config import Config
 from .context import Context
 from .render import GENERATED, json_text, yaml_text
@@ -45,14 +44,19 @@ def generate(config: Config) -> dict[str, str]:
     groups = rule_groups(ctx)
     for domain, domain_groups in groups.items():
         files[f"{RULES_DIR}/{domain}.rules.yaml"] = yaml_text(
-            {"groups": [g.to_dict(grafana_url, runbook_base) for g in domain_groups]}, GENERATED)
+            {"groups": [g.to_dict(grafana_url, runbook_base) for g in domain_groups]}, GENERATED
+        )
         for name, tested in rules_by_name(domain_groups).items():
             stem = f"{TESTS_DIR}/{domain}/{name.replace(':', '.')}"
             files[f"{stem}.rules.yaml"] = yaml_text(
-                {"groups": [g.to_dict(grafana_url, runbook_base) for g in rules_read(groups, tested)]}, GENERATED)
-            files[f"{stem}.tests.yaml"] = yaml_text(promtest.test_file(
-                tested, [f"{posixpath.basename(stem)}.rules.yaml"], ctx.scrape_interval, grafana_url, runbook_base),
-                GENERATED)
+                {"groups": [g.to_dict(grafana_url, runbook_base) for g in rules_read(groups, tested)]}, GENERATED
+            )
+            files[f"{stem}.tests.yaml"] = yaml_text(
+                promtest.test_file(
+                    tested, [f"{posixpath.basename(stem)}.rules.yaml"], ctx.scrape_interval, grafana_url, runbook_base
+                ),
+                GENERATED,
+            )
 
     files["alertmanager/alertmanager.yml"] = yaml_text(alertmanager.config(ctx), GENERATED)
 
@@ -109,7 +113,8 @@ def layers(groups: list[Group]) -> list[list[Group]]:
     """
     producer = {r.record: g.name for g in groups for r in g.rules if isinstance(r, Record)}
     needs = {g.name: {producer[n] for n in _names_read(g) if n in producer} - {g.name} for g in groups}
-    ordered, placed = [], set()
+    ordered: list[list[Group]] = []
+    placed: set[str] = set()
     while len(placed) < len(groups):
         ready = [g for g in groups if g.name not in placed and needs[g.name] <= placed]
         if not ready:
@@ -122,6 +127,7 @@ def layers(groups: list[Group]) -> list[list[Group]]:
 def budget_report(config: Config) -> list[str]:
     """The cardinality budget of the recording rules on the reference cluster (hpcobs.cardinality)."""
     from . import cardinality
+
     ctx = Context(config)
     groups = [g for domain_groups in rule_groups(ctx).values() for g in domain_groups]
     return cardinality.report(groups, ctx.sources, ctx.cluster)

@@ -1,4 +1,5 @@
 """Small PromQL builders, so content reads as intent rather than string plumbing."""
+
 from __future__ import annotations
 
 import re
@@ -70,7 +71,9 @@ def rise_within(counter: str, window: str) -> str:
 
 
 # Prometheus' duration grammar (prometheus/common model.ParseDuration): units largest first, each at most once.
-_DURATION = re.compile(r"(?:([0-9]+)y)?(?:([0-9]+)w)?(?:([0-9]+)d)?(?:([0-9]+)h)?(?:([0-9]+)m)?(?:([0-9]+)s)?(?:([0-9]+)ms)?")
+_DURATION = re.compile(
+    r"(?:([0-9]+)y)?(?:([0-9]+)w)?(?:([0-9]+)d)?(?:([0-9]+)h)?(?:([0-9]+)m)?(?:([0-9]+)s)?(?:([0-9]+)ms)?"
+)
 _DURATION_UNIT_MS = (31536000000, 604800000, 86400000, 3600000, 60000, 1000, 1)
 _DURATION_LOOSE = re.compile(r"([0-9]+(ms|s|m|h|d|w|y))+")
 # Prometheus holds a duration as a Go time.Duration, int64 nanoseconds: about 292 years.
@@ -78,17 +81,21 @@ MAX_DURATION_MS = (2**63 - 1) // 1_000_000
 
 
 def duration_ms(text: str) -> int:
-    """Prometheus duration text (e.g. 1h30m) to milliseconds; ValueError ("problem; fix") for what Prometheus refuses."""
+    """Prometheus duration text (e.g. 1h30m) to milliseconds; ValueError ("problem; fix") when Prometheus refuses it."""
     match = _DURATION.fullmatch(text) if text else None
     if match is None:
         if _DURATION_LOOSE.fullmatch(text):
-            raise ValueError(f"{text!r} repeats a unit or does not put its units largest first; write each unit "
-                             f"once, in the order y, w, d, h, m, s, ms ({_reordered(text)})")
+            raise ValueError(
+                f"{text!r} repeats a unit or does not put its units largest first; write each unit "
+                f"once, in the order y, w, d, h, m, s, ms ({_reordered(text)})"
+            )
         raise ValueError(f"{text!r} is not a duration such as 30s, 5m or 1h30m")
     numbers = [int(n) if len(n) <= 20 else MAX_DURATION_MS + 1 for n in match.groups(default="0")]
     total = sum(n * unit for n, unit in zip(numbers, _DURATION_UNIT_MS))
     if total > MAX_DURATION_MS:
-        raise ValueError(f"{text!r} is beyond the longest duration Prometheus can hold (about 292y); write a shorter one")
+        raise ValueError(
+            f"{text!r} is beyond the longest duration Prometheus can hold (about 292y); write a shorter one"
+        )
     return total
 
 

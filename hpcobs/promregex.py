@@ -1,22 +1,25 @@
 """Regular expressions as Prometheus runs them: RE2 syntax, fully anchored.
 
-    compile("dcgm.*")   -> an RE2 regex that must match a whole label value
-    problem("a(?=b)")   -> "the regex 'a(?=b)' is not valid RE2 (invalid perl operator: (?=); fix it ..."
-    example("dcgm.*")   -> "dcgm", a value it matches (None when none can be invented)
+compile("dcgm.*")   -> an RE2 regex that must match a whole label value
+problem("a(?=b)")   -> "the regex 'a(?=b)' is not valid RE2 (invalid perl operator: (?=); fix it ..."
+example("dcgm.*")   -> "dcgm", a value it matches (None when none can be invented)
 """
+
 from __future__ import annotations
 
 import re
 import warnings
 from functools import cache
-# Python's own regex parser gives a syntax tree to walk; its public alias sre_parse is deprecated.
-from re import _constants as sre
-from re import _parser as sre_parse
+
+# Python's own regex parser gives a syntax tree to walk; its public alias sre_parse is deprecated, and
+# typeshed describes neither private module.
+from re import _constants as sre  # type: ignore[attr-defined]
+from re import _parser as sre_parse  # type: ignore[attr-defined]
 
 import re2
 
 _OPTIONS = re2.Options()
-_OPTIONS.log_errors = False     # RE2 would print every refused pattern to stderr
+_OPTIONS.log_errors = False  # RE2 would print every refused pattern to stderr
 
 
 @cache
@@ -36,8 +39,10 @@ def problem(pattern: str) -> str | None:
     try:
         compile(pattern)
     except ValueError as exc:
-        return (f"the regex {pattern!r} is not valid RE2 ({exc}); fix it (Prometheus uses Go's RE2: no lookaround, "
-                "no backreferences)")
+        return (
+            f"the regex {pattern!r} is not valid RE2 ({exc}); fix it (Prometheus uses Go's RE2: no lookaround, "
+            "no backreferences)"
+        )
     return None
 
 
@@ -54,7 +59,7 @@ def example(pattern: str) -> str | None:
     """
     try:
         with warnings.catch_warnings():
-            warnings.simplefilter("ignore")     # "possible nested set" for POSIX classes; RE2 has the last word
+            warnings.simplefilter("ignore")  # "possible nested set" for POSIX classes; RE2 has the last word
             tree = sre_parse.parse(pattern)
         value = _generate(tree)
     except (sre.error, _Unsupported, RecursionError, OverflowError):
@@ -72,8 +77,14 @@ class _Unsupported(Exception):
 # Characters tried for `.`, classes and negated classes, most readable first.
 _CANDIDATES = "a0x_-. "
 # RE2's \d \w \s are ASCII, like these Python classes under re.ASCII.
-_CATEGORIES = {sre.CATEGORY_DIGIT: r"\d", sre.CATEGORY_NOT_DIGIT: r"\D", sre.CATEGORY_WORD: r"\w",
-               sre.CATEGORY_NOT_WORD: r"\W", sre.CATEGORY_SPACE: r"\s", sre.CATEGORY_NOT_SPACE: r"\S"}
+_CATEGORIES = {
+    sre.CATEGORY_DIGIT: r"\d",
+    sre.CATEGORY_NOT_DIGIT: r"\D",
+    sre.CATEGORY_WORD: r"\w",
+    sre.CATEGORY_NOT_WORD: r"\W",
+    sre.CATEGORY_SPACE: r"\s",
+    sre.CATEGORY_NOT_SPACE: r"\S",
+}
 
 
 def _generate(tree) -> str:

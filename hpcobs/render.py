@@ -3,6 +3,7 @@
 YAML is written and read by libyaml (PyYAML's C classes) when PyYAML has it, else by the pure-Python
 classes, with the same bytes either way: out/ must not depend on how PyYAML was built.
 """
+
 from __future__ import annotations
 
 import json
@@ -28,6 +29,7 @@ def _str(dumper: yaml.SafeDumper, value: str):
 def _dumper(base: type) -> type:
     class Dumper(base):
         pass
+
     Dumper.add_representer(str, _str)
     return Dumper
 
@@ -48,8 +50,9 @@ def _same_in_libyaml(data: Any) -> bool:
 
 def yaml_text(data: Any, header: str = "") -> str:
     dumper = _LIBYAML_DUMPER if _same_in_libyaml(data) else _PYTHON_DUMPER
-    body = yaml.dump(data, Dumper=dumper, sort_keys=True, default_flow_style=False, allow_unicode=True,
-                     width=1_000_000, indent=2)
+    body = yaml.dump(
+        data, Dumper=dumper, sort_keys=True, default_flow_style=False, allow_unicode=True, width=1_000_000, indent=2
+    )
     return header + body
 
 

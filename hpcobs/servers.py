@@ -3,6 +3,7 @@
 Each server owns a temporary work directory (config, storage, log) that `stop()` always removes, listens on
 a free 127.0.0.1 port, and is stopped even if the Python process dies (parent-death signal).
 """
+
 from __future__ import annotations
 
 import ctypes
@@ -16,10 +17,11 @@ import time
 import urllib.error
 import urllib.parse
 import urllib.request
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from pathlib import Path
-from typing import Iterable, NamedTuple, Sequence
+from typing import NamedTuple
 
 import yaml
 
@@ -57,6 +59,7 @@ class Series(NamedTuple):
 @dataclass(frozen=True)
 class QueryCost:
     """What a query cost: samples the engine touched (None when it does not say) and seconds spent."""
+
     samples: int | None
     seconds: float
 
@@ -106,10 +109,15 @@ class Server:
             binary = tools.find(self.binary)
             self.port = self.port or free_port()
             with open(self.log_path, "ab") as log:
-                self.process = subprocess.Popen([binary, *self._arguments()], cwd=self.workdir,
-                                                stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
-                                                preexec_fn=_die_with_parent)
-            self._wait_ready()
+                self.process = process = subprocess.Popen(
+                    [binary, *self._arguments()],
+                    cwd=self.workdir,
+                    stdin=subprocess.DEVNULL,
+                    stdout=log,
+                    stderr=subprocess.STDOUT,
+                    preexec_fn=_die_with_parent,
+                )
+            self._wait_ready(process)
         except BaseException:
             self.stop()
             raise
@@ -142,8 +150,9 @@ class Server:
         samples = [Sample(r["metric"], float(r["value"][1])) for r in data["result"]]
         return sorted(samples, key=_label_order), cost
 
-    def query_range_with_cost(self, expr: str, start: Timestamp, end: Timestamp,
-                              step: Step) -> tuple[list[Series], QueryCost]:
+    def query_range_with_cost(
+        self, expr: str, start: Timestamp, end: Timestamp, step: Step
+    ) -> tuple[list[Series], QueryCost]:
         params = {"query": expr, "start": _unix(start), "end": _unix(end), "step": _duration(step)}
         data, cost = self._query("/api/v1/query_range", params)
         series = [Series(r["metric"], [(float(t), float(v)) for t, v in r["values"]]) for r in data["result"]]
@@ -166,30 +175,37 @@ class Server:
         if params is not None:
             body = urllib.parse.urlencode(params).encode()
         try:
-            with urllib.request.urlopen(urllib.request.Request(url, data=body or b"", method="POST"),
-                                        timeout=HTTP_TIMEOUT) as response:
+            with urllib.request.urlopen(
+                urllib.request.Request(url, data=body or b"", method="POST"), timeout=HTTP_TIMEOUT
+            ) as response:
                 return response.read()
         except urllib.error.HTTPError as error:
-            raise ToolError(f"{self.name} {path} failed (HTTP {error.code}): {_error_message(error.read())}"
-                            + (f" [query: {params['query']}]" if params and "query" in params else ""))
+            raise ToolError(
+                f"{self.name} {path} failed (HTTP {error.code}): {_error_message(error.read())}"
+                + (f" [query: {params['query']}]" if params and "query" in params else "")
+            ) from None
         except urllib.error.URLError as error:
-            raise ToolError(f"{self.name} at {self.url} is not reachable: {error.reason}")
+            raise ToolError(f"{self.name} at {self.url} is not reachable: {error.reason}") from None
 
     def _require_running(self, action: str) -> None:
         if not self.running:
             raise ToolError(f"{self.name} must be running to {action}: call start() first")
 
-    def _wait_ready(self) -> None:
+    def _wait_ready(self, process: subprocess.Popen) -> None:
         deadline = time.monotonic() + READY_TIMEOUT
         while time.monotonic() < deadline:
-            if self.process.poll() is not None:
-                raise ToolError(f"{self.name} exited with code {self.process.returncode} before it was ready; "
-                                f"last lines of its log:\n{self._log_tail()}")
+            if process.poll() is not None:
+                raise ToolError(
+                    f"{self.name} exited with code {process.returncode} before it was ready; "
+                    f"last lines of its log:\n{self._log_tail()}"
+                )
             if self._is_ready():
                 return
             time.sleep(0.05)
-        raise ToolError(f"{self.name} was not ready on {self.url} after {READY_TIMEOUT:.0f}s; "
-                        f"last lines of its log:\n{self._log_tail()}")
+        raise ToolError(
+            f"{self.name} was not ready on {self.url} after {READY_TIMEOUT:.0f}s; "
+            f"last lines of its log:\n{self._log_tail()}"
+        )
 
     def _is_ready(self) -> bool:
         try:
@@ -237,8 +253,14 @@ class Prometheus(Server):
     binary = PROMETHEUS
     ready_path = "/-/ready"
 
-    def __init__(self, rule_files: Sequence[Path] = (), *, evaluation_interval: str = "30s",
-                 retention: str = "10y", lookback_delta: str = "5m") -> None:
+    def __init__(
+        self,
+        rule_files: Sequence[Path] = (),
+        *,
+        evaluation_interval: str = "30s",
+        retention: str = "10y",
+        lookback_delta: str = "5m",
+    ) -> None:
         super().__init__()
         self.rule_files = [Path(f).resolve() for f in rule_files]
         self.evaluation_interval = evaluation_interval
@@ -266,8 +288,9 @@ class Prometheus(Server):
         if self.running:
             self._restart()
 
-    def backfill_rules(self, layers: Sequence[Sequence[Path]], start: Timestamp, end: Timestamp,
-                       step: Step = "30s") -> None:
+    def backfill_rules(
+        self, layers: Sequence[Sequence[Path]], start: Timestamp, end: Timestamp, step: Step = "30s"
+    ) -> None:
         """Record every recording rule of `layers` over [start, end] so recorded series exist in the past.
 
         `promtool tsdb create-blocks-from rules` evaluates against what the running server stores, so a
@@ -280,13 +303,24 @@ class Prometheus(Server):
         self._require_running("backfill rules")
         for layer in layers:
             with self._scratch_dir() as output:
-                _run(tools.PROMTOOL, "tsdb", "create-blocks-from", "rules", "--quiet", f"--url={self.url}",
-                     f"--start={_rfc3339(start)}", f"--end={_rfc3339(end)}", f"--output-dir={output}",
-                     f"--eval-interval={_duration(step)}", *map(str, layer))
+                _run(
+                    tools.PROMTOOL,
+                    "tsdb",
+                    "create-blocks-from",
+                    "rules",
+                    "--quiet",
+                    f"--url={self.url}",
+                    f"--start={_rfc3339(start)}",
+                    f"--end={_rfc3339(end)}",
+                    f"--output-dir={output}",
+                    f"--eval-interval={_duration(step)}",
+                    *map(str, layer),
+                )
                 self.add_blocks(Path(output))
 
-    def replay_rules(self, layers: Sequence[Sequence[Path]], start: Timestamp, end: Timestamp,
-                     step: Step = "30s") -> None:
+    def replay_rules(
+        self, layers: Sequence[Sequence[Path]], start: Timestamp, end: Timestamp, step: Step = "30s"
+    ) -> None:
         """Record every recording rule of `layers` at exactly start, start + step, ..., end, as vmalert's
         replay does on VictoriaMetrics: each rule's expression is range-queried, the result backfilled as
         OpenMetrics blocks, layer after layer. Unlike `backfill_rules` (promtool shifts each group by a
@@ -303,8 +337,10 @@ class Prometheus(Server):
                             labels = {**series.labels, **rule.get("labels", {})}
                             labels.pop("__name__", None)
                             text = ",".join(f'{k}="{_escape(v)}"' for k, v in sorted(labels.items()))
-                            out.writelines(f"{rule['record']}{{{text}}} {_openmetrics_value(v)} {t:.3f}\n"
-                                           for t, v in series.points)
+                            out.writelines(
+                                f"{rule['record']}{{{text}}} {_openmetrics_value(v)} {t:.3f}\n"
+                                for t, v in series.points
+                            )
                     out.write("# EOF\n")
                 self.load_openmetrics(openmetrics)
 
@@ -314,13 +350,23 @@ class Prometheus(Server):
 
     def _arguments(self) -> list[str]:
         config = self.workdir / "prometheus.yml"
-        config.write_text(yaml.safe_dump({
-            "global": {"evaluation_interval": self.evaluation_interval},
-            "rule_files": [str(f) for f in self.rule_files],
-        }, sort_keys=False))
-        return [f"--config.file={config}", f"--storage.tsdb.path={self.storage_dir}",
-                f"--web.listen-address=127.0.0.1:{self.port}", f"--storage.tsdb.retention.time={self.retention}",
-                f"--query.lookback-delta={self.lookback_delta}", "--web.enable-admin-api"]
+        config.write_text(
+            yaml.safe_dump(
+                {
+                    "global": {"evaluation_interval": self.evaluation_interval},
+                    "rule_files": [str(f) for f in self.rule_files],
+                },
+                sort_keys=False,
+            )
+        )
+        return [
+            f"--config.file={config}",
+            f"--storage.tsdb.path={self.storage_dir}",
+            f"--web.listen-address=127.0.0.1:{self.port}",
+            f"--storage.tsdb.retention.time={self.retention}",
+            f"--query.lookback-delta={self.lookback_delta}",
+            "--web.enable-admin-api",
+        ]
 
     def _query(self, path: str, params: dict) -> tuple[dict, QueryCost]:
         return super()._query(path, {**params, "stats": "all"})
@@ -359,8 +405,9 @@ class VictoriaMetrics(Server):
         self._post("/internal/force_flush")
         self._raise_on_logged_errors(log_offset, "import")
 
-    def backfill_rules(self, layers: Sequence[Sequence[Path]], start: Timestamp, end: Timestamp,
-                       step: Step = "30s") -> None:
+    def backfill_rules(
+        self, layers: Sequence[Sequence[Path]], start: Timestamp, end: Timestamp, step: Step = "30s"
+    ) -> None:
         """Record the rules of `layers` over [start, end] with `vmalert` replay mode, one run per layer.
 
         Like Prometheus's backfill, a layer reads raw series and earlier layers; each run's writes are
@@ -372,11 +419,21 @@ class VictoriaMetrics(Server):
         self._require_running("backfill rules")
         log_offset = self.log_path.stat().st_size
         for layer in layers:
-            _run(VMALERT, *(f"-rule={f}" for f in layer), f"-datasource.url={self.url}",
-                 f"-remoteWrite.url={self.url}", f"-replay.timeFrom={_rfc3339(start)}",
-                 f"-replay.timeTo={_rfc3339(end)}", f"-evaluationInterval={_duration(step)}",
-                 "-datasource.queryStep=0s", "-replay.rulesDelay=0s", "-replay.ruleRetryAttempts=1",
-                 "-replay.disableProgressBar", "-disableAlertgroupLabel", "-loggerLevel=ERROR")
+            _run(
+                VMALERT,
+                *(f"-rule={f}" for f in layer),
+                f"-datasource.url={self.url}",
+                f"-remoteWrite.url={self.url}",
+                f"-replay.timeFrom={_rfc3339(start)}",
+                f"-replay.timeTo={_rfc3339(end)}",
+                f"-evaluationInterval={_duration(step)}",
+                "-datasource.queryStep=0s",
+                "-replay.rulesDelay=0s",
+                "-replay.ruleRetryAttempts=1",
+                "-replay.disableProgressBar",
+                "-disableAlertgroupLabel",
+                "-loggerLevel=ERROR",
+            )
             self._post("/internal/force_flush")
         self._raise_on_logged_errors(log_offset, "rule replay")
 
@@ -388,13 +445,19 @@ class VictoriaMetrics(Server):
             lines = log.read().decode(errors="replace").splitlines()
         dropped = [line for line in lines if "\terror\t" in line or "warn occurred during rows addition" in line]
         if dropped:
-            raise ToolError(f"victoria-metrics dropped data during {action}; its log says:\n"
-                            + "\n".join(dropped[:LOG_TAIL_LINES]))
+            raise ToolError(
+                f"victoria-metrics dropped data during {action}; its log says:\n" + "\n".join(dropped[:LOG_TAIL_LINES])
+            )
 
     def _arguments(self) -> list[str]:
-        return [f"-storageDataPath={self.workdir / 'data'}", f"-httpListenAddr=127.0.0.1:{self.port}",
-                f"-retentionPeriod={self.retention}", "-search.latencyOffset=0s", "-search.disableCache",
-                "-loggerLevel=WARN"]
+        return [
+            f"-storageDataPath={self.workdir / 'data'}",
+            f"-httpListenAddr=127.0.0.1:{self.port}",
+            f"-retentionPeriod={self.retention}",
+            "-search.latencyOffset=0s",
+            "-search.disableCache",
+            "-loggerLevel=WARN",
+        ]
 
 
 class Alertmanager(Server):
@@ -412,8 +475,9 @@ class Alertmanager(Server):
     def post(self, alerts: Sequence[dict[str, str]]) -> None:
         """Fire alerts given by their labels (they stay active for the default resolve timeout)."""
         body = json.dumps([{"labels": labels} for labels in alerts]).encode()
-        request = urllib.request.Request(self.url + "/api/v2/alerts", data=body, method="POST",
-                                         headers={"Content-Type": "application/json"})
+        request = urllib.request.Request(
+            self.url + "/api/v2/alerts", data=body, method="POST", headers={"Content-Type": "application/json"}
+        )
         with urllib.request.urlopen(request, timeout=HTTP_TIMEOUT) as response:
             response.read()
 
@@ -423,8 +487,12 @@ class Alertmanager(Server):
             return json.loads(response.read())
 
     def _arguments(self) -> list[str]:
-        return [f"--config.file={self.config_file}", f"--storage.path={self.workdir / 'data'}",
-                f"--web.listen-address=127.0.0.1:{self.port}", "--cluster.listen-address="]
+        return [
+            f"--config.file={self.config_file}",
+            f"--storage.path={self.workdir / 'data'}",
+            f"--web.listen-address=127.0.0.1:{self.port}",
+            "--cluster.listen-address=",
+        ]
 
 
 def _run(tool: tuple[str, str, str, tuple[int, int]], *args: str) -> None:
@@ -433,7 +501,7 @@ def _run(tool: tuple[str, str, str, tuple[int, int]], *args: str) -> None:
     try:
         done = subprocess.run(command, capture_output=True, text=True, timeout=RUN_TIMEOUT)
     except subprocess.TimeoutExpired:
-        raise ToolError(f"{tool[1]} did not finish in {RUN_TIMEOUT:.0f}s: {' '.join(command)}")
+        raise ToolError(f"{tool[1]} did not finish in {RUN_TIMEOUT:.0f}s: {' '.join(command)}") from None
     if done.returncode != 0:
         output = "\n".join((done.stdout + done.stderr).strip().splitlines()[-LOG_TAIL_LINES:])
         raise ToolError(f"{tool[1]} failed (exit {done.returncode}): {' '.join(command)}\n{output}")
@@ -501,8 +569,8 @@ def _openmetrics_value(value: float) -> str:
 
 
 def _rfc3339(at: Timestamp) -> str:
-    moment = at if isinstance(at, datetime) else datetime.fromtimestamp(at, timezone.utc)
-    return moment.astimezone(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
+    moment = at if isinstance(at, datetime) else datetime.fromtimestamp(at, UTC)
+    return moment.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
 def _duration(step: Step) -> str:

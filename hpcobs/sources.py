@@ -1,8 +1,9 @@
 """The deployed exporters: the catalogue bound to the site config (versions, selectors, prefixes, overrides).
 
-    src = Sources(config)
-    src["dcgm"].select("xid", "4.6-4.8")   ->  DCGM_FI_DEV_XID_ERRORS{job="dcgm-exporter"}
+src = Sources(config)
+src["dcgm"].select("xid", "4.6-4.8")   ->  DCGM_FI_DEV_XID_ERRORS{job="dcgm-exporter"}
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass, replace
@@ -14,12 +15,16 @@ import promql_parser
 from . import catalogue, escape, promregex
 from .catalogue import Exporter, Metric
 
-if TYPE_CHECKING:     # config validation imports this module to check selectors
+if TYPE_CHECKING:  # config validation imports this module to check selectors
     from .config import Config
 
 # promql_parser's MatchOp is not hashable: looked up by equality.
-_OPS = ((promql_parser.MatchOp.Equal, "="), (promql_parser.MatchOp.NotEqual, "!="),
-        (promql_parser.MatchOp.Re, "=~"), (promql_parser.MatchOp.NotRe, "!~"))
+_OPS = (
+    (promql_parser.MatchOp.Equal, "="),
+    (promql_parser.MatchOp.NotEqual, "!="),
+    (promql_parser.MatchOp.Re, "=~"),
+    (promql_parser.MatchOp.NotRe, "!~"),
+)
 
 
 @dataclass(frozen=True)
@@ -44,16 +49,21 @@ def parse_selector(text: str) -> tuple[Matcher, ...]:
         if pattern != str(exc):
             raise ValueError(promregex.problem(pattern) or f"the regex {pattern!r} is not valid; fix it") from None
         if "at least one non-empty matcher" in str(exc):
-            raise ValueError(f"{text!r} matches every series (each of its matchers accepts a missing label); "
-                             'name the exporter\'s job, e.g. job="dcgm-exporter"') from None
+            raise ValueError(
+                f"{text!r} matches every series (each of its matchers accepts a missing label); "
+                'name the exporter\'s job, e.g. job="dcgm-exporter"'
+            ) from None
         parsed = None
     if not isinstance(parsed, promql_parser.VectorSelector) or parsed.offset is not None or parsed.at is not None:
         raise ValueError(f'{text!r} is not a list of label matchers; write e.g. job="dcgm-exporter"')
     if parsed.matchers.or_matchers:
-        raise ValueError(f"{text!r} joins matchers with `or`, which Prometheus 2 cannot read; "
-                         'write one list of matchers, with a regex for alternatives (job=~"a|b")')
-    return tuple(Matcher(m.name, next(text for op, text in _OPS if op == m.op), m.value)
-                 for m in parsed.matchers.matchers)
+        raise ValueError(
+            f"{text!r} joins matchers with `or`, which Prometheus 2 cannot read; "
+            'write one list of matchers, with a regex for alternatives (job=~"a|b")'
+        )
+    return tuple(
+        Matcher(m.name, next(text for op, text in _OPS if op == m.op), m.value) for m in parsed.matchers.matchers
+    )
 
 
 def scrape_labels(matchers: tuple[Matcher, ...]) -> dict[str, str]:
@@ -66,9 +76,11 @@ def scrape_labels(matchers: tuple[Matcher, ...]) -> dict[str, str]:
         value = _invent(tuple(on_label))
         if value is None:
             wanted = ", ".join(map(str, on_label))
-            raise ValueError(f"no label value can be invented that matches {wanted} (needed for the rule tests' "
-                             f'synthetic series); write the value itself ({label}="...") or an alternation of values '
-                             f'({label}=~"a|b")')
+            raise ValueError(
+                f"no label value can be invented that matches {wanted} (needed for the rule tests' "
+                f'synthetic series); write the value itself ({label}="...") or an alternation of values '
+                f'({label}=~"a|b")'
+            )
         if value:
             labels[label] = value
     return labels

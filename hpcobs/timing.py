@@ -1,4 +1,5 @@
 """Where a command's wall time went, step by step: what `build.py --profile` prints on stderr."""
+
 from __future__ import annotations
 
 import os
@@ -9,7 +10,7 @@ class Timings:
     """Consecutive steps: each lap is the time since the previous one. Details are lines under a step
     (tool runs overlap in the pool, so their times are not added up)."""
 
-    def __init__(self):
+    def __init__(self) -> None:
         self._last = time.perf_counter()
         self._rows: list[tuple[float | None, str]] = []
         startup = _since_process_start()

@@ -1,5 +1,6 @@
 """promtool and amtool through subprocess: located once per process, timeouts, parsed results, clear errors
 when missing or too old, and successful results cached by a hash of everything that decides them."""
+
 from __future__ import annotations
 
 import ctypes
@@ -35,7 +36,7 @@ TIMEOUT = 300
 class Result:
     ok: bool
     output: str
-    seconds: float = 0.0        # how long the tool ran; for a cached result, how long it ran when it was stored
+    seconds: float = 0.0  # how long the tool ran; for a cached result, how long it ran when it was stored
     cached: bool = False
 
     def failures(self) -> list[str]:
@@ -45,9 +46,9 @@ class Result:
 
 @dataclass(frozen=True)
 class Located:
-    path: str           # absolute: the environment override, or the first on PATH
-    real: str           # with symlinks resolved
-    version: str        # the tool's whole `--version` output
+    path: str  # absolute: the environment override, or the first on PATH
+    real: str  # with symlinks resolved
+    version: str  # the tool's whole `--version` output
 
 
 # `--version` output by (resolved path, file identity): probed once per process, again only if the file changes.
@@ -77,8 +78,10 @@ def locate(tool: Tool) -> Located:
     version = _versions[identity]
     match = re.search(r"version (\d+)\.(\d+)", version)
     if match and (int(match.group(1)), int(match.group(2))) < minimum:
-        raise ToolError(f"{binary} {match.group(1)}.{match.group(2)} at {path} is too old: need >= "
-                        f"{'.'.join(map(str, minimum))} (apt-get install {package}, or set {env})")
+        raise ToolError(
+            f"{binary} {match.group(1)}.{match.group(2)} at {path} is too old: need >= "
+            f"{'.'.join(map(str, minimum))} (apt-get install {package}, or set {env})"
+        )
     return Located(path, real, version)
 
 
@@ -86,7 +89,7 @@ def _version_output(path: str) -> str:
     try:
         return _execute([path, "--version"], timeout=30)[1].strip()
     except (OSError, subprocess.TimeoutExpired) as exc:
-        raise ToolError(f"{path} cannot run: {exc}")
+        raise ToolError(f"{path} cannot run: {exc}") from None
 
 
 @dataclass(frozen=True)
@@ -94,12 +97,13 @@ class Command:
     """One tool run: `tool kind... operands...` in cwd, operand paths relative to cwd. inputs: every file besides
     the tool whose bytes decide the result, relative to cwd; None when they cannot be known, and then the result
     is never cached."""
+
     tool: Tool
     kind: tuple[str, ...]
     operands: tuple[str, ...] = ()
     cwd: Path | None = None
     inputs: tuple[str, ...] | None = None
-    cost: float = 0.0       # estimated run time, only to start the longest runs first
+    cost: float = 0.0  # estimated run time, only to start the longest runs first
 
     @property
     def name(self) -> str:
@@ -159,9 +163,18 @@ def _globbed(cwd: Path | None, owner: str, patterns) -> list[str] | None:
 def _evaluation_steps(spec: dict) -> int:
     try:
         interval = promql.duration_ms(spec.get("evaluation_interval", "1m"))
-        return sum(max((promql.duration_ms(case["eval_time"]) for case in
-                        test.get("alert_rule_test", []) + test.get("promql_expr_test", [])), default=0) // interval + 1
-                   for test in spec.get("tests", []))
+        return sum(
+            max(
+                (
+                    promql.duration_ms(case["eval_time"])
+                    for case in test.get("alert_rule_test", []) + test.get("promql_expr_test", [])
+                ),
+                default=0,
+            )
+            // interval
+            + 1
+            for test in spec.get("tests", [])
+        )
     except (ValueError, TypeError, KeyError, AttributeError, ZeroDivisionError):
         return 0
 
@@ -177,7 +190,7 @@ def run(command: Command, cache: Cache | None = None) -> Result:
     """Run the command, or take its result from the cache; only a success is stored."""
     located = locate(command.tool)
     key = _key(command, located) if cache is not None else None
-    if key is not None:
+    if cache is not None and key is not None:
         stored = cache.get(key)
         if stored is not None:
             return Result(True, stored["output"], stored["seconds"], cached=True)
@@ -185,9 +198,9 @@ def run(command: Command, cache: Cache | None = None) -> Result:
     try:
         returncode, output = _execute([located.path, *command.kind, *command.operands], TIMEOUT, command.cwd)
     except subprocess.TimeoutExpired:
-        raise ToolError(f"{command.name} {' '.join(command.operands)} did not finish in {TIMEOUT}s")
+        raise ToolError(f"{command.name} {' '.join(command.operands)} did not finish in {TIMEOUT}s") from None
     result = Result(returncode == 0, output.strip(), time.monotonic() - began)
-    if key is not None and result.ok:
+    if cache is not None and key is not None and result.ok:
         cache.put(key, {"output": result.output, "seconds": result.seconds})
     return result
 
@@ -203,8 +216,13 @@ def _key(command: Command, located: Located) -> str | None:
             inputs[name] = digest(Path(command.cwd or ".", name).read_bytes())
         except OSError:
             return None
-    return Cache.key({"tool": [located.path, located.real, located.version],
-                      "args": [*command.kind, *command.operands], "inputs": inputs})
+    return Cache.key(
+        {
+            "tool": [located.path, located.real, located.version],
+            "args": [*command.kind, *command.operands],
+            "inputs": inputs,
+        }
+    )
 
 
 # Every tool process still running, so that an interrupted build stops them all; while _stopping, none starts.
@@ -223,15 +241,22 @@ def _execute(argv: list[str], timeout: float, cwd: Path | None = None) -> tuple[
     with _children_lock:
         if _stopping:
             raise ToolError(f"{Path(argv[0]).name} not started: the build is stopping")
-        process = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, cwd=cwd,
-                                   preexec_fn=lambda: _die_with(parent))
+        process = subprocess.Popen(
+            argv,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            text=True,
+            cwd=cwd,
+            preexec_fn=lambda: _die_with(parent),
+        )
         _children.add(process)
     try:
         output, _ = process.communicate(timeout=timeout)
     finally:
         process.kill()  # a no-op once it has exited
         process.wait()
-        process.stdout.close()
+        if process.stdout is not None:  # always (stdout=PIPE); still open when communicate() was cut short
+            process.stdout.close()
         with _children_lock:
             _children.discard(process)
     return process.returncode, output

@@ -1,11 +1,12 @@
 """Check generated files before they reach out/: JSON schemas for shape, promtool and amtool for meaning."""
+
 from __future__ import annotations
 
 import json
 import posixpath
 import re
 from collections import defaultdict
-from typing import Callable
+from collections.abc import Callable
 from functools import cache
 from importlib import metadata
 from pathlib import Path
@@ -22,7 +23,7 @@ SCHEMAS = Path(__file__).resolve().parent.parent / "schemas"
 # (folder, file name ending, schema)
 _BY_PATH = (
     ("prometheus/rules/", "", "schemastore/prometheus.rules.json"),
-    ("prometheus/tests/", ".rules.yaml", "schemastore/prometheus.rules.json"),     # the rules a test loads
+    ("prometheus/tests/", ".rules.yaml", "schemastore/prometheus.rules.json"),  # the rules a test loads
     ("prometheus/tests/", ".tests.yaml", "schemastore/prometheus.rules.test.json"),
     ("alertmanager/", "", "schemastore/prometheus-alertmanager.json"),
     ("grafana/dashboards/", "", "grafana-v11.6/dashboard.jsonschema.json"),
@@ -51,15 +52,23 @@ def schema_errors(path: str, text: str, cache: Cache | None = None) -> list[str]
     relative = schema_for(path)
     if relative is None:
         return []
-    key = None if cache is None else Cache.key({"schema": [relative, _schema_digest(relative)],
-                                                "file": [path, digest(text.encode())], "validators": _VALIDATORS})
-    if key and cache.get(key) is not None:
+    # Computed with or without a cache: hashing a generated file costs microseconds.
+    key = Cache.key(
+        {
+            "schema": [relative, _schema_digest(relative)],
+            "file": [path, digest(text.encode())],
+            "validators": _VALIDATORS,
+        }
+    )
+    if cache is not None and cache.get(key) is not None:
         return []
     data = json.loads(text) if path.endswith(".json") else load_yaml(text)
     validator = jsonschema.Draft7Validator(schema(relative))
-    errors = [f"{path}: {'.'.join(map(str, e.absolute_path)) or '(top)'}: {e.message[:300]}"
-              for e in sorted(validator.iter_errors(data), key=lambda e: list(map(str, e.absolute_path)))]
-    if key and not errors:
+    errors = [
+        f"{path}: {'.'.join(map(str, e.absolute_path)) or '(top)'}: {e.message[:300]}"
+        for e in sorted(validator.iter_errors(data), key=lambda e: list(map(str, e.absolute_path)))
+    ]
+    if cache is not None and not errors:
         cache.put(key, "valid")
     return errors
 
@@ -83,8 +92,13 @@ def _tool_runs(root: Path, files: dict[str, str]) -> dict[str, tools.Command]:
     return {name: command(*paths, cwd=root) for (name, command), paths in operands.items()}
 
 
-def check(root: Path, files: dict[str, str], with_tools: bool = True, cache: Cache | None = None,
-          timings: Timings | None = None) -> None:
+def check(
+    root: Path,
+    files: dict[str, str],
+    with_tools: bool = True,
+    cache: Cache | None = None,
+    timings: Timings | None = None,
+) -> None:
     """Validate files already written under root; raise with every problem found."""
     timings = timings or Timings()
     problems = [line for path, text in files.items() for line in schema_errors(path, text, cache)]
@@ -95,19 +109,22 @@ def check(root: Path, files: dict[str, str], with_tools: bool = True, cache: Cac
         raise UserError(["build error: generated output is invalid, out/ left untouched:", *problems])
 
 
-def tool_errors(root: Path, files: dict[str, str], cache: Cache | None = None,
-                timings: Timings | None = None) -> list[str]:
+def tool_errors(
+    root: Path, files: dict[str, str], cache: Cache | None = None, timings: Timings | None = None
+) -> list[str]:
     """promtool and amtool on each generated file, as many at once as there are cores, the longest rule tests
     first (they dominate a build); each failure is the file name, then the tool's own message indented under it."""
     return trees_tool_errors({root: files}, cache, timings)[root]
 
 
-def trees_tool_errors(trees: dict[Path, dict[str, str]], cache: Cache | None = None,
-                      timings: Timings | None = None) -> dict[Path, list[str]]:
+def trees_tool_errors(
+    trees: dict[Path, dict[str, str]], cache: Cache | None = None, timings: Timings | None = None
+) -> dict[Path, list[str]]:
     """tool_errors of several written trees (root -> files) through one pool, so that the longest runs of all
     of them start first and no core waits for another tree's last run."""
-    commands = {(root, name): command for root, files in trees.items()
-                for name, command in _tool_runs(root, files).items()}
+    commands = {
+        (root, name): command for root, files in trees.items() for name, command in _tool_runs(root, files).items()
+    }
     longest_first = sorted(commands, key=lambda run: -commands[run].cost)
     with tools.pool() as pool:
         futures = {run: pool.submit(tools.run, commands[run], cache) for run in longest_first}
@@ -142,5 +159,8 @@ def _tool_message(output: str) -> list[str]:
     (promtool repeats a broken rule file for every test group), without the lines that only name the file being
     checked or say FAILED."""
     lines = dict.fromkeys(line.rstrip() for line in output.splitlines())
-    return [line for line in lines if line.strip()
-            and not re.fullmatch(r"\s*(FAILED:|(Checking|Unit Testing:)\s+\S+)", line)]
+    return [
+        line
+        for line in lines
+        if line.strip() and not re.fullmatch(r"\s*(FAILED:|(Checking|Unit Testing:)\s+\S+)", line)
+    ]

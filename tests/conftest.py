@@ -60,5 +60,6 @@ def generated_tree(generated, tmp_path_factory):
 
 
 def run_build(*args: str, cwd: Path = ROOT) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, str(ROOT / "build.py"), *args], capture_output=True, text=True,
-                          cwd=cwd, timeout=300)
+    return subprocess.run(
+        [sys.executable, str(ROOT / "build.py"), *args], capture_output=True, text=True, cwd=cwd, timeout=300
+    )

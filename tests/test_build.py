@@ -1,4 +1,5 @@
 """out/ is deterministic, written atomically, and `check` catches a stale tree."""
+
 import os
 
 import pytest
@@ -103,9 +104,19 @@ def test_profile_goes_to_stderr_and_leaves_stdout_alone(tmp_path, command):
     assert plain.stderr == ""
     steps = [line.split(None, 1)[1] for line in profiled.stderr.splitlines()[1:] if line[:8].strip()]
     assert profiled.stderr.startswith("profile (wall seconds):\n")
-    expected = {"build": ["start-up: Python and imports", "load config", "generate", "lock out/'s directory",
-                          "schema validation", "publish", "cardinality budget", "total"],
-                "check": ["start-up: Python and imports", "load config", "generate", "compare with", "total"]}
+    expected = {
+        "build": [
+            "start-up: Python and imports",
+            "load config",
+            "generate",
+            "lock out/'s directory",
+            "schema validation",
+            "publish",
+            "cardinality budget",
+            "total",
+        ],
+        "check": ["start-up: Python and imports", "load config", "generate", "compare with", "total"],
+    }
     assert [step for step in expected[command] if not any(s.startswith(step) for s in steps)] == [], steps
 
 
@@ -119,8 +130,10 @@ def test_failed_validation_leaves_previous_out_untouched(tmp_path, config, monke
     out = tmp_path / "out"
     assert run_build(FAST, "--out", str(out)).returncode == 0
     before = tree(out)
-    files = {**pipeline.generate(config),
-             "prometheus/rules/gpu.rules.yaml": "groups:\n- name: broken\n  rules:\n  - record: x\n    expr: 'sum('\n"}
+    files = {
+        **pipeline.generate(config),
+        "prometheus/rules/gpu.rules.yaml": "groups:\n- name: broken\n  rules:\n  - record: x\n    expr: 'sum('\n",
+    }
 
     def fail(root):
         # Only the broken rule file and the Alertmanager config: enough to prove promtool blocks the swap.
@@ -130,7 +143,7 @@ def test_failed_validation_leaves_previous_out_untouched(tmp_path, config, monke
         outdir.staged(out, files, fail)
     assert "promtool check rules failed" in "\n".join(caught.value.lines)
     assert tree(out) == before
-    assert sorted(os.listdir(tmp_path)) == ["out"]       # the temp dir is gone too
+    assert sorted(os.listdir(tmp_path)) == ["out"]  # the temp dir is gone too
 
 
 FAILING_TEST = """rule_files: []
@@ -142,21 +155,25 @@ tests:
 
 def test_tool_failures_are_shown_under_the_file_name(tmp_path):
     """Rule tests run a folder at a time: only the failing file is named, with its own part of the output."""
-    files = {"prometheus/rules/gpu.rules.yaml": "groups:\n- name: broken\n  rules:\n  - record: x\n    expr: 'sum('\n",
-             "prometheus/tests/gpu/passing.tests.yaml": "rule_files: []\ntests: []\n",
-             "prometheus/tests/gpu/failing.tests.yaml": FAILING_TEST,
-             "alertmanager/alertmanager.yml": "route:\n  receiver: nobody\nreceivers: []\n"}
+    files = {
+        "prometheus/rules/gpu.rules.yaml": "groups:\n- name: broken\n  rules:\n  - record: x\n    expr: 'sum('\n",
+        "prometheus/tests/gpu/passing.tests.yaml": "rule_files: []\ntests: []\n",
+        "prometheus/tests/gpu/failing.tests.yaml": FAILING_TEST,
+        "alertmanager/alertmanager.yml": "route:\n  receiver: nobody\nreceivers: []\n",
+    }
     outdir.write_tree(tmp_path, files)
     lines = validate.tool_errors(tmp_path, files)
     headers = [line for line in lines if not line.startswith("    ")]
-    assert headers == ["prometheus/rules/gpu.rules.yaml: promtool check rules failed:",
-                       "prometheus/tests/gpu/failing.tests.yaml: promtool test rules failed:",
-                       "alertmanager/alertmanager.yml: amtool check-config failed:"]
-    rules_message = lines[1:lines.index(headers[1])]
+    assert headers == [
+        "prometheus/rules/gpu.rules.yaml: promtool check rules failed:",
+        "prometheus/tests/gpu/failing.tests.yaml: promtool test rules failed:",
+        "alertmanager/alertmanager.yml: amtool check-config failed:",
+    ]
+    rules_message = lines[1 : lines.index(headers[1])]
     assert any("unclosed left parenthesis" in line for line in rules_message), lines
-    test_message = lines[lines.index(headers[1]):lines.index(headers[2])]
+    test_message = lines[lines.index(headers[1]) : lines.index(headers[2])]
     assert any("exp:" in line for line in test_message) and not any("passing" in line for line in lines), lines
-    assert any('undefined receiver "nobody"' in line for line in lines[lines.index(headers[2]):]), lines
+    assert any('undefined receiver "nobody"' in line for line in lines[lines.index(headers[2]) :]), lines
     assert not any(str(tmp_path) in line for line in lines)
 
 

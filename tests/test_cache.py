@@ -2,6 +2,7 @@
 run (an input file, the tool's version) reruns exactly the runs it decides; a damaged entry is ignored and
 rewritten; a failure is never stored; --no-cache neither reads nor writes it. promtool and amtool run behind
 wrapper scripts that log every run, so each test counts what really ran."""
+
 import json
 import os
 import stat
@@ -45,8 +46,9 @@ FILES = {
     "prometheus/rules/a.rules.yaml": RULES_A,
     "prometheus/rules/b.rules.yaml": RULES_B,
     "prometheus/tests/a/a.tests.yaml": TEST.format(rule_files="[../../rules/a.rules.yaml]", more=""),
-    "prometheus/tests/ab/ab.tests.yaml": TEST.format(rule_files="[../../rules/a.rules.yaml, ../../rules/b.rules.yaml]",
-                                                     more=MORE_B.format(at="4m")),
+    "prometheus/tests/ab/ab.tests.yaml": TEST.format(
+        rule_files="[../../rules/a.rules.yaml, ../../rules/b.rules.yaml]", more=MORE_B.format(at="4m")
+    ),
     "alertmanager/alertmanager.yml": "route:\n  receiver: default\nreceivers:\n- name: default\n",
 }
 CHECK_A = "promtool check rules prometheus/rules/a.rules.yaml"
@@ -70,8 +72,10 @@ class LoggedTools:
 
     def version(self, tool, line):
         path = self.directory / tool[1]
-        path.write_text(f'#!/bin/sh\nif [ "$1" = --version ]; then echo "{line}"; exit 0; fi\n'
-                        f'echo "{tool[1]} $*" >> {self.log}\nexec {self.real[tool]} "$@"\n')
+        path.write_text(
+            f'#!/bin/sh\nif [ "$1" = --version ]; then echo "{line}"; exit 0; fi\n'
+            f'echo "{tool[1]} $*" >> {self.log}\nexec {self.real[tool]} "$@"\n'
+        )
         path.chmod(path.stat().st_mode | stat.S_IEXEC)
 
     def runs(self) -> list[str]:
@@ -115,11 +119,13 @@ def test_a_warm_cache_still_fails_a_broken_recording_rule(generated, tmp_path, l
     files = {path: generated[path] for path in JOBS}
     cache = Cache(tmp_path / "cache")
     assert validation(tmp_path / "cold", files, cache) == []
-    assert sorted(logged.runs()) == ["promtool check rules prometheus/rules/jobs.rules.yaml",
-                                     f"promtool test rules {JOB_UTILIZATION}.tests.yaml"]
+    assert sorted(logged.runs()) == [
+        "promtool check rules prometheus/rules/jobs.rules.yaml",
+        f"promtool test rules {JOB_UTILIZATION}.tests.yaml",
+    ]
     assert validation(tmp_path / "warm", files, cache) == [] and logged.runs() == []
 
-    broken = {path: text.replace(" / 100)", ")") for path, text in files.items()}     # percent read as a ratio
+    broken = {path: text.replace(" / 100)", ")") for path, text in files.items()}  # percent read as a ratio
     assert broken != files
     problems = validation(tmp_path / "broken", broken, cache)
     assert f"{JOB_UTILIZATION}.tests.yaml: promtool test rules failed:" in problems, problems
@@ -140,12 +146,15 @@ def test_a_warm_cache_runs_nothing_wherever_the_files_are(tmp_path, logged):
     assert logged.runs() == []
 
 
-@pytest.mark.parametrize("changed, reruns", [
-    ("prometheus/rules/b.rules.yaml", {CHECK_B, TEST_AB}),
-    ("prometheus/rules/a.rules.yaml", {CHECK_A, TEST_A, TEST_AB}),
-    ("prometheus/tests/a/a.tests.yaml", {TEST_A}),
-    ("alertmanager/alertmanager.yml", {AMTOOL}),
-])
+@pytest.mark.parametrize(
+    "changed, reruns",
+    [
+        ("prometheus/rules/b.rules.yaml", {CHECK_B, TEST_AB}),
+        ("prometheus/rules/a.rules.yaml", {CHECK_A, TEST_A, TEST_AB}),
+        ("prometheus/tests/a/a.tests.yaml", {TEST_A}),
+        ("alertmanager/alertmanager.yml", {AMTOOL}),
+    ],
+)
 def test_a_changed_file_reruns_exactly_the_runs_that_read_it(tmp_path, logged, changed, reruns):
     cache = Cache(tmp_path / "cache")
     assert validation(tmp_path / "cold", FILES, cache) == []
@@ -197,7 +206,7 @@ def forged(data: bytes, other: bytes) -> bytes:
 
 
 DAMAGE = {
-    "truncated": lambda data, other: data[:len(data) // 2],
+    "truncated": lambda data, other: data[: len(data) // 2],
     "empty": lambda data, other: b"",
     "a changed byte": lambda data, other: data[:40] + bytes([data[40] ^ 1]) + data[41:],
     "another entry's content": lambda data, other: other,
@@ -217,7 +226,7 @@ def test_a_damaged_entry_is_ignored_and_rewritten(tmp_path, logged, damage):
         (cache.directory / name).write_bytes(damage(stored[name], stored[other]))
     assert validation(tmp_path / "damaged", FILES, cache) == []
     assert sorted(logged.runs()) == sorted(EVERY_RUN)
-    assert sorted(entries(cache)) == names          # every entry rewritten (a run's duration may differ)
+    assert sorted(entries(cache)) == names  # every entry rewritten (a run's duration may differ)
     assert validation(tmp_path / "repaired", FILES, cache) == [] and logged.runs() == []
 
 
@@ -246,13 +255,15 @@ def build(monkeypatch, capsys):
     def run(*args):
         code = cli.main(["build", *map(str, args)])
         return code, capsys.readouterr()
+
     return run
 
 
 def snapshot(directory):
     """Names, bytes and modification times under directory: reading an entry changes none of them, writing does."""
-    return {path: (path.read_bytes() if path.is_file() else None, path.stat().st_mtime_ns)
-            for path in directory.rglob("*")}
+    return {
+        path: (path.read_bytes() if path.is_file() else None, path.stat().st_mtime_ns) for path in directory.rglob("*")
+    }
 
 
 def test_no_cache_neither_reads_nor_writes_the_cache(tmp_path, monkeypatch, logged, build):
@@ -261,7 +272,7 @@ def test_no_cache_neither_reads_nor_writes_the_cache(tmp_path, monkeypatch, logg
     assert not (tmp_path / "env-cache").exists()
     assert sorted(logged.runs()) == sorted(EVERY_RUN)
 
-    assert build("--out", tmp_path / "out")[0] == 0          # warms the cache
+    assert build("--out", tmp_path / "out")[0] == 0  # warms the cache
     logged.runs()
     warm = snapshot(tmp_path / "env-cache")
     assert warm
@@ -293,9 +304,14 @@ def test_profile_names_every_tool_run_and_whether_it_was_cached(tmp_path, logged
     assert code == 0 and profiled.out == plain.out
     lines = profiled.err.splitlines()
     assert lines[0] == "profile (wall seconds):"
-    for step in ("load config", "generate (5 files)", "schema validation (5 files)",
-                 "promtool and amtool (5 runs, 5 cached)", "publish: exchange with out/, remove the previous tree",
-                 "total"):
+    for step in (
+        "load config",
+        "generate (5 files)",
+        "schema validation (5 files)",
+        "promtool and amtool (5 runs, 5 cached)",
+        "publish: exchange with out/, remove the previous tree",
+        "total",
+    ):
         assert any(line.endswith(step) for line in lines), (step, lines)
     for run in EVERY_RUN:
         command, path = run.rsplit(" ", 1)
@@ -321,9 +337,11 @@ def test_the_default_cache_directory(monkeypatch, tmp_path):
 
 def test_the_longest_rule_test_starts_first(tmp_path, logged, monkeypatch):
     """Estimated by rule evaluations: ab loads twice the rules of a and evaluates them up to a later time."""
-    monkeypatch.setattr(os, "cpu_count", lambda: 1)          # one run at a time, in the order submitted
+    monkeypatch.setattr(os, "cpu_count", lambda: 1)  # one run at a time, in the order submitted
     outdir.write_tree(tmp_path, FILES)
     assert validate.tool_errors(tmp_path, FILES) == []
     assert logged.runs() == [TEST_AB, TEST_A, CHECK_A, CHECK_B, AMTOOL]
-    cost = {name: tools.rules_test(f"prometheus/tests/{name}/{name}.tests.yaml", cwd=tmp_path).cost for name in ("a", "ab")}
-    assert cost == {"a": 3 * 1, "ab": 5 * 2}                 # steps 0..2m and 0..4m, times the rules loaded
+    cost = {
+        name: tools.rules_test(f"prometheus/tests/{name}/{name}.tests.yaml", cwd=tmp_path).cost for name in ("a", "ab")
+    }
+    assert cost == {"a": 3 * 1, "ab": 5 * 2}  # steps 0..2m and 0..4m, times the rules loaded

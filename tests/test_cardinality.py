@@ -1,4 +1,5 @@
-"""The recording-rule budget of DESIGN.md §8, on the reference cluster of hpcobs.cardinality."""
+"""The recording-rule budget (docs/recording-rules.md#budget), on the reference cluster of hpcobs.cardinality."""
+
 import pytest
 
 from hpcobs import cardinality, lint, pipeline
@@ -66,6 +67,7 @@ def test_record_levels_match_their_labels(groups, ctx):
 
 def test_the_build_prints_the_budget(tmp_path):
     from .conftest import run_build
+
     result = run_build("--no-tool-checks", "--out", str(tmp_path / "out"))
     assert result.returncode == 0, result.stderr
     assert "cardinality on the reference cluster (2048 nodes x 8 GPUs, 300 jobs, 16384 ranks)" in result.stdout

@@ -1,4 +1,5 @@
 """The catalogue is well formed and every raw metric that rules and dashboards read is in it."""
+
 import json
 import subprocess
 import sys
@@ -33,7 +34,7 @@ def expressions(generated):
             dashboard = json.loads(text)
             for panel in dashboard["panels"]:
                 for target in panel.get("targets", []):
-                    if target["datasource"]["type"] == "prometheus":     # Loki's are LogQL
+                    if target["datasource"]["type"] == "prometheus":  # Loki's are LogQL
                         yield path, target["expr"]
             for variable in dashboard["templating"]["list"]:
                 if variable["type"] == "query":
@@ -42,8 +43,20 @@ def expressions(generated):
 
 def test_every_catalogue_file_loads():
     exporters = catalogue.load()
-    assert {"dcgm", "amd", "node_exporter", "slurm_sckyzo", "slurm_native", "slurm_jontk", "job_info", "lustre",
-            "falco", "tetragon", "nccl_inspector", "training"} <= set(exporters)
+    assert {
+        "dcgm",
+        "amd",
+        "node_exporter",
+        "slurm_sckyzo",
+        "slurm_native",
+        "slurm_jontk",
+        "job_info",
+        "lustre",
+        "falco",
+        "tetragon",
+        "nccl_inspector",
+        "training",
+    } <= set(exporters)
     for exporter in exporters.values():
         for metric in exporter.all_metrics():
             assert metric.source and metric.help, (exporter.id, metric.signal)
@@ -55,8 +68,10 @@ def test_the_catalogue_schema_is_a_valid_json_schema():
 
 
 def test_a_malformed_catalogue_file_is_named_with_its_key(tmp_path, monkeypatch):
-    (tmp_path / "bad.yaml").write_text("exporter: bad\ntitle: t\nsource: s\nhost: {regex: '(.+)', label: instance}\n"
-                                       "metrics: [{signal: x, name: x, type: gauge, unit: furlongs, help: h, source: s}]\n")
+    (tmp_path / "bad.yaml").write_text(
+        "exporter: bad\ntitle: t\nsource: s\nhost: {regex: '(.+)', label: instance}\n"
+        "metrics: [{signal: x, name: x, type: gauge, unit: furlongs, help: h, source: s}]\n"
+    )
     monkeypatch.setattr(catalogue, "HERE", tmp_path)
     with pytest.raises(catalogue.CatalogueError, match=r"^bad\.yaml: metrics\.0\.unit: 'furlongs' is not one of"):
         catalogue.load.__wrapped__()
@@ -65,14 +80,16 @@ def test_a_malformed_catalogue_file_is_named_with_its_key(tmp_path, monkeypatch)
 def test_a_build_reads_the_catalogue_once_on_demand_and_never_imports_the_simulator():
     """Importing the CLI reads no catalogue file; generating everything reads them once; the rule-test series
     share their label and port facts with the simulator through hpcobs.exporter_labels, not by importing it."""
-    code = ("import sys\n"
-            "import hpcobs.cli\n"
-            "from hpcobs import catalogue, config, pipeline\n"
-            "hpcobs.cli.parser().parse_args(['build', '--out', 'x'])\n"
-            "print(catalogue.load.cache_info().misses)\n"
-            "pipeline.generate(config.load())\n"
-            "print(catalogue.load.cache_info().misses)\n"
-            "print(sorted(name for name in sys.modules if name.startswith('hpcobs.simulate')))\n")
+    code = (
+        "import sys\n"
+        "import hpcobs.cli\n"
+        "from hpcobs import catalogue, config, pipeline\n"
+        "hpcobs.cli.parser().parse_args(['build', '--out', 'x'])\n"
+        "print(catalogue.load.cache_info().misses)\n"
+        "pipeline.generate(config.load())\n"
+        "print(catalogue.load.cache_info().misses)\n"
+        "print(sorted(name for name in sys.modules if name.startswith('hpcobs.simulate')))\n"
+    )
     result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT, timeout=300)
     assert result.returncode == 0, result.stderr
     assert result.stdout.split("\n") == ["0", "1", "[]", ""]
@@ -83,7 +100,8 @@ def test_dcgm_versions_resolve_names_units_and_host_labels():
     assert [dcgm.host_label(v) for v in dcgm.versions] == ["Hostname", "hostname", "hostname", "hostname"]
     util = [dcgm.metric("gpu_utilization", v) for v in dcgm.versions]
     assert [(m.name, m.unit) for m in util] == [("DCGM_FI_DEV_GPU_UTIL", "percent")] * 2 + [
-        ("DCGM_FI_DEV_GPU_UTIL_RATIO", "ratio")] * 2
+        ("DCGM_FI_DEV_GPU_UTIL_RATIO", "ratio")
+    ] * 2
     assert dcgm.metric("pcie_tx_rate", "4.9").name == "DCGM_FI_PROF_PCIE_TX_BYTES"
     assert dcgm.metric("pcie_tx_rate", "4.10+").name == "DCGM_FI_PROF_PCIE_TX_BYTES_PER_SECOND"
     assert dcgm.metric("fb_capacity", "4.6-4.8") is None
@@ -91,8 +109,13 @@ def test_dcgm_versions_resolve_names_units_and_host_labels():
 
 
 def test_every_raw_metric_read_is_in_the_catalogue(generated, config):
-    known = {m.name for source in Sources(config) for v in source.versions
-             for s in source.exporter.signals() if (m := source.metric(s, v))}
+    known = {
+        m.name
+        for source in Sources(config)
+        for v in source.versions
+        for s in source.exporter.signals()
+        if (m := source.metric(s, v))
+    }
     known |= {m.name for m in catalogue.load()["prometheus"].all_metrics()}
     recorded = recorded_names(generated)
     for path, expr in expressions(generated):
@@ -102,9 +125,12 @@ def test_every_raw_metric_read_is_in_the_catalogue(generated, config):
 
 def test_site_overrides_and_prefixes_reach_the_names(tmp_path):
     from hpcobs import config as config_module
+
     site = tmp_path / "site.yaml"
-    site.write_text("exporters:\n  amd:\n    enabled: true\n    metric_prefix: amd_\n"
-                    "  dcgm:\n    metric_names: {row_remap_pending: MY_REMAP_PENDING}\n")
+    site.write_text(
+        "exporters:\n  amd:\n    enabled: true\n    metric_prefix: amd_\n"
+        "  dcgm:\n    metric_names: {row_remap_pending: MY_REMAP_PENDING}\n"
+    )
     sources = Sources(config_module.load(site))
     assert sources["amd"].name(sources["amd"].exporter.signals()[0]).startswith("amd_")
     assert sources["dcgm"].name("row_remap_pending", "4.6-4.8") == "MY_REMAP_PENDING"

@@ -1,4 +1,5 @@
 """Bad config gets one line per problem naming file, key path and fix; exit 2; never a traceback."""
+
 import pytest
 
 from hpcobs import config as config_module
@@ -26,8 +27,8 @@ def test_site_file_merges_over_defaults(tmp_path):
     site.write_text("cluster:\n  name: lab\nexporters:\n  dcgm:\n    versions: ['3.x-4.5', '4.9']\n")
     config = config_module.load(site)
     assert config.get("cluster", "name") == "lab"
-    assert config.get("cluster", "label") == "cluster"            # kept from the defaults
-    assert config.get("exporters", "dcgm", "versions") == ["3.x-4.5", "4.9"]   # lists replace
+    assert config.get("cluster", "label") == "cluster"  # kept from the defaults
+    assert config.get("exporters", "dcgm", "versions") == ["3.x-4.5", "4.9"]  # lists replace
     assert config.get("exporters", "dcgm", "selector") == 'job="dcgm-exporter"'
 
 
@@ -43,8 +44,9 @@ def test_wrong_type(tmp_path):
 
 def test_value_not_in_enum(tmp_path):
     site, lines = errors_for(tmp_path, "exporters:\n  dcgm:\n    versions: ['4.x']\n")
-    assert lines == [f"config error: {site}: exporters.dcgm.versions[0]: '4.x' is not one of "
-                     "['3.x-4.5', '4.6-4.8', '4.9', '4.10+']"]
+    assert lines == [
+        f"config error: {site}: exporters.dcgm.versions[0]: '4.x' is not one of ['3.x-4.5', '4.6-4.8', '4.9', '4.10+']"
+    ]
 
 
 def test_unknown_key_suggests_the_closest(tmp_path):
@@ -88,15 +90,20 @@ def test_bad_selector_is_a_config_error(tmp_path, generated):
     site.write_text("exporters:\n  dcgm:\n    selector: 'job=dcgm'\n")
     result = run_build("--config", str(site), "--out", str(tmp_path / "out"))
     assert result.returncode == 2
-    assert result.stderr.strip() == (f"config error: {site}: exporters.dcgm.selector: 'job=dcgm' is not a list of "
-                                    "label matchers; write e.g. job=\"dcgm-exporter\"")
+    assert result.stderr.strip() == (
+        f"config error: {site}: exporters.dcgm.selector: 'job=dcgm' is not a list of "
+        'label matchers; write e.g. job="dcgm-exporter"'
+    )
 
 
-@pytest.mark.parametrize("text", [
-    "exporters:\n  dcgm:\n    versions: ['4.x']\n",
-    "cluster: [\n",
-    "exporters:\n  dcgm:\n    metric_names: {no_such_signal: X}\n",
-])
+@pytest.mark.parametrize(
+    "text",
+    [
+        "exporters:\n  dcgm:\n    versions: ['4.x']\n",
+        "cluster: [\n",
+        "exporters:\n  dcgm:\n    metric_names: {no_such_signal: X}\n",
+    ],
+)
 def test_cli_exits_2_without_traceback_and_leaves_out_alone(tmp_path, text):
     out = tmp_path / "out"
     out.mkdir()

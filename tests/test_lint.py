@@ -1,42 +1,49 @@
 """lint.metric_names reads PromQL with a real parser: the names a rule or panel reads decide rule-test files,
 replay layers and the cardinality budget."""
+
 import pytest
 
 from hpcobs import lint
 
 
-@pytest.mark.parametrize("expr, names", [
-    ("a atan2 b", {"a", "b"}),
-    ("x * Inf", {"x"}),
-    ("-Inf < x or NaN > y", {"x", "y"}),
-    ("deadbeef + face", {"deadbeef", "face"}),
-    ("e * abc_total{job=\"x\"}", {"e", "abc_total"}),
-    ("0x1f * cafe", {"cafe"}),
-    ("1e3 * E1", {"E1"}),
-    ('{__name__="up", job="x"}', {"up"}),
-    ('{__name__=~"up|down"}', set()),
-    ('label_replace(up, "dst", "$1", "src", "(node_load1)")', {"up"}),
-    ("sum by (gpu, node) (rate(c_total[5m]))", {"c_total"}),
-    ("x * on (node) group_left (model) y unless ignoring (gpu) z", {"x", "y", "z"}),
-    ("max_over_time(rate(c[5m])[1h:1m] @ 100 offset 1h)", {"c"}),
-    ('count_values("v", info{a="by (x)"}) by (v)', {"info"}),
-    ("nvidia:gpu:utilization:ratio > bool 0.5", {"nvidia:gpu:utilization:ratio"}),
-    # RE2 accepts these regexes where the parser's regex engine does not; a `=~` inside a value is text.
-    ('fs{mountpoint!~"{{a}}", job="=~\'{{"} / fs_size{a=~"x{2}{{"}', {"fs", "fs_size"}),
-])
+@pytest.mark.parametrize(
+    "expr, names",
+    [
+        ("a atan2 b", {"a", "b"}),
+        ("x * Inf", {"x"}),
+        ("-Inf < x or NaN > y", {"x", "y"}),
+        ("deadbeef + face", {"deadbeef", "face"}),
+        ('e * abc_total{job="x"}', {"e", "abc_total"}),
+        ("0x1f * cafe", {"cafe"}),
+        ("1e3 * E1", {"E1"}),
+        ('{__name__="up", job="x"}', {"up"}),
+        ('{__name__=~"up|down"}', set()),
+        ('label_replace(up, "dst", "$1", "src", "(node_load1)")', {"up"}),
+        ("sum by (gpu, node) (rate(c_total[5m]))", {"c_total"}),
+        ("x * on (node) group_left (model) y unless ignoring (gpu) z", {"x", "y", "z"}),
+        ("max_over_time(rate(c[5m])[1h:1m] @ 100 offset 1h)", {"c"}),
+        ('count_values("v", info{a="by (x)"}) by (v)', {"info"}),
+        ("nvidia:gpu:utilization:ratio > bool 0.5", {"nvidia:gpu:utilization:ratio"}),
+        # RE2 accepts these regexes where the parser's regex engine does not; a `=~` inside a value is text.
+        ('fs{mountpoint!~"{{a}}", job="=~\'{{"} / fs_size{a=~"x{2}{{"}', {"fs", "fs_size"}),
+    ],
+)
 def test_metric_names_of_promql(expr, names):
     assert lint.metric_names(expr) == names
 
 
-@pytest.mark.parametrize("expr, names", [
-    ('sum(rate(x{node=~"$node", gpu=~"${gpu:regex}", job="[[job]]"}[$__rate_interval]))', {"x"}),
-    ("sum(increase(x[$__range])) / $__range_s", {"x"}),
-    ("sum_over_time(x[$window:$step] offset $shift)", {"x"}),
-    ("topk($n, x) * $factor", {"x"}),
-    ('label_values(up{cluster="$cluster", job=~"a|b"}, instance)', {"up"}),
-    ("label_values(instance)", set()),
-    ("query_result(topk(5, sum by (node) (x)))", {"x"}),
-])
+@pytest.mark.parametrize(
+    "expr, names",
+    [
+        ('sum(rate(x{node=~"$node", gpu=~"${gpu:regex}", job="[[job]]"}[$__rate_interval]))', {"x"}),
+        ("sum(increase(x[$__range])) / $__range_s", {"x"}),
+        ("sum_over_time(x[$window:$step] offset $shift)", {"x"}),
+        ("topk($n, x) * $factor", {"x"}),
+        ('label_values(up{cluster="$cluster", job=~"a|b"}, instance)', {"up"}),
+        ("label_values(instance)", set()),
+        ("query_result(topk(5, sum by (node) (x)))", {"x"}),
+    ],
+)
 def test_metric_names_of_dashboard_expressions(expr, names):
     """Grafana variables and template queries are replaced before parsing, as Grafana interpolates them."""
     assert lint.metric_names(expr) == names

@@ -1,5 +1,6 @@
 """Every Loki query in the dashboards parses with Grafana's own LogQL grammar (@grafana/lezer-logql, the
 parser of Grafana's query editor), run by node from tests/logql/ (`npm ci --prefix tests/logql`)."""
+
 import json
 import shutil
 import subprocess
@@ -16,8 +17,9 @@ def parse(expressions: list[str]) -> list[str | None]:
     """The parser's verdict on each expression: None if it parses, else the error position and a snippet."""
     if shutil.which("node") is None or not (LOGQL / "node_modules" / "@grafana" / "lezer-logql").is_dir():
         pytest.fail("the LogQL parser is not installed: install nodejs and npm, then run `npm ci --prefix tests/logql`")
-    result = subprocess.run(["node", "parse.mjs"], input=json.dumps(expressions), capture_output=True, text=True,
-                            cwd=LOGQL, timeout=120)
+    result = subprocess.run(
+        ["node", "parse.mjs"], input=json.dumps(expressions), capture_output=True, text=True, cwd=LOGQL, timeout=120
+    )
     assert result.returncode == 0, result.stderr
     verdicts = json.loads(result.stdout)
     assert len(verdicts) == len(expressions)
@@ -48,12 +50,14 @@ def test_every_loki_expression_parses(loki_expressions):
 def test_the_parser_rejects_broken_logql(loki_expressions):
     """The check is not vacuous: broken variants of a real dashboard query and classic mistakes fail."""
     _, real = loki_expressions[0]
-    broken = [real.replace("}", "", 1),                   # unbalanced brace
-              '{job="node-journal"} |~',                  # line filter without a string
-              '{job="node-journal"} |= oom',              # unquoted filter string
-              'rate({job="node-journal"})',               # range function without a range
-              '$log_selector |~ `oom`',                   # an unsubstituted variable
-              '']
+    broken = [
+        real.replace("}", "", 1),  # unbalanced brace
+        '{job="node-journal"} |~',  # line filter without a string
+        '{job="node-journal"} |= oom',  # unquoted filter string
+        'rate({job="node-journal"})',  # range function without a range
+        "$log_selector |~ `oom`",  # an unsubstituted variable
+        "",
+    ]
     verdicts = parse([real, '{job="node-journal"} |~ `oom`', *broken])
     assert verdicts[:2] == [None, None]
     assert all(verdicts[2:]), dict(zip(broken, verdicts[2:]))

@@ -1,5 +1,6 @@
 """Publishing out/ (docs/output.md): never deletes what hpcobs did not write, atomic at every instant (crash
 injected between any two steps, SIGTERM/SIGKILL of a real build), locked, readable, one-line errors."""
+
 import builtins
 import errno
 import fcntl
@@ -50,6 +51,7 @@ def fast_cli(monkeypatch, generated):
 
     def run(*args):
         return cli.main(["build", "--no-tool-checks", *map(str, args)])
+
     return run
 
 
@@ -134,8 +136,18 @@ def test_a_symlinked_out_keeps_its_link(tmp_path):
 # --- a crash between any two steps ----------------------------------------------------------------------------
 
 # Every filesystem call publishing makes; a crash is injected at the 1st, 2nd, ... of them in turn.
-STEPS = [(os, "mkdir"), (os, "open"), (builtins, "open"), (os, "fchmod"), (os, "chmod"), (os, "fsync"),
-         (outdir, "_rename_exchange"), (os, "rename"), (os, "unlink"), (os, "rmdir")]
+STEPS = [
+    (os, "mkdir"),
+    (os, "open"),
+    (builtins, "open"),
+    (os, "fchmod"),
+    (os, "chmod"),
+    (os, "fsync"),
+    (outdir, "_rename_exchange"),
+    (os, "rename"),
+    (os, "unlink"),
+    (os, "rmdir"),
+]
 
 
 @contextmanager
@@ -145,12 +157,14 @@ def crash_at(step, crash, monkeypatch):
     calls, removing, removals = [], [], []
     with monkeypatch.context() as patch:
         for module, name in STEPS:
-            def counted(*args, _real=getattr(module, name), _name=name, **kwargs):
+            # Defaults bind this iteration's function and name (a closure would see the last ones).
+            def counted(*args, _real=getattr(module, name), _name=name, **kwargs):  # noqa: B008
                 calls.append(_name)
                 if len(calls) == step:
                     removing.append(bool(removals))
                     crash(_name)
                 return _real(*args, **kwargs)
+
             patch.setattr(module, name, counted)
 
         def rmtree(*args, _real=shutil.rmtree, **kwargs):
@@ -159,6 +173,7 @@ def crash_at(step, crash, monkeypatch):
                 return _real(*args, **kwargs)
             finally:
                 removals.pop()
+
         patch.setattr(shutil, "rmtree", rmtree)
         yield calls, removing
 
@@ -169,8 +184,10 @@ def raise_oserror(name):
 
 def fallback_only(monkeypatch):
     """A filesystem without RENAME_EXCHANGE (NFS): publishing falls back to two renames."""
+
     def refuse(a, b):
         raise OSError(errno.EINVAL, os.strerror(errno.EINVAL), str(a))
+
     monkeypatch.setattr(outdir, "_rename_exchange", refuse)
 
 
@@ -247,6 +264,7 @@ def refusing(monkeypatch, under, module, name, code):
         if str(path).startswith(str(under)):
             raise OSError(code, os.strerror(code), str(path))
         return real(path, *args, **kwargs)
+
     monkeypatch.setattr(module, name, call)
 
 
@@ -276,19 +294,30 @@ def full_disk_on_third_file(monkeypatch, under):
             opened.append(path)
             return Full(handle) if len(opened) == 3 else handle
         return handle
+
     monkeypatch.setattr(builtins, "open", fake_open)
 
 
-@pytest.mark.parametrize("fault, code", [
-    (lambda mp, under: refusing(mp, under, os, "mkdir", errno.EROFS), errno.EROFS),
-    (lambda mp, under: refusing(mp, under, os, "mkdir", errno.EACCES), errno.EACCES),
-    (full_disk_on_third_file, errno.ENOSPC),
-    (lambda mp, under: refusing(mp, under, outdir, "_rename_exchange", errno.EACCES), errno.EACCES),
-    (lambda mp, under: refusing(mp, under, os, "open", errno.EACCES), errno.EACCES),
-], ids=["read-only", "permission denied on staging", "disk full", "permission denied on exchange",
-        "permission denied on lock"])
-def test_a_refusing_filesystem_gives_one_line_and_keeps_out(tmp_path, fast_cli, generated, capsys, monkeypatch,
-                                                             fault, code):
+@pytest.mark.parametrize(
+    "fault, code",
+    [
+        (lambda mp, under: refusing(mp, under, os, "mkdir", errno.EROFS), errno.EROFS),
+        (lambda mp, under: refusing(mp, under, os, "mkdir", errno.EACCES), errno.EACCES),
+        (full_disk_on_third_file, errno.ENOSPC),
+        (lambda mp, under: refusing(mp, under, outdir, "_rename_exchange", errno.EACCES), errno.EACCES),
+        (lambda mp, under: refusing(mp, under, os, "open", errno.EACCES), errno.EACCES),
+    ],
+    ids=[
+        "read-only",
+        "permission denied on staging",
+        "disk full",
+        "permission denied on exchange",
+        "permission denied on lock",
+    ],
+)
+def test_a_refusing_filesystem_gives_one_line_and_keeps_out(
+    tmp_path, fast_cli, generated, capsys, monkeypatch, fault, code
+):
     out = tmp_path / "out"
     assert fast_cli("--out", out) == 0
     capsys.readouterr()
@@ -322,13 +351,23 @@ ls -A {dir} {dir}/out
 """
 
 
-@pytest.mark.parametrize("case, size, then, code", [
-    ("read-only", "1m", "mount -o remount,ro {dir}", errno.EROFS),
-    ("disk full", "64k", "", errno.ENOSPC),
-])
+@pytest.mark.parametrize(
+    "case, size, then, code",
+    [
+        ("read-only", "1m", "mount -o remount,ro {dir}", errno.EROFS),
+        ("disk full", "64k", "", errno.ENOSPC),
+    ],
+)
 def test_a_real_refusing_filesystem(tmp_path, case, size, then, code):
-    script = REAL_FS.format(size=size, then=then.format(dir=tmp_path), dir=tmp_path, marker=outdir.MARKER_TEXT,
-                            marker_name=outdir.MARKER, python=sys.executable, build=ROOT / "build.py")
+    script = REAL_FS.format(
+        size=size,
+        then=then.format(dir=tmp_path),
+        dir=tmp_path,
+        marker=outdir.MARKER_TEXT,
+        marker_name=outdir.MARKER,
+        python=sys.executable,
+        build=ROOT / "build.py",
+    )
     result = build_in_namespace(tmp_path, script)
     assert "exit 1" in result.stdout, result.stdout + result.stderr
     assert len(result.stderr.splitlines()) == 1 and os.strerror(code) in result.stderr, result.stderr
@@ -343,9 +382,21 @@ def test_a_real_permission_denied(tmp_path):
     parent = tmp_path / "readonly"
     outdir.publish(parent / "out", OLD, no_check)
     parent.chmod(0o555)
-    result = subprocess.run(["setpriv", "--bounding-set=-dac_override,-dac_read_search,-fowner", "--inh-caps=-all",
-                             sys.executable, str(ROOT / "build.py"), "--no-tool-checks", "--out", str(parent / "out")],
-                            capture_output=True, text=True, timeout=120)
+    result = subprocess.run(
+        [
+            "setpriv",
+            "--bounding-set=-dac_override,-dac_read_search,-fowner",
+            "--inh-caps=-all",
+            sys.executable,
+            str(ROOT / "build.py"),
+            "--no-tool-checks",
+            "--out",
+            str(parent / "out"),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     parent.chmod(0o755)
     assert result.returncode == 1, result.stderr
     assert len(result.stderr.splitlines()) == 1 and os.strerror(errno.EACCES) in result.stderr
@@ -361,8 +412,15 @@ def test_concurrent_builds_take_turns(tmp_path, generated):
     out = tmp_path / "out"
     holder = os.open(tmp_path, os.O_RDONLY | os.O_DIRECTORY)
     fcntl.flock(holder, fcntl.LOCK_EX)
-    builds = [subprocess.Popen([sys.executable, str(ROOT / "build.py"), "--no-tool-checks", "--out", str(out)],
-                               stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) for _ in range(2)]
+    builds = [
+        subprocess.Popen(
+            [sys.executable, str(ROOT / "build.py"), "--no-tool-checks", "--out", str(out)],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        for _ in range(2)
+    ]
     try:
         for build in builds:
             assert build.stderr.readline() == f"waiting for another build into {out} to finish\n"
@@ -401,9 +459,14 @@ def wait_for(condition, seconds, every=0.05):
 
 # Each run: a signal, whether promtool runs, the moment the delay counts from and the delay's range. Seeded
 # delays spread the signals over the start, the rule tests (promtool children running) and publishing.
-RUNS = [(signal.SIGTERM, True, "start", (0.5, 4)), (signal.SIGTERM, True, "rule tests run", (0, 2)),
-        (signal.SIGTERM, False, "staging appears", (0, 3)), (signal.SIGTERM, False, "staging appears", (0, 3)),
-        (signal.SIGKILL, True, "rule tests run", (0, 2)), (signal.SIGKILL, False, "staging appears", (0, 3))]
+RUNS = [
+    (signal.SIGTERM, True, "start", (0.5, 4)),
+    (signal.SIGTERM, True, "rule tests run", (0, 2)),
+    (signal.SIGTERM, False, "staging appears", (0, 3)),
+    (signal.SIGTERM, False, "staging appears", (0, 3)),
+    (signal.SIGKILL, True, "rule tests run", (0, 2)),
+    (signal.SIGKILL, False, "staging appears", (0, 3)),
+]
 
 
 def test_signals_at_random_moments_of_a_real_build(tmp_path, generated):
@@ -411,19 +474,32 @@ def test_signals_at_random_moments_of_a_real_build(tmp_path, generated):
     outdir.publish(out, generated, no_check)
     new = tree(out)
     rng = random.Random(10)
-    moments = {"start": lambda tag: True,
-               "rule tests run": lambda tag: any("promtool test rules" in c for c in processes_tagged(tag)),
-               "staging appears": lambda tag: any(name.startswith(".out.new-") for name in siblings(out))}
+    moments = {
+        "start": lambda tag: True,
+        "rule tests run": lambda tag: any("promtool test rules" in c for c in processes_tagged(tag)),
+        "staging appears": lambda tag: any(name.startswith(".out.new-") for name in siblings(out)),
+    }
     for signum, with_tools, since, delays in RUNS:
         (out / "from-the-previous-build.txt").write_text("old\n")
         old = tree(out)
         tag = uuid.uuid4().hex
         # --no-cache: cached results would let a build finish before its tools ever run
-        build = subprocess.Popen([sys.executable, str(ROOT / "build.py"), "--out", str(out), "--no-cache",
-                                  *([] if with_tools else ["--no-tool-checks"])],
-                                 stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
-                                 env={**os.environ, "HPCOBS_TEST_RUN": tag})
-        assert wait_for(lambda: moments[since](tag), 90, every=0.001), since
+        build = subprocess.Popen(
+            [
+                sys.executable,
+                str(ROOT / "build.py"),
+                "--out",
+                str(out),
+                "--no-cache",
+                *([] if with_tools else ["--no-tool-checks"]),
+            ],
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.PIPE,
+            text=True,
+            env={**os.environ, "HPCOBS_TEST_RUN": tag},
+        )
+        # wait_for calls its lambdas before the loop moves on: they see this iteration's values.
+        assert wait_for(lambda: moments[since](tag), 90, every=0.001), since  # noqa: B023
         delay = rng.uniform(*delays)
         time.sleep(delay)
         build.send_signal(signum)
@@ -441,9 +517,13 @@ def test_signals_at_random_moments_of_a_real_build(tmp_path, generated):
             assert siblings(out) == [], moment
             assert processes_tagged(tag) == [], moment
         else:
-            assert build.returncode in (-9, 0), moment          # 0: it had finished
-            assert wait_for(lambda: processes_tagged(tag) == [], 5), (moment, processes_tagged(tag))
-            subprocess.run([sys.executable, str(ROOT / "build.py"), "--no-tool-checks", "--out", str(out)],
-                           check=True, capture_output=True, timeout=120)
+            assert build.returncode in (-9, 0), moment  # 0: it had finished
+            assert wait_for(lambda: processes_tagged(tag) == [], 5), (moment, processes_tagged(tag))  # noqa: B023
+            subprocess.run(
+                [sys.executable, str(ROOT / "build.py"), "--no-tool-checks", "--out", str(out)],
+                check=True,
+                capture_output=True,
+                timeout=120,
+            )
             assert siblings(out) == [], moment
             assert tree(out) == new, moment

@@ -1,4 +1,5 @@
 """Every alert's runbook_url points to an existing section of docs/runbooks."""
+
 import re
 
 import yaml
@@ -27,7 +28,7 @@ def test_every_runbook_url_resolves(generated, config):
                     continue
                 url = rule["annotations"]["runbook_url"]
                 assert url.startswith(base + "/")
-                page, anchor = url[len(base) + 1:].split("#")
+                page, anchor = url[len(base) + 1 :].split("#")
                 doc = ROOT / "docs" / "runbooks" / page
                 assert doc.exists(), f"{rule['alert']}: {doc} missing"
                 assert anchor in anchors(doc.read_text()), f"{rule['alert']}: #{anchor} missing in {doc}"

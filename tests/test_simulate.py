@@ -1,4 +1,5 @@
 """The simulator: deterministic, streaming, catalogue-exact, and every scenario shows its signal in PromQL."""
+
 import io
 import json
 import os
@@ -8,7 +9,7 @@ import shlex
 import subprocess
 import sys
 import tracemalloc
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 
 import pytest
 import yaml
@@ -19,14 +20,19 @@ from hpcobs.context import Context
 from hpcobs.promql import duration
 from hpcobs.simulate import UP, Simulation, Spec, compress, expand, kinds, write
 from hpcobs.simulate.scenarios import LLAMA3_CAUSES, Scene, realistic_week
+from hpcobs.thresholds import Thresholds
 
 from .conftest import ROOT, run_build
 
-EPOCH = datetime(1970, 1, 1, tzinfo=timezone.utc)
-MIXED = {"exporters": {"dcgm": {"versions": ["3.x-4.5", "4.6-4.8", "4.9", "4.10+"]},
-                       "amd": {"enabled": True, "metric_prefix": "amd_"},
-                       "slurm": {"flavour": "native"},
-                       "job_info": {"source": "jontk", "selector": 'job="slurm-jobs"'}}}
+EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
+MIXED = {
+    "exporters": {
+        "dcgm": {"versions": ["3.x-4.5", "4.6-4.8", "4.9", "4.10+"]},
+        "amd": {"enabled": True, "metric_prefix": "amd_"},
+        "slurm": {"flavour": "native"},
+        "job_info": {"source": "jontk", "selector": 'job="slurm-jobs"'},
+    }
+}
 
 
 @pytest.fixture(scope="module")
@@ -44,8 +50,12 @@ def text(sim, fmt="openmetrics", names=None) -> str:
 
 
 def series_of(sim, names=None) -> list[tuple[str, dict, list]]:
-    return [(f.name, labels, values) for f in sim.families(names) for labels, values in f.series
-            if any(v is not None for v in values)]
+    return [
+        (f.name, labels, values)
+        for f in sim.families(names)
+        for labels, values in f.series
+        if any(v is not None for v in values)
+    ]
 
 
 def small(config, **kw) -> Simulation:
@@ -60,6 +70,7 @@ class Null(io.TextIOBase):
 
 # -- determinism and formats ---------------------------------------------------------------------
 
+
 @pytest.mark.parametrize("fmt", ["openmetrics", "vm", "promtool"])
 def test_same_seed_same_bytes_other_seed_other_bytes(config, fmt):
     kw = dict(nodes=3, gpus_per_node=2, hours=0.25, scenarios="xid79,ib_link_flap,queue_backlog")
@@ -69,18 +80,28 @@ def test_same_seed_same_bytes_other_seed_other_bytes(config, fmt):
 
 
 def test_openmetrics_backfills_with_real_promtool(mixed, tmp_path):
-    sim = Simulation(mixed, nodes=8, gpus_per_node=2, hours=0.5, seed=2,
-                     scenarios="xid79,ib_link_flap,prolog_not_writing,slurm_nodes_down,oom_kill,unexpected_outbound")
+    sim = Simulation(
+        mixed,
+        nodes=8,
+        gpus_per_node=2,
+        hours=0.5,
+        seed=2,
+        scenarios="xid79,ib_link_flap,prolog_not_writing,slurm_nodes_down,oom_kill,unexpected_outbound",
+    )
     path = tmp_path / "cluster.om"
     with path.open("w", encoding="utf-8") as out:
         stats = write(sim, "openmetrics", out)
     assert path.read_text(encoding="utf-8").endswith("# EOF\n")
-    result = subprocess.run([tools.find(tools.PROMTOOL), "tsdb", "create-blocks-from", "openmetrics", str(path),
-                             str(tmp_path / "blocks")], capture_output=True, text=True, timeout=120)
+    result = subprocess.run(
+        [tools.find(tools.PROMTOOL), "tsdb", "create-blocks-from", "openmetrics", str(path), str(tmp_path / "blocks")],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert result.returncode == 0, result.stderr
     rows = [line.split() for line in result.stdout.splitlines()[1:] if line.strip()]
-    assert sum(int(row[-4]) for row in rows) == stats.samples        # NUM SAMPLES column, every block
-    assert max(int(row[-2]) for row in rows) == stats.series          # one block holds every series
+    assert sum(int(row[-4]) for row in rows) == stats.samples  # NUM SAMPLES column, every block
+    assert max(int(row[-2]) for row in rows) == stats.series  # one block holds every series
 
 
 def test_openmetrics_families_are_contiguous_and_typed(config):
@@ -104,9 +125,15 @@ def test_vm_lines_are_import_format(config):
 
 # -- what is emitted matches the catalogue -------------------------------------------------------
 
+
 def catalogue_names(sim) -> set[str]:
-    return {m.name for source in sim.sources for v in source.versions for s in source.exporter.signals()
-            if (m := source.metric(s, v))}
+    return {
+        m.name
+        for source in sim.sources
+        for v in source.versions
+        for s in source.exporter.signals()
+        if (m := source.metric(s, v))
+    }
 
 
 @pytest.mark.parametrize("site", ["default", "mixed"])
@@ -122,8 +149,13 @@ def test_every_mandatory_signal_is_simulated(config, mixed, site):
     sim = small(config if site == "default" else mixed, hours=0.1)
     emitted = {name for name, _, _ in series_of(sim)}
     xid = {sim.sources["dcgm"].name("xid", v) for v in sim.sources["dcgm"].versions}
-    missing = {m.name for src in sim.sources.enabled() for s in src.exporter.signals() for v in src.versions
-               if (m := src.metric(s, v)) and not m.optional}
+    missing = {
+        m.name
+        for src in sim.sources.enabled()
+        for s in src.exporter.signals()
+        for v in src.versions
+        if (m := src.metric(s, v)) and not m.optional
+    }
     assert missing - emitted - xid == set()
 
 
@@ -131,7 +163,7 @@ def test_label_names_are_the_exporters(mixed):
     """Every series carries only its metric's catalogue labels, its host label, the driver label (dcgm),
     the scrape labels and the cluster label; Falco adds one tag_<tag> label per rule tag."""
     sim = small(mixed, nodes=8, gpus_per_node=2, hours=0.1, scenarios="unexpected_outbound,checkpoint_foreign_read")
-    ctx = Context(mixed)
+    cluster_label = mixed.get("cluster", "label")
     allowed: dict[str, set[str]] = {}
     for source in sim.sources.enabled():
         for version in source.versions:
@@ -139,9 +171,16 @@ def test_label_names_are_the_exporters(mixed):
                 metric = source.metric(signal, version)
                 if metric:
                     allowed.setdefault(metric.name, set()).update(
-                        {*metric.labels, source.host_label(version), *source.exporter.info_labels(version)[-1:],
-                         *source.scrape_labels(), "instance", ctx.cluster})
-    allowed[UP] = {"job", "instance", ctx.cluster}
+                        {
+                            *metric.labels,
+                            source.host_label(version),
+                            *source.exporter.info_labels(version)[-1:],
+                            *source.scrape_labels(),
+                            "instance",
+                            cluster_label,
+                        }
+                    )
+    allowed[UP] = {"job", "instance", cluster_label}
     for name, labels, _ in series_of(sim):
         extra = {k for k in labels if k not in allowed[name] and not k.startswith("tag_")}
         assert not extra, (name, extra)
@@ -161,9 +200,9 @@ def test_dcgm_versions_differ_in_host_label_names_and_units(mixed):
         assert host == source.host_label(version)
         assert name == source.name("gpu_utilization", version)
         present = [v for v in values if v is not None]
-        if name == "DCGM_FI_DEV_GPU_UTIL":              # percent, integers 0..100
+        if name == "DCGM_FI_DEV_GPU_UTIL":  # percent, integers 0..100
             assert all(isinstance(v, int) and 0 <= v <= 100 for v in present)
-        else:                                           # ratio 0..1
+        else:  # ratio 0..1
             assert all(0 <= v <= 1 for v in present)
         seen.add((version, name, host))
     assert ("3.x-4.5", "DCGM_FI_DEV_GPU_UTIL", "Hostname") in seen
@@ -175,35 +214,39 @@ def test_synthetic_rule_test_series_use_the_simulators_labels(config):
     sim = small(config, hours=0.1)
     name = sim.sources["dcgm"].name("gpu_utilization", "4.6-4.8")
     labels = next(lab for n, lab, _ in series_of(sim, {name}) if lab["gpu"] == "3")
-    made = synthetic.dcgm(Context(config), "gpu_utilization", "1", node=labels["hostname"], gpu="3",
-                          hpc_job=labels["hpc_job"])
+    made = synthetic.dcgm(
+        Context(config), "gpu_utilization", "1", node=labels["hostname"], gpu="3", hpc_job=labels["hpc_job"]
+    )
     assert made.labels == {k: v for k, v in labels.items()} and made.name == name
 
 
 # -- behaviour of the series ---------------------------------------------------------------------
+
 
 def test_a_shared_gpu_yields_two_series_differing_only_in_hpc_job(config):
     sim = small(config)
     node, gpu = sim.cluster.roles.shared_gpu
     host = sim.cluster.nodes[node].name
     name = sim.sources["dcgm"].name("power", "4.6-4.8")
-    copies = [(lab, val) for _, lab, val in series_of(sim, {name}) if lab["hostname"] == host and lab["gpu"] == str(gpu)]
+    copies = [
+        (lab, val) for _, lab, val in series_of(sim, {name}) if lab["hostname"] == host and lab["gpu"] == str(gpu)
+    ]
     jobs = {lab["hpc_job"] for lab, _ in copies}
     assert jobs == set(sim.cluster.roles.interactive_jobs)
     (a, va), (b, vb) = copies
     assert {k: v for k, v in a.items() if k != "hpc_job"} == {k: v for k, v in b.items() if k != "hpc_job"}
     both = [(x, y) for x, y in zip(va, vb) if x is not None and y is not None]
-    assert both and all(x == y for x, y in both)       # the exporter deep-copies the series per job
+    assert both and all(x == y for x, y in both)  # the exporter deep-copies the series per job
 
 
 def test_allocated_but_idle_gpu_in_the_healthy_model(config):
     sim = small(config)
     job = sim.cluster.job(sim.cluster.roles.interactive_jobs[-1])
-    (node, gpu), = job.idle_gpus
+    ((node, gpu),) = job.idle_gpus
     name = sim.sources["dcgm"].name("gpu_utilization", "4.6-4.8")
     values = next(v for _, lab, v in series_of(sim, {name}) if lab.get("hpc_job") == job.id and lab["gpu"] == str(gpu))
     held = [v for v in values if v is not None]
-    assert held[0] == 0 and held[-1] > 0               # idle for its first 20 minutes, then used
+    assert held[0] == 0 and held[-1] > 0  # idle for its first 20 minutes, then used
 
 
 def test_xid79_reports_the_xid_then_the_gpus_series_stop(config):
@@ -211,9 +254,14 @@ def test_xid79_reports_the_xid_then_the_gpus_series_stop(config):
     fault = sim.faults.faults[0]
     host, gpu = fault.target["node"], fault.target["gpu"]
     lost = sim.window.index(fault.start + 2 * sim.window.step)
-    dcgm = {sim.sources["dcgm"].name(s, "4.6-4.8") for s in sim.sources["dcgm"].exporter.signals()
-            if sim.sources["dcgm"].metric(s, "4.6-4.8")}
-    mine = [(name, lab, val) for name, lab, val in series_of(sim, dcgm) if lab["hostname"] == host and lab["gpu"] == gpu]
+    dcgm = {
+        sim.sources["dcgm"].name(s, "4.6-4.8")
+        for s in sim.sources["dcgm"].exporter.signals()
+        if sim.sources["dcgm"].metric(s, "4.6-4.8")
+    }
+    mine = [
+        (name, lab, val) for name, lab, val in series_of(sim, dcgm) if lab["hostname"] == host and lab["gpu"] == gpu
+    ]
     assert len(mine) > 20
     assert all(v is None for _, _, val in mine for v in val[lost:])
     assert all(any(v is not None for v in val[:lost]) for _, _, val in mine)
@@ -224,25 +272,33 @@ def test_xid79_reports_the_xid_then_the_gpus_series_stop(config):
 
 
 def test_counters_are_monotonic_except_at_a_scripted_driver_reload(mixed):
-    sim = Simulation(mixed, nodes=8, gpus_per_node=2, hours=1, seed=4,
-                     scenarios="xid48:start=10m:duration=20m,nvlink_errors,ib_link_flap,checkpoint_stall")
+    sim = Simulation(
+        mixed,
+        nodes=8,
+        gpus_per_node=2,
+        hours=1,
+        seed=4,
+        scenarios="xid48:start=10m:duration=20m,nvlink_errors,ib_link_flap,checkpoint_stall",
+    )
     reload_node = sim.faults.faults[0].target["node"]
     reload_at = sim.window.index(30 * 60)
     resets = set()
     counters = [f.name for f in sim.families() if f.type == "counter"]
     for name, labels, values in series_of(sim, set(counters)):
         present = [(i, v) for i, v in enumerate(values) if v is not None]
-        for (i, a), (j, b) in zip(present, present[1:]):
+        for (_, a), (j, b) in zip(present, present[1:]):
             if b < a:
                 resets.add((name, labels.get("hostname") or labels.get("Hostname"), j))
     energy = {sim.sources["dcgm"].name("energy", sim.cluster.node(reload_node).version)}
     assert resets and {(n, h, j) for n, h, j in resets} <= {(e, reload_node, reload_at) for e in energy} | {
-        (n, reload_node, reload_at) for n, _, _ in resets}
+        (n, reload_node, reload_at) for n, _, _ in resets
+    }
     assert any(n in energy for n, _, _ in resets)
 
 
 def test_memory_does_not_grow_with_cluster_size_or_duration(config):
     """Series by series: 4x the nodes or 4x the hours, 4x the samples, about the same peak (tracemalloc)."""
+
     def peak(nodes, hours):
         tracemalloc.start()
         stats = write(Simulation(config, nodes=nodes, gpus_per_node=2, hours=hours, seed=1), "openmetrics", Null())
@@ -250,32 +306,49 @@ def test_memory_does_not_grow_with_cluster_size_or_duration(config):
         tracemalloc.stop()
         return top, stats.samples
 
-    peak(8, 0.05)                                      # the first traced run pays one-time caches
+    peak(8, 0.05)  # the first traced run pays one-time caches
     small_peak, small_samples = peak(8, 0.05)
     wide_peak, wide_samples = peak(32, 0.05)
     long_peak, long_samples = peak(8, 0.2)
     assert wide_samples > 3.5 * small_samples and long_samples > 3.5 * small_samples
-    assert wide_peak < 2 * small_peak + 64 * 1024, (small_peak, wide_peak)      # the model itself is O(nodes)
+    assert wide_peak < 2 * small_peak + 64 * 1024, (small_peak, wide_peak)  # the model itself is O(nodes)
     assert long_peak < 1.5 * small_peak + 32 * 1024, (small_peak, long_peak)
     assert max(small_peak, wide_peak, long_peak) < 512 * 1024
 
 
 # -- promtool expanding notation -----------------------------------------------------------------
 
+
 def test_compression_round_trips_and_compacts():
     rng = random.Random(0)
-    cases = [[1, 2, 3, 4], [0.1 * k for k in range(50)], [5] * 30, [None, None, 3, 3, None, 7, 8, 9, None],
-             [1e16, 1e16 + 2, 1e16 + 4], [-2, 2, 6, 10], [1.5e-07, 3e-07], [None] * 4]
+    cases = [
+        [1, 2, 3, 4],
+        [0.1 * k for k in range(50)],
+        [5] * 30,
+        [None, None, 3, 3, None, 7, 8, 9, None],
+        [1e16, 1e16 + 2, 1e16 + 4],
+        [-2, 2, 6, 10],
+        [1.5e-07, 3e-07],
+        [None] * 4,
+    ]
     for _ in range(200):
         values, v = [], rng.choice((0, 1e9, 0.25))
         for _ in range(rng.randrange(1, 60)):
             roll = rng.random()
-            v = None if roll < 0.1 else (v or 0) + rng.choice((0, 1, 0.1, -3, 123456789)) if roll < 0.8 else rng.random()
+            v = (
+                None
+                if roll < 0.1
+                else (v or 0) + rng.choice((0, 1, 0.1, -3, 123456789))
+                if roll < 0.8
+                else rng.random()
+            )
             values.append(v)
         cases.append(values)
     for values in cases:
         packed = compress(values)
-        assert (expand(packed) + [None] * len(values))[:len(values)] == [None if v is None else float(v) for v in values]
+        assert (expand(packed) + [None] * len(values))[: len(values)] == [
+            None if v is None else float(v) for v in values
+        ]
     assert compress([0] * 120) == "0x119"
     assert compress(list(range(0, 1200, 10))) == "0+10x119"
     assert compress([1, 1, None, None, 2]) == "1x1 stale _ 2"
@@ -283,8 +356,15 @@ def test_compression_round_trips_and_compacts():
 
 
 def test_compressed_series_read_back_exactly_in_real_promtool(config, tmp_path):
-    sim = Simulation(config, nodes=3, gpus_per_node=2, hours=0.25, seed=3, start=EPOCH,
-                     scenarios="xid79,prolog_not_writing:start=3m:duration=4m")
+    sim = Simulation(
+        config,
+        nodes=3,
+        gpus_per_node=2,
+        hours=0.25,
+        seed=3,
+        start=EPOCH,
+        scenarios="xid79,prolog_not_writing:start=3m:duration=4m",
+    )
     names = {sim.sources["dcgm"].name(s, "4.6-4.8") for s in ("power", "gpu_utilization", "energy", "xid")}
     raw = [(n, {k: v for k, v in lab.items() if v}, val) for n, lab, val in series_of(sim, names)]
     chosen = raw[:: max(1, len(raw) // 12)] + [r for r in raw if None in r[2]][:4]
@@ -293,11 +373,19 @@ def test_compressed_series_read_back_exactly_in_real_promtool(config, tmp_path):
     for n, lab, val in chosen:
         for i, v in enumerate(val):
             if v is not None and i % 3 == 0:
-                checks.append({"expr": synthetic.Series(n, lab, "").text(), "eval_time": duration(i * sim.window.step) or "0s",
-                               "exp_samples": [{"labels": synthetic.Series(n, lab, "").text(), "value": v}]})
+                checks.append(
+                    {
+                        "expr": synthetic.Series(n, lab, "").text(),
+                        "eval_time": duration(i * sim.window.step) or "0s",
+                        "exp_samples": [{"labels": synthetic.Series(n, lab, "").text(), "value": v}],
+                    }
+                )
     (tmp_path / "rules.yml").write_text("groups: []\n")
-    test = {"rule_files": ["rules.yml"], "evaluation_interval": "30s",
-            "tests": [{"interval": "30s", "input_series": inputs, "promql_expr_test": checks}]}
+    test = {
+        "rule_files": ["rules.yml"],
+        "evaluation_interval": "30s",
+        "tests": [{"interval": "30s", "input_series": inputs, "promql_expr_test": checks}],
+    }
     (tmp_path / "test.yml").write_text(yaml.safe_dump(test, width=10**9))
     result = tools.test_rules(tmp_path / "test.yml")
     assert result.ok, result.output[-2000:]
@@ -318,13 +406,29 @@ def test_each_scenario_shows_its_expected_signal_in_promql(config, tmp_path, sce
     assert expectations, f"{scenario} describes no expected signal"
     names = {m for e in expectations for m in e.metrics}
     inputs = [{"series": s.text(), "values": s.values} for s in sim.input_series(names)]
-    rules = {"groups": [{"name": "expect", "rules": [{"alert": f"E{i}", "expr": f"count({e.query}) > 0"}
-                                                      for i, e in enumerate(expectations)]}]}
-    tests = [{"alertname": f"E{i}", "eval_time": duration(e.at) or "0s", "exp_alerts": [{"exp_labels": {}}]}
-             for i, e in enumerate(expectations)]
+    rules = {
+        "groups": [
+            {
+                "name": "expect",
+                "rules": [{"alert": f"E{i}", "expr": f"count({e.query}) > 0"} for i, e in enumerate(expectations)],
+            }
+        ]
+    }
+    tests = [
+        {"alertname": f"E{i}", "eval_time": duration(e.at) or "0s", "exp_alerts": [{"exp_labels": {}}]}
+        for i, e in enumerate(expectations)
+    ]
     (tmp_path / "rules.yml").write_text(yaml.safe_dump(rules, width=10**9))
-    (tmp_path / "test.yml").write_text(yaml.safe_dump({"rule_files": ["rules.yml"], "evaluation_interval": "30s", "tests": [
-        {"interval": "30s", "input_series": inputs, "alert_rule_test": tests}]}, width=10**9))
+    (tmp_path / "test.yml").write_text(
+        yaml.safe_dump(
+            {
+                "rule_files": ["rules.yml"],
+                "evaluation_interval": "30s",
+                "tests": [{"interval": "30s", "input_series": inputs, "alert_rule_test": tests}],
+            },
+            width=10**9,
+        )
+    )
     result = tools.test_rules(tmp_path / "test.yml")
     assert result.ok, "\n".join([e.query for e in expectations] + [result.output[-1500:]])
 
@@ -339,22 +443,32 @@ def test_expectations_are_machine_readable(config):
 
 
 def test_default_targets_are_documented_in_the_fault(config):
-    sim = Simulation(config, nodes=10, gpus_per_node=8, hours=2, seed=1,
-                     scenarios="xid79,xid48,dbe,thermal,ib_port_down,straggler,slurm_nodes_down,exporter_down")
+    sim = Simulation(
+        config,
+        nodes=10,
+        gpus_per_node=8,
+        hours=2,
+        seed=1,
+        scenarios="xid79,xid48,dbe,thermal,ib_port_down,straggler,slurm_nodes_down,exporter_down",
+    )
     targets = {f.kind: f.target for f in sim.faults.faults}
     assert targets["xid79"] == {"node": "gpu005", "gpu": "3", "job": sim.cluster.roles.hero_job}
     assert targets["xid48"]["class"] == "drain" and targets["xid48"]["gpu"] == "1"
     assert targets["ib_port_down"] == {"node": "gpu001", "hca": "mlx5_1", "port": "1"}
     assert targets["slurm_nodes_down"] == {"down": "gpu006", "drained": "gpu007"}
     gpus = {(t.get("node"), t.get("gpu")) for k, t in targets.items() if "gpu" in t}
-    assert len(gpus) == 4                                # composed GPU faults land on different GPUs
+    assert len(gpus) == 4  # composed GPU faults land on different GPUs
 
 
 def test_scenario_parameters_and_errors(config):
-    spec, = Spec.parse("ib_port_down:node=gpu002:hca=mlx5_3:start=90s:duration=inf")
+    (spec,) = Spec.parse("ib_port_down:node=gpu002:hca=mlx5_3:start=90s:duration=inf")
     assert (spec.node, spec.hca, spec.start, spec.duration) == ("gpu002", "mlx5_3", 90, 10**9)
-    for bad, message in (("nope", "unknown scenario"), ("xid79:gpu=9", "GPUs 0..1"), ("xid79:when=1m", "key=value"),
-                         ("thermal:node=gpu099", "no node named")):
+    for bad, message in (
+        ("nope", "unknown scenario"),
+        ("xid79:gpu=9", "GPUs 0..1"),
+        ("xid79:when=1m", "key=value"),
+        ("thermal:node=gpu099", "no node named"),
+    ):
         with pytest.raises(Exception, match=message):
             Simulation(config, nodes=3, gpus_per_node=2, hours=0.1, scenarios=bad)
 
@@ -362,8 +476,8 @@ def test_scenario_parameters_and_errors(config):
 def test_realistic_week_draws_faults_at_the_llama3_rate(config):
     sim = Simulation(config, nodes=128, gpus_per_node=8, hours=0.1, seed=0)
     gpus = sum(n.gpus for n in sim.cluster.nodes if n.vendor == "nvidia")
-    scene = Scene(sim.ctx, sim.cluster, 0)
-    scene.window = type(sim.window)(sim.window.start, 30, 30 * 86400 // 30)     # 30 days, for the statistics
+    scene = Scene(sim.sources, Thresholds.from_config(config["thresholds"]), sim.cluster, 0)
+    scene.window = type(sim.window)(sim.window.start, 30, 30 * 86400 // 30)  # 30 days, for the statistics
     counts, kinds_seen = [], {}
     for seed in range(30):
         scene.seed = seed
@@ -373,21 +487,41 @@ def test_realistic_week_draws_faults_at_the_llama3_rate(config):
             kinds_seen[spec.kind] = kinds_seen.get(spec.kind, 0) + 1
     expected = 0.474e-3 * gpus * 30
     assert abs(sum(counts) / len(counts) - expected) < 0.2 * expected
-    assert max(kinds_seen, key=kinds_seen.get) == "xid79"                       # faulty GPUs lead Table 5
-    assert sum(c[0] for c in LLAMA3_CAUSES) == 413                              # 419 minus 6 silent corruptions
+    assert max(kinds_seen, key=kinds_seen.get) == "xid79"  # faulty GPUs lead Table 5
+    assert sum(c[0] for c in LLAMA3_CAUSES) == 413  # 419 minus 6 silent corruptions
     week = Simulation(config, nodes=16, gpus_per_node=8, hours=168, seed=3, scenarios="realistic_week")
-    assert week.faults.faults == Simulation(config, nodes=16, gpus_per_node=8, hours=168, seed=3,
-                                            scenarios="realistic_week").faults.faults
+    assert (
+        week.faults.faults
+        == Simulation(config, nodes=16, gpus_per_node=8, hours=168, seed=3, scenarios="realistic_week").faults.faults
+    )
 
 
 # -- command line ----------------------------------------------------------------------------------
 
+
 def test_cli_writes_a_file_and_the_expectations(tmp_path):
     out, expect = tmp_path / "c.om", tmp_path / "expect.json"
-    result = run_build("simulate", "--nodes", "2", "--gpus-per-node", "2", "--hours", "0.1", "--scenario", "xid13",
-                       "--seed", "3", "--format", "openmetrics", "--out", str(out), "--expectations", str(expect))
+    result = run_build(
+        "simulate",
+        "--nodes",
+        "2",
+        "--gpus-per-node",
+        "2",
+        "--hours",
+        "0.1",
+        "--scenario",
+        "xid13",
+        "--seed",
+        "3",
+        "--format",
+        "openmetrics",
+        "--out",
+        str(out),
+        "--expectations",
+        str(expect),
+    )
     assert result.returncode == 0, result.stderr
-    assert "samples" in result.stderr and "[" not in result.stderr               # no progress bar off a terminal
+    assert "samples" in result.stderr and "[" not in result.stderr  # no progress bar off a terminal
     assert out.read_text().endswith("# EOF\n") and json.loads(expect.read_text())[0]["scenario"] == "xid13"
     listing = run_build("simulate", "--list-scenarios")
     assert "xid79" in listing.stdout and "realistic_week" in listing.stdout
@@ -397,8 +531,9 @@ def test_cli_writes_a_file_and_the_expectations(tmp_path):
 
 def test_cli_promtool_output_is_a_valid_input_series_block(tmp_path):
     out = tmp_path / "series.yml"
-    result = run_build("simulate", "--nodes", "2", "--gpus-per-node", "1", "--hours", "0.05", "--format", "promtool",
-                       "--out", str(out))
+    result = run_build(
+        "simulate", "--nodes", "2", "--gpus-per-node", "1", "--hours", "0.05", "--format", "promtool", "--out", str(out)
+    )
     assert result.returncode == 0, result.stderr
     doc = yaml.safe_load(out.read_text())
     assert doc["interval"] == "30s" and doc["input_series"][0]["series"].startswith("DCGM_FI_")
@@ -477,15 +612,17 @@ BAD_ARGUMENTS = [
 def simulate_cli(argv: list[str], capsys) -> tuple[int, str]:
     """`build.py simulate ARGV` in this process: exit code and stderr."""
     from hpcobs import cli
+
     try:
         code = cli.main(["simulate", *argv])
-    except SystemExit as exc:                      # argparse's own mistakes exit from the parser
+    except SystemExit as exc:  # argparse's own mistakes exit from the parser
         code = exc.code
     return code, capsys.readouterr().err
 
 
-@pytest.mark.parametrize("extra, fragment, code", BAD_ARGUMENTS,
-                         ids=[" ".join(extra) or "empty" for extra, _, _ in BAD_ARGUMENTS])
+@pytest.mark.parametrize(
+    "extra, fragment, code", BAD_ARGUMENTS, ids=[" ".join(extra) or "empty" for extra, _, _ in BAD_ARGUMENTS]
+)
 def test_every_bad_argument_is_one_line_with_the_fix(tmp_path, capsys, extra, fragment, code):
     (tmp_path / "file").write_text("")
     paths = {"dir": str(tmp_path), "file": str(tmp_path / "file")}
@@ -501,8 +638,18 @@ def test_every_bad_argument_is_one_line_with_the_fix(tmp_path, capsys, extra, fr
 def test_bad_arguments_cover_every_class():
     assert len(BAD_ARGUMENTS) >= 28
     flags = {a for extra, _, _ in BAD_ARGUMENTS for a in extra if a.startswith("--")}
-    assert flags >= {"--nodes", "--gpus-per-node", "--hours", "--scenario", "--seed", "--format", "--out", "--start",
-                     "--expectations", "--max-samples"}
+    assert flags >= {
+        "--nodes",
+        "--gpus-per-node",
+        "--hours",
+        "--scenario",
+        "--seed",
+        "--format",
+        "--out",
+        "--start",
+        "--expectations",
+        "--max-samples",
+    }
 
 
 def test_the_bound_says_how_to_go_bigger_and_the_escape_hatch_works(tmp_path, capsys):
@@ -521,6 +668,7 @@ def test_the_bound_says_how_to_go_bigger_and_the_escape_hatch_works(tmp_path, ca
 @pytest.mark.parametrize("site", ["default", "mixed"])
 def test_the_sample_estimate_is_close_above_what_is_written(config, mixed, site):
     from hpcobs.simulate.arguments import estimated_samples
+
     for nodes, gpus in ((1, 1), (1, 8), (3, 16), (5, 4)):
         sim = Simulation(config if site == "default" else mixed, nodes=nodes, gpus_per_node=gpus, hours=0.05, seed=1)
         written = write(sim, "vm", Null()).samples
@@ -529,16 +677,22 @@ def test_the_sample_estimate_is_close_above_what_is_written(config, mixed, site)
 
 def documented_runs() -> list[str]:
     """Every `build.py simulate` command in the README and docs, and the benchmark's default run."""
-    lines = [line for doc in [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
-             for line in doc.read_text(encoding="utf-8").replace("\\\n", " ").splitlines() if "build.py" in line]
+    lines = [
+        line
+        for doc in [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
+        for line in doc.read_text(encoding="utf-8").replace("\\\n", " ").splitlines()
+        if "build.py" in line
+    ]
     runs = [re.search(r"simulate (.*?)(`|$|  #)", line).group(1) for line in lines if "simulate --" in line]
     return [run for run in runs if "--list-scenarios" not in run] + [
-        "--nodes 1024 --gpus-per-node 8 --hours 1 --format vm --out /dev/null --seed 1"]
+        "--nodes 1024 --gpus-per-node 8 --hours 1 --format vm --out /dev/null --seed 1"
+    ]
 
 
 @pytest.mark.parametrize("run", documented_runs())
 def test_documented_runs_stay_within_the_bounds(config, run):
     from hpcobs.simulate import arguments
+
     args = arguments.parser("build.py simulate").parse_args(shlex.split(run))
     arguments.check_size(arguments.checked(args), 30)
 
@@ -555,6 +709,7 @@ def test_every_declared_target_is_read_by_its_scenario(config):
 
 # -- output files are written whole or not at all --------------------------------------------------
 
+
 def test_a_failed_write_leaves_the_previous_file_and_no_debris(tmp_path):
     """A real write error mid-file (the file size limit, as a full disk would): one line, exit 1, the old file
     untouched, no temporary file left."""
@@ -565,11 +720,16 @@ def test_a_failed_write_leaves_the_previous_file_and_no_debris(tmp_path):
     out.write_text("previous run\n")
 
     def small_file_limit():
-        signal.signal(signal.SIGXFSZ, signal.SIG_IGN)             # a write past the limit fails with EFBIG
+        signal.signal(signal.SIGXFSZ, signal.SIG_IGN)  # a write past the limit fails with EFBIG
         resource.setrlimit(resource.RLIMIT_FSIZE, (100_000, 100_000))
 
-    result = subprocess.run([sys.executable, str(ROOT / "build.py"), "simulate", *TINY, "--out", str(out)],
-                            capture_output=True, text=True, timeout=120, preexec_fn=small_file_limit)
+    result = subprocess.run(
+        [sys.executable, str(ROOT / "build.py"), "simulate", *TINY, "--out", str(out)],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        preexec_fn=small_file_limit,
+    )
     assert result.returncode == 1 and len(result.stderr.splitlines()) == 1, result.stderr
     assert f"simulate: --out {out}: could not write (File too large)" in result.stderr
     assert out.read_text() == "previous run\n" and sorted(p.name for p in tmp_path.iterdir()) == ["c.om"]
@@ -580,10 +740,13 @@ def test_an_interrupted_write_leaves_no_file(tmp_path):
     import time
 
     out = tmp_path / "c.om"
-    process = subprocess.Popen([sys.executable, str(ROOT / "build.py"), "simulate", "--nodes", "16", "--hours", "2",
-                                "--out", str(out)], stderr=subprocess.PIPE, text=True)
+    process = subprocess.Popen(
+        [sys.executable, str(ROOT / "build.py"), "simulate", "--nodes", "16", "--hours", "2", "--out", str(out)],
+        stderr=subprocess.PIPE,
+        text=True,
+    )
     deadline = time.monotonic() + 60
-    while not any(tmp_path.iterdir()) and time.monotonic() < deadline:        # the temporary file appears
+    while not any(tmp_path.iterdir()) and time.monotonic() < deadline:  # the temporary file appears
         time.sleep(0.01)
     process.send_signal(signal.SIGTERM)
     _, err = process.communicate(timeout=60)
@@ -599,7 +762,7 @@ def test_a_complete_write_replaces_the_file_through_its_symlink(tmp_path, capsys
     assert code == 0, err
     assert link.is_symlink() and target.read_text().endswith("# EOF\n")
     assert json.loads((tmp_path / "e.json").read_text())
-    assert oct(target.stat().st_mode & 0o777) == oct(0o666 & ~_umask())      # not the 0600 of a temp file
+    assert oct(target.stat().st_mode & 0o777) == oct(0o666 & ~_umask())  # not the 0600 of a temp file
     assert sorted(p.name for p in tmp_path.iterdir()) == ["e.json", "link.om", "real.om"]
     code, err = simulate_cli(TINY + ["--out", "/dev/null", "--expectations", "/dev/null"], capsys)
     assert code == 0 and os.path.exists("/dev/null") and not os.path.isfile("/dev/null"), err

@@ -1,4 +1,5 @@
 """promtool/amtool wrappers: clear errors when missing or too old; real results when present."""
+
 import stat
 
 import pytest
@@ -34,8 +35,9 @@ def test_too_old_promtool_is_refused(monkeypatch, tmp_path):
     monkeypatch.setenv("PROMTOOL", str(old))
     with pytest.raises(ToolError) as caught:
         tools.check_rules(tmp_path / "x.yaml")
-    assert str(caught.value) == (f"promtool 2.30 at {old} is too old: need >= 2.42 "
-                                 "(apt-get install prometheus, or set PROMTOOL)")
+    assert str(caught.value) == (
+        f"promtool 2.30 at {old} is too old: need >= 2.42 (apt-get install prometheus, or set PROMTOOL)"
+    )
 
 
 def test_real_promtool_reports_a_broken_rule(tmp_path):
@@ -67,8 +69,10 @@ def test_a_tool_is_probed_once_per_process_and_again_when_it_changes(monkeypatch
     wrapper, log = tmp_path / "promtool", tmp_path / "calls.log"
 
     def install(version_line):
-        wrapper.write_text(f'#!/bin/sh\necho "$1" >> {log}\n'
-                           f'if [ "$1" = --version ]; then echo "{version_line}"; exit 0; fi\nexec {real} "$@"\n')
+        wrapper.write_text(
+            f'#!/bin/sh\necho "$1" >> {log}\n'
+            f'if [ "$1" = --version ]; then echo "{version_line}"; exit 0; fi\nexec {real} "$@"\n'
+        )
         wrapper.chmod(0o755)
 
     good = tmp_path / "good.rules.yaml"

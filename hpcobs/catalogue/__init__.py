@@ -4,6 +4,7 @@ One YAML file per exporter beside this module, read once, on the first load(). C
 metric name: it asks the catalogue for (exporter, signal) and gets the name for the deployed version (see
 hpcobs.sources).
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass, field
@@ -17,15 +18,40 @@ from ..render import load_yaml
 HERE = Path(__file__).resolve().parent
 
 UNITS = (
-    "ratio", "percent", "bytes", "kibibytes", "mebibytes", "bytes_per_second", "megabytes_per_second",
-    "megabits_per_second", "gigabytes_per_second", "hertz", "megahertz", "watts", "joules", "millijoules",
-    "microjoules", "celsius", "seconds", "milliseconds", "microseconds", "nanoseconds", "count", "state", "info",
+    "ratio",
+    "percent",
+    "bytes",
+    "kibibytes",
+    "mebibytes",
+    "bytes_per_second",
+    "megabytes_per_second",
+    "megabits_per_second",
+    "gigabytes_per_second",
+    "hertz",
+    "megahertz",
+    "watts",
+    "joules",
+    "millijoules",
+    "microjoules",
+    "celsius",
+    "seconds",
+    "milliseconds",
+    "microseconds",
+    "nanoseconds",
+    "count",
+    "state",
+    "info",
 )
 
-_SPELLING = {"type": "object", "additionalProperties": False, "required": ["name", "unit"],
-             "properties": {"name": {"type": "string"}, "unit": {"enum": list(UNITS)}}}
+_SPELLING = {
+    "type": "object",
+    "additionalProperties": False,
+    "required": ["name", "unit"],
+    "properties": {"name": {"type": "string"}, "unit": {"enum": list(UNITS)}},
+}
 _METRIC = {
-    "type": "object", "additionalProperties": False,
+    "type": "object",
+    "additionalProperties": False,
     "required": ["signal", "name", "type", "unit", "help", "source"],
     "properties": {
         "signal": {"type": "string", "pattern": "^[a-z][a-z0-9_]*$"},
@@ -43,7 +69,8 @@ _METRIC = {
     },
 }
 _EXPORTER = {
-    "type": "object", "additionalProperties": False,
+    "type": "object",
+    "additionalProperties": False,
     "required": ["exporter", "title", "source", "host", "metrics"],
     "properties": {
         "exporter": {"type": "string", "pattern": "^[a-z][a-z0-9_]*$"},
@@ -51,18 +78,35 @@ _EXPORTER = {
         "source": {"type": "string"},
         "versions": {"type": "object", "additionalProperties": {"type": "string"}},
         "host_by_version": {"type": "object", "additionalProperties": {"type": "string"}},
-        "host": {"type": "object", "additionalProperties": False, "required": ["regex"],
-                 "properties": {"label": {"type": "string"}, "regex": {"type": "string"}}},
+        "host": {
+            "type": "object",
+            "additionalProperties": False,
+            "required": ["regex"],
+            "properties": {"label": {"type": "string"}, "regex": {"type": "string"}},
+        },
         "job_label": {"type": ["string", "null"]},
-        "canonical_labels": {"type": "object", "additionalProperties": {"oneOf": [
-            {"type": "string"},
-            {"type": "object", "additionalProperties": False, "required": ["label", "regex"],
-             "properties": {"label": {"type": "string"}, "regex": {"type": "string"}}}]}},
+        "canonical_labels": {
+            "type": "object",
+            "additionalProperties": {
+                "oneOf": [
+                    {"type": "string"},
+                    {
+                        "type": "object",
+                        "additionalProperties": False,
+                        "required": ["label", "regex"],
+                        "properties": {"label": {"type": "string"}, "regex": {"type": "string"}},
+                    },
+                ]
+            },
+        },
         "driver_label_by_version": {"type": "object", "additionalProperties": {"type": "string"}},
         "default_series_per_gpu": {"type": "object", "additionalProperties": {"type": "integer"}},
         "name_prefix_config": {"type": "string"},
         "gpu_labels": {"type": "array", "items": {"type": "string"}},
-        "info_labels_by_version": {"type": "object", "additionalProperties": {"type": "array", "items": {"type": "string"}}},
+        "info_labels_by_version": {
+            "type": "object",
+            "additionalProperties": {"type": "array", "items": {"type": "string"}},
+        },
         "xid_classes": {"type": "object", "additionalProperties": {"type": "array", "items": {"type": "integer"}}},
         "metrics": {"type": "array", "minItems": 1, "items": _METRIC},
     },
@@ -113,7 +157,9 @@ class Exporter:
         """Raw label holding each canonical label (node, hpc_job, gpu...) on this exporter's series, or
         {label, regex} when the canonical value is a part of a raw label."""
         host = self.host_label(version)
-        out: dict[str, str | dict] = {"node": host if self.host_regex == "(.+)" else {"label": host, "regex": self.host_regex}}
+        out: dict[str, str | dict] = {
+            "node": host if self.host_regex == "(.+)" else {"label": host, "regex": self.host_regex}
+        }
         if self.job_label:
             out["hpc_job"] = self.job_label
         out.update(self.raw.get("canonical_labels", {}))
@@ -156,8 +202,18 @@ class Exporter:
             if since in entry.get("renamed", {}):
                 name, unit = entry["renamed"][since]["name"], entry["renamed"][since]["unit"]
         labels = tuple(self.raw.get("gpu_labels", ())) + tuple(entry.get("labels", ()))
-        return Metric(self.id, signal, name, entry["type"], unit, labels,
-                      bool(entry.get("optional", False)), entry["help"], entry["source"], bool(entry.get("sparse", False)))
+        return Metric(
+            self.id,
+            signal,
+            name,
+            entry["type"],
+            unit,
+            labels,
+            bool(entry.get("optional", False)),
+            entry["help"],
+            entry["source"],
+            bool(entry.get("sparse", False)),
+        )
 
     def all_metrics(self) -> list[Metric]:
         """Every spelling of every signal across versions (for lints and docs)."""
@@ -188,8 +244,16 @@ def _load_file(path: Path, validator: jsonschema.protocols.Validator) -> Exporte
         for since in list(metric.get("renamed", {})) + ([metric["only_from"]] if "only_from" in metric else []):
             if since not in versions:
                 raise CatalogueError(f"{path.name}: {metric['signal']}: unknown version {since!r}")
-    return Exporter(raw["exporter"], raw["title"], raw["source"], versions, raw["host"]["regex"],
-                    raw.get("job_label"), raw.get("name_prefix_config"), raw)
+    return Exporter(
+        raw["exporter"],
+        raw["title"],
+        raw["source"],
+        versions,
+        raw["host"]["regex"],
+        raw.get("job_label"),
+        raw.get("name_prefix_config"),
+        raw,
+    )
 
 
 @cache

@@ -9,23 +9,40 @@
 Modules: model (cluster), scenarios (faults and expectations), activity (load over time), one emitter
 module per domain (gpu, node, slurm, storage, security, training), formats (writers). docs/simulator.md.
 """
+
 from __future__ import annotations
 
 from typing import TextIO
 
+from .core import UP
 from .expect import Expectation
 from .formats import FORMATS, WRITERS, Progress, Stats, compress, expand
 from .model import DEFAULT_START, Cluster, Job, Node
 from .scenarios import KINDS, Spec, kinds
-from .core import UP
 from .simulation import Simulation
 
 
-def write(sim: Simulation, fmt: str, out: TextIO, progress: Progress | None = None,
-          names: set[str] | None = None) -> Stats:
+def write(
+    sim: Simulation, fmt: str, out: TextIO, progress: Progress | None = None, names: set[str] | None = None
+) -> Stats:
     """Stream the whole simulation to `out` in one of FORMATS."""
     return WRITERS[fmt](sim.families(names), out, sim.window, progress)
 
 
-__all__ = ["Simulation", "Spec", "Expectation", "Stats", "Cluster", "Job", "Node", "KINDS", "kinds", "FORMATS",
-           "DEFAULT_START", "UP", "write", "compress", "expand"]
+__all__ = [
+    "Simulation",
+    "Spec",
+    "Expectation",
+    "Stats",
+    "Cluster",
+    "Job",
+    "Node",
+    "KINDS",
+    "kinds",
+    "FORMATS",
+    "DEFAULT_START",
+    "UP",
+    "write",
+    "compress",
+    "expand",
+]

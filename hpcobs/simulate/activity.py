@@ -3,6 +3,7 @@
 Every emitter reads these instead of re-deriving them, so a GPU that is idle is idle in dcgm, in the
 IB traffic of its node and in the training series of its rank alike.
 """
+
 from __future__ import annotations
 
 import math
@@ -11,8 +12,8 @@ from functools import lru_cache
 from .core import Values, seeded, window_mask
 from .model import Job
 
-CHECKPOINT_EVERY = 1800     # seconds between checkpoints of a training job
-CHECKPOINT_TAKES = 90       # seconds a healthy checkpoint blocks training
+CHECKPOINT_EVERY = 1800  # seconds between checkpoints of a training job
+CHECKPOINT_TAKES = 90  # seconds a healthy checkpoint blocks training
 
 
 class Activity:
@@ -39,8 +40,10 @@ class Activity:
         if not job.training:
             return (False,) * self.n
         first = job.start + CHECKPOINT_EVERY * max(1, math.ceil((0 - job.start) / CHECKPOINT_EVERY))
-        wins = [(self.window.index(t), self.window.index(t + CHECKPOINT_TAKES))
-                for t in range(first, min(job.end, self.window.duration), CHECKPOINT_EVERY)]
+        wins = [
+            (self.window.index(t), self.window.index(t + CHECKPOINT_TAKES))
+            for t in range(first, min(job.end, self.window.duration), CHECKPOINT_EVERY)
+        ]
         return tuple(window_mask(self.n, wins))
 
     def _job_profile(self, job: Job) -> tuple[tuple[float, ...], tuple[float, ...]]:
@@ -75,7 +78,7 @@ class Activity:
             idle_until = self.window.index(job.idle_until) if (node, gpu) in job.idle_gpus else first
             held[first:last] = [True] * (last - first)
             start = max(first, idle_until)
-            if start < last:   # a shared GPU is as busy as its busiest job
+            if start < last:  # a shared GPU is as busy as its busiest job
                 busy[start:last] = map(max, busy[start:last], jb[start:last])
                 work[start:last] = map(max, work[start:last], jw[start:last])
         for start, end in self.faults.windows("gpu_idle", node, gpu):
@@ -104,10 +107,19 @@ class Activity:
             for effect in self.faults.effects("rank_slow", job.id, rank):
                 for i in range(effect.start, min(effect.end, self.n)):
                     rank_factor[i] = max(rank_factor[i], effect.get("factor"))
-        blocked = [a or b for a, b in zip(self.checkpoint_mask(job), window_mask(self.n, self.faults.windows(
-            "job_hang", job.id) + self.faults.windows("job_stall", job.id)))]
-        return tuple(0.0 if blocked[i] else 1.0 / (job.step_seconds * slow[i] * rank_factor[i] * (1 + 0.02 * (rng.random() - 0.5)))
-                     for i in range(self.n))
+        blocked = [
+            a or b
+            for a, b in zip(
+                self.checkpoint_mask(job),
+                window_mask(self.n, self.faults.windows("job_hang", job.id) + self.faults.windows("job_stall", job.id)),
+            )
+        ]
+        return tuple(
+            0.0
+            if blocked[i]
+            else 1.0 / (job.step_seconds * slow[i] * rank_factor[i] * (1 + 0.02 * (rng.random() - 0.5)))
+            for i in range(self.n)
+        )
 
     def job_steps(self, job: Job) -> Values:
         """Optimizer steps completed since the job (process) started, at each scrape (float, floor it)."""

@@ -4,6 +4,7 @@ Every mistake is one line, `simulate: --flag VALUE: problem; fix`, and exit code
 careless run from writing for hours: real nodes have at most 16 GPUs, and the samples a run would write
 are estimated up front and capped by --max-samples, which is also how to go bigger.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -14,7 +15,7 @@ import shlex
 import stat
 import sys
 from dataclasses import dataclass
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 
 from ..config import Config
 from ..errors import UserError
@@ -24,15 +25,15 @@ from .output import in_place
 from .scenarios import ScenarioError, Spec
 from .simulation import Simulation
 
-MAX_GPUS_PER_NODE = 16            # the largest real GPU nodes (HGX-2 class); 8 is the common case
-MAX_NODES = 100_000               # the model holds every node in memory; more than the largest clusters built
-MAX_SCRAPES = 1_000_000           # one series' values are held whole in memory (about 8 MB at this length)
-SAMPLES_PER_SECOND = 1_000_000   # the simulator's speed on one core (docs/benchmarks.md)
+MAX_GPUS_PER_NODE = 16  # the largest real GPU nodes (HGX-2 class); 8 is the common case
+MAX_NODES = 100_000  # the model holds every node in memory; more than the largest clusters built
+MAX_SCRAPES = 1_000_000  # one series' values are held whole in memory (about 8 MB at this length)
+SAMPLES_PER_SECOND = 1_000_000  # the simulator's speed on one core (docs/benchmarks.md)
 DEFAULT_MAX_SAMPLES = 200_000_000  # 3-4 minutes; covers the benchmark's 8,192 GPUs for an hour
 # Samples a scrape writes, measured on the default config and on a mixed fleet (dcgm versions, AMD, native
 # Slurm), rounded up: each node with its exporters, each GPU, and the cluster-wide targets (Slurm, Lustre).
 SERIES_PER_NODE, SERIES_PER_GPU, SERIES_PER_CLUSTER = 500, 100, 200
-EPOCH = datetime(1970, 1, 1, tzinfo=timezone.utc)
+EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 
 
 @dataclass(frozen=True)
@@ -70,29 +71,45 @@ class Parser(argparse.ArgumentParser):
 
 def parser(prog: str) -> Parser:
     # Values are read as text and checked by `checked`, so that each mistake gets its own line and fix.
-    sim = Parser(prog=prog, description="Simulate a Slurm GPU cluster and the exporters of the config, with fault "
-                                        "scenarios, and stream its raw series to a file. Same arguments and seed, "
-                                        "same bytes. See docs/simulator.md.")
-    sim.add_argument("--config", metavar="FILE", default=argparse.SUPPRESS,
-                     help="site YAML merged over config/default.yaml")
+    sim = Parser(
+        prog=prog,
+        description="Simulate a Slurm GPU cluster and the exporters of the config, with fault "
+        "scenarios, and stream its raw series to a file. Same arguments and seed, "
+        "same bytes. See docs/simulator.md.",
+    )
+    sim.add_argument(
+        "--config", metavar="FILE", default=argparse.SUPPRESS, help="site YAML merged over config/default.yaml"
+    )
     sim.add_argument("--nodes", default="4", metavar="N", help=f"nodes, 1..{MAX_NODES:,} (default 4)")
-    sim.add_argument("--gpus-per-node", default="8", metavar="N",
-                     help=f"GPUs per node, 1..{MAX_GPUS_PER_NODE} (default 8)")
+    sim.add_argument(
+        "--gpus-per-node", default="8", metavar="N", help=f"GPUs per node, 1..{MAX_GPUS_PER_NODE} (default 8)"
+    )
     sim.add_argument("--hours", default="1", help="simulated duration in hours (default 1)")
-    sim.add_argument("--scenario", default="healthy", metavar="S[,S2]",
-                     help="comma-separated scenarios, each name[:start=10m][:duration=20m][:node=..][:gpu=..][:hca=..]"
-                          "[:job=..]; see --list-scenarios (default healthy)")
+    sim.add_argument(
+        "--scenario",
+        default="healthy",
+        metavar="S[,S2]",
+        help="comma-separated scenarios, each name[:start=10m][:duration=20m][:node=..][:gpu=..][:hca=..]"
+        "[:job=..]; see --list-scenarios (default healthy)",
+    )
     sim.add_argument("--seed", default="0", help="random seed, a whole number (default 0)")
-    sim.add_argument("--format", default="openmetrics",
-                     help=f"output format: {', '.join(FORMATS)} (default openmetrics)")
+    sim.add_argument(
+        "--format", default="openmetrics", help=f"output format: {', '.join(FORMATS)} (default openmetrics)"
+    )
     sim.add_argument("--out", metavar="FILE", help="output file, - for stdout; written whole or not at all")
-    sim.add_argument("--start", metavar="ISO8601",
-                     help="time of the first sample (default 2026-01-01T00:00:00Z; 1970-01-01T00:00:00Z for promtool, "
-                          "whose tests start at time 0)")
+    sim.add_argument(
+        "--start",
+        metavar="ISO8601",
+        help="time of the first sample (default 2026-01-01T00:00:00Z; 1970-01-01T00:00:00Z for promtool, "
+        "whose tests start at time 0)",
+    )
     sim.add_argument("--expectations", metavar="FILE", help="also write the scenarios' expected signals as JSON")
-    sim.add_argument("--max-samples", default=str(DEFAULT_MAX_SAMPLES), metavar="N",
-                     help=f"refuse runs estimated to write more samples (default {DEFAULT_MAX_SAMPLES:,}); raise it "
-                          "to go bigger")
+    sim.add_argument(
+        "--max-samples",
+        default=str(DEFAULT_MAX_SAMPLES),
+        metavar="N",
+        help=f"refuse runs estimated to write more samples (default {DEFAULT_MAX_SAMPLES:,}); raise it to go bigger",
+    )
     sim.add_argument("--list-scenarios", action="store_true", help="list the scenarios and exit")
     return sim
 
@@ -104,17 +121,33 @@ def refuse(flag: str, value: str | None, problem: str, fix: str) -> UserError:
 
 def checked(args: argparse.Namespace) -> Request:
     """The arguments as a Request; the first bad one is a UserError line naming the flag, value and fix."""
-    nodes = _whole("--nodes", args.nodes, 1, MAX_NODES, " (the model holds every node in memory)",
-                   "split the cluster into runs with different --seed")
-    gpus_per_node = _whole("--gpus-per-node", args.gpus_per_node, 1, MAX_GPUS_PER_NODE, ", the most a real node has",
-                           "add --nodes for a bigger cluster")
+    nodes = _whole(
+        "--nodes",
+        args.nodes,
+        1,
+        MAX_NODES,
+        " (the model holds every node in memory)",
+        "split the cluster into runs with different --seed",
+    )
+    gpus_per_node = _whole(
+        "--gpus-per-node",
+        args.gpus_per_node,
+        1,
+        MAX_GPUS_PER_NODE,
+        ", the most a real node has",
+        "add --nodes for a bigger cluster",
+    )
     hours, seed = _hours(args.hours), _whole("--seed", args.seed)
     max_samples = _whole("--max-samples", args.max_samples, 1)
     fmt = args.format
     if fmt not in FORMATS:
         near = difflib.get_close_matches(fmt.lower(), FORMATS, n=1)
-        raise refuse("--format", fmt, "unknown format",
-                     f"use one of {', '.join(FORMATS)}" + (f" (did you mean {near[0]}?)" if near else ""))
+        raise refuse(
+            "--format",
+            fmt,
+            "unknown format",
+            f"use one of {', '.join(FORMATS)}" + (f" (did you mean {near[0]}?)" if near else ""),
+        )
     start = _start(args.start) if args.start is not None else EPOCH if fmt == "promtool" else None
     try:
         specs = Spec.parse(args.scenario)
@@ -125,8 +158,12 @@ def checked(args: argparse.Namespace) -> Request:
     if expectations is not None:
         _output_path("--expectations", expectations, "expectations.json")
         if _same_file(out, expectations):
-            raise refuse("--expectations", expectations, f"the same file as --out {shlex.quote(out)}",
-                         "give the expectations their own file")
+            raise refuse(
+                "--expectations",
+                expectations,
+                f"the same file as --out {shlex.quote(out)}",
+                "give the expectations their own file",
+            )
     return Request(nodes, gpus_per_node, hours, specs, seed, fmt, out, start, expectations, max_samples)
 
 
@@ -136,8 +173,15 @@ def simulation(request: Request, config: Config) -> Simulation:
     step = duration_seconds(config["scrape_interval"])
     check_size(request, step)
     try:
-        return Simulation(config, nodes=request.nodes, gpus_per_node=request.gpus_per_node, hours=request.hours,
-                          scenarios=request.specs, seed=request.seed, start=request.start)
+        return Simulation(
+            config,
+            nodes=request.nodes,
+            gpus_per_node=request.gpus_per_node,
+            hours=request.hours,
+            scenarios=request.specs,
+            seed=request.seed,
+            start=request.start,
+        )
     except ScenarioError as exc:
         raise refuse("--scenario", exc.item, exc.problem, exc.fix) from None
 
@@ -151,13 +195,20 @@ def check_size(request: Request, step: int) -> None:
     --max-samples (the message says how to go bigger)."""
     hours = request.hours
     if hours * 3600 < step:
-        raise refuse("--hours", f"{hours:g}", f"shorter than one scrape interval ({step}s)",
-                     f"give at least {math.ceil(step / 3600 * 10**4) / 10**4:g}")
+        raise refuse(
+            "--hours",
+            f"{hours:g}",
+            f"shorter than one scrape interval ({step}s)",
+            f"give at least {math.ceil(step / 3600 * 10**4) / 10**4:g}",
+        )
     scrapes = round(hours * 3600 / step)
     if scrapes > MAX_SCRAPES:
-        raise refuse("--hours", f"{hours:g}", f"{scrapes:,} scrapes of {step}s per series, more than the "
-                     f"{MAX_SCRAPES:,} one series may hold in memory",
-                     f"split it into runs of at most {MAX_SCRAPES * step // 3600:,} hours with later --start")
+        raise refuse(
+            "--hours",
+            f"{hours:g}",
+            f"{scrapes:,} scrapes of {step}s per series, more than the {MAX_SCRAPES:,} one series may hold in memory",
+            f"split it into runs of at most {MAX_SCRAPES * step // 3600:,} hours with later --start",
+        )
     samples = estimated_samples(request.nodes, request.gpus_per_node, scrapes)
     if samples > request.max_samples:
         per_node = SERIES_PER_NODE + request.gpus_per_node * SERIES_PER_GPU
@@ -165,7 +216,8 @@ def check_size(request: Request, step: int) -> None:
             f"simulate: --nodes {request.nodes} --gpus-per-node {request.gpus_per_node} --hours {hours:g}: about "
             f"{samples:,} samples ({request.nodes:,} nodes x ~{per_node:,} series x {scrapes:,} scrapes) exceed "
             f"--max-samples {request.max_samples:,}; pass --max-samples {_round_up(samples)} to go bigger "
-            f"(about {_run_time(samples)}), or split it into runs of fewer --nodes or --hours with different --seed")
+            f"(about {_run_time(samples)}), or split it into runs of fewer --nodes or --hours with different --seed"
+        )
 
 
 def _run_time(samples: int) -> str:
@@ -211,10 +263,14 @@ def _start(text: str) -> datetime:
         start = datetime.fromisoformat(text)
     except ValueError:
         raise refuse("--start", text, "not an ISO 8601 time", "e.g. 2026-01-01T00:00:00Z") from None
-    start = start if start.tzinfo else start.replace(tzinfo=timezone.utc)
+    start = start if start.tzinfo else start.replace(tzinfo=UTC)
     if start < EPOCH:
-        raise refuse("--start", text, "before 1970-01-01 (Prometheus and VictoriaMetrics count time from there)",
-                     "give 1970-01-01T00:00:00Z or later")
+        raise refuse(
+            "--start",
+            text,
+            "before 1970-01-01 (Prometheus and VictoriaMetrics count time from there)",
+            "give 1970-01-01T00:00:00Z or later",
+        )
     return start
 
 

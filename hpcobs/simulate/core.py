@@ -3,6 +3,7 @@
 Values are lists with one entry per scrape (None = no sample at that scrape). An emitter computes one
 series at a time, so memory holds one series, never the whole output.
 """
+
 from __future__ import annotations
 
 import hashlib
@@ -15,17 +16,44 @@ from .. import catalogue
 from ..promql import si_factor
 
 Values = list  # list[int | float | None], one entry per scrape
-# Prometheus writes `up` for every target it scrapes (catalogue: prometheus.yaml).
-UP = catalogue.load()["prometheus"].metric("up").name
+
+
+def _up_name() -> str:
+    """`up`, which Prometheus writes for every target it scrapes (catalogue: prometheus.yaml)."""
+    metric = catalogue.load()["prometheus"].metric("up")
+    if metric is None:
+        raise KeyError("the catalogue's prometheus profile has no `up`")
+    return metric.name
+
+
+UP = _up_name()
 SeriesItem = tuple[dict[str, str], Values]
 
 # Decimal places kept per unit once converted from SI; 0 means an integer, as the exporters print them
 # (dcgm-exporter renders integer fields as integers; byte and tick counters are integers everywhere).
 _DIGITS = {
-    "percent": 0, "mebibytes": 0, "kibibytes": 0, "bytes": 0, "megahertz": 0, "hertz": 0, "millijoules": 0,
-    "microjoules": 0, "nanoseconds": 0, "celsius": 0, "state": 0, "info": 0,
-    "megabits_per_second": 0, "bytes_per_second": 0, "microseconds": 3, "milliseconds": 3, "seconds": 3,
-    "ratio": 3, "watts": 3, "joules": 3, "megabytes_per_second": 3, "gigabytes_per_second": 3,
+    "percent": 0,
+    "mebibytes": 0,
+    "kibibytes": 0,
+    "bytes": 0,
+    "megahertz": 0,
+    "hertz": 0,
+    "millijoules": 0,
+    "microjoules": 0,
+    "nanoseconds": 0,
+    "celsius": 0,
+    "state": 0,
+    "info": 0,
+    "megabits_per_second": 0,
+    "bytes_per_second": 0,
+    "microseconds": 3,
+    "milliseconds": 3,
+    "seconds": 3,
+    "ratio": 3,
+    "watts": 3,
+    "joules": 3,
+    "megabytes_per_second": 3,
+    "gigabytes_per_second": 3,
 }
 
 
@@ -69,6 +97,7 @@ class Family:
 
 
 # -- value lists -------------------------------------------------------------------------------
+
 
 def window_mask(n: int, windows: Iterable[tuple[int, int]]) -> list[bool]:
     """True at the scrapes inside any [start, end) window (scrape indices)."""

@@ -5,6 +5,7 @@
 `at` is seconds from the simulation start (evaluate the query at start + at). Metric names and label
 names come from the catalogue for the target's exporter version, values in the metric's own unit.
 """
+
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass, field
@@ -31,23 +32,27 @@ class Expectation:
     description: str
     metric: str
     labels: dict[str, str]
-    function: str                 # a key of _FUNCTIONS, or "rate_ratio" (rate(metric) / rate(divisor))
-    op: str | None                # ==, !=, >, <, >=, <= (None for absent/present)
+    function: str  # a key of _FUNCTIONS, or "rate_ratio" (rate(metric) / rate(divisor))
+    op: str | None  # ==, !=, >, <, >=, <= (None for absent/present)
     value: float | None
-    at: int                       # seconds from the simulation start
-    window: int = 0               # seconds, for range functions
-    divisor: str | None = None    # second metric of rate_ratio (same labels)
+    at: int  # seconds from the simulation start
+    window: int = 0  # seconds, for range functions
+    divisor: str | None = None  # second metric of rate_ratio (same labels)
     extra: dict = field(default_factory=dict)
 
     @property
     def query(self) -> str:
         sel = selector_text(self.metric, self.labels)
         w = duration(self.window) if self.window else ""
-        if self.function == "rate_ratio":
+        if self.function == "rate_ratio" and self.divisor is not None:
             expr = f"rate({sel}[{w}]) / rate({selector_text(self.divisor, self.labels)}[{w}])"
         else:
             expr = _FUNCTIONS[self.function].format(sel=sel, w=w)
-        return expr if self.op is None else f"{expr} {self.op} {_number(self.value)}"
+        if self.op is None:
+            return expr
+        if self.value is None:
+            raise ValueError(f"{self.scenario}: {self.description}: {self.op} needs a value")
+        return f"{expr} {self.op} {_number(self.value)}"
 
     @property
     def metrics(self) -> tuple[str, ...]:

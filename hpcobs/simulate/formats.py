@@ -3,6 +3,7 @@
 
 Labels with an empty value are dropped: Prometheus treats them as absent, and ingestion would not keep them.
 """
+
 from __future__ import annotations
 
 import json
@@ -13,7 +14,7 @@ from typing import TextIO
 from ..ruletest import Series, selector_text
 from .core import Family, Values, Window
 
-VM_POINTS_PER_LINE = 720          # one JSON line holds at most this many points (bounded line length)
+VM_POINTS_PER_LINE = 720  # one JSON line holds at most this many points (bounded line length)
 FORMATS = ("openmetrics", "vm", "promtool")
 
 
@@ -48,7 +49,9 @@ def _openmetrics_header(name: str, kind: str, help_text: str) -> str:
     return f"# TYPE {family} {om_type}\n# HELP {family} {help_text}\n"
 
 
-def _series(families: Iterable[Family], stats: Stats, progress: Progress | None) -> Iterator[tuple[Family, dict, Values, bool]]:
+def _series(
+    families: Iterable[Family], stats: Stats, progress: Progress | None
+) -> Iterator[tuple[Family, dict, Values, bool]]:
     """(family, labels, values, first series of its family) for every series with at least one sample."""
     for family in families:
         first = True
@@ -66,7 +69,9 @@ def _series(families: Iterable[Family], stats: Stats, progress: Progress | None)
             progress(stats)
 
 
-def write_openmetrics(families: Iterable[Family], out: TextIO, window: Window, progress: Progress | None = None) -> Stats:
+def write_openmetrics(
+    families: Iterable[Family], out: TextIO, window: Window, progress: Progress | None = None
+) -> Stats:
     stats = Stats()
     stamps = [f" {window.time(i)}\n" for i in range(window.steps)]
     for family, labels, values, first in _series(families, stats, progress):
@@ -86,12 +91,15 @@ def write_vm(families: Iterable[Family], out: TextIO, window: Window, progress: 
         head = '{"metric":' + json.dumps(metric, separators=(",", ":"), ensure_ascii=False) + ',"values":['
         points = [(str(v), stamps[i]) for i, v in enumerate(values) if v is not None]
         for start in range(0, len(points), VM_POINTS_PER_LINE):
-            chunk = points[start:start + VM_POINTS_PER_LINE]
-            out.write(head + ",".join(v for v, _ in chunk) + '],"timestamps":[' + ",".join(t for _, t in chunk) + "]}\n")
+            chunk = points[start : start + VM_POINTS_PER_LINE]
+            out.write(
+                head + ",".join(v for v, _ in chunk) + '],"timestamps":[' + ",".join(t for _, t in chunk) + "]}\n"
+            )
     return stats
 
 
 # -- promtool expanding notation -------------------------------------------------------------------
+
 
 def _number(value) -> str:
     value = float(value)
@@ -109,7 +117,7 @@ def compress(values: Values) -> str:
             j = i
             while j < n and values[j] is None:
                 j += 1
-            if i > 0:                      # the series was there and is gone: Prometheus marks it stale
+            if i > 0:  # the series was there and is gone: Prometheus marks it stale
                 if j == n:
                     tokens.append("stale")
                     break
@@ -123,7 +131,7 @@ def compress(values: Values) -> str:
         a = float(v)
         run = 0
         if i + 1 < n and values[i + 1] is not None:
-            b = float(values[i + 1]) - a        # repr() round-trips, so promtool parses exactly this b
+            b = float(values[i + 1]) - a  # repr() round-trips, so promtool parses exactly this b
             x = a
             while i + run + 1 < n and values[i + run + 1] is not None and x + b == float(values[i + run + 1]):
                 x += b
@@ -154,7 +162,7 @@ def expand(text: str) -> Values:
             k = 1
             while k < len(head) and head[k] not in "+-":
                 k += 1
-            if k < len(head) and head[k - 1] in "eE":      # an exponent sign, look further
+            if k < len(head) and head[k - 1] in "eE":  # an exponent sign, look further
                 k = k + 1
                 while k < len(head) and head[k] not in "+-":
                     k += 1
@@ -170,7 +178,9 @@ def expand(text: str) -> Values:
     return out
 
 
-def promtool_series(families: Iterable[Family], progress: Progress | None = None, stats: Stats | None = None) -> Iterator[Series]:
+def promtool_series(
+    families: Iterable[Family], progress: Progress | None = None, stats: Stats | None = None
+) -> Iterator[Series]:
     stats = stats or Stats()
     for family, labels, values, _ in _series(families, stats, progress):
         yield Series(family.name, {k: v for k, v in labels.items() if v != ""}, compress(values))
@@ -178,7 +188,9 @@ def promtool_series(families: Iterable[Family], progress: Progress | None = None
 
 def write_promtool(families: Iterable[Family], out: TextIO, window: Window, progress: Progress | None = None) -> Stats:
     stats = Stats()
-    out.write(f"# hpcobs simulate: promtool test input_series, one sample every {window.step}s from the test's time 0\n")
+    out.write(
+        f"# hpcobs simulate: promtool test input_series, one sample every {window.step}s from the test's time 0\n"
+    )
     out.write(f"interval: {window.step}s\ninput_series:\n")
     for series in promtool_series(families, progress, stats):
         text = selector_text(series.name, series.labels).replace("'", "''")

@@ -4,6 +4,7 @@ One table per exporter maps a catalogue signal to a value model written in SI un
 into what the node's exporter version exposes (percent or ratio, MiB or bytes, MHz or Hz, mJ or J).
 A model returns one or more (extra labels, values) parts: most return one, Xid/health/clock events several.
 """
+
 from __future__ import annotations
 
 from collections.abc import Callable, Iterator
@@ -11,22 +12,42 @@ from functools import cached_property
 
 from ..exporter_labels import amd_gpu_labels, dcgm_gpu_labels
 from .core import Family, accumulate, seeded, to_unit, trailing_count, where, window_mask
-from .model import AMD_VRAM_MIB, EXPORTER_PORTS, GPU_FB_MIB, GPU_FB_RESERVED_MIB, Node
+from .model import AMD_VRAM_MIB, GPU_FB_MIB, GPU_FB_RESERVED_MIB, Node
 
 MIB = 1024**2
 FB_USABLE = (GPU_FB_MIB - GPU_FB_RESERVED_MIB) * MIB
-EXPORTER_WINDOW_MS = 300000          # --xid-count-window-size and --clock-events-count-window-size defaults
-DCGM_COLLECT_SECONDS = 30            # -c default: samples per window = 300 s / 30 s
-CLOCK_EVENTS = ("gpu_idle", "clocks_setting", "power_cap", "hw_slowdown", "sync_boost", "sw_thermal", "hw_thermal",
-                "hw_power_brake", "display_clocks")
+EXPORTER_WINDOW_MS = 300000  # --xid-count-window-size and --clock-events-count-window-size defaults
+DCGM_COLLECT_SECONDS = 30  # -c default: samples per window = 300 s / 30 s
+CLOCK_EVENTS = (
+    "gpu_idle",
+    "clocks_setting",
+    "power_cap",
+    "hw_slowdown",
+    "sync_boost",
+    "sw_thermal",
+    "hw_thermal",
+    "hw_power_brake",
+    "display_clocks",
+)
 HEALTH_WATCHES = ("PCIE", "NVLINK", "PMU", "MCU", "MEM", "SM", "INFOROM", "THERMAL", "POWER", "DRIVER", "ALL")
-# Optional dcgm fields that the shipped default-counters.csv enables (gpu-exporters.md §1.2); the others
+# Optional dcgm fields that the shipped etc/default-counters.csv enables (dcgm-exporter repository); the others
 # only exist on nodes whose CSV enables them (Node.csv == "extended").
 DEFAULT_CSV_OPTIONAL = frozenset({"fb_reserved", "nvlink_throughput"})
 # Counters that restart from zero when the driver reloads (DCGM: "since the driver was last reloaded").
-RESET_ON_RELOAD = frozenset({"energy", "pcie_replay", "ecc_sbe_volatile", "ecc_dbe_volatile", "power_violation",
-                             "thermal_violation", "nvlink_crc_flit_errors", "nvlink_crc_data_errors",
-                             "nvlink_replay_errors", "nvlink_recovery_errors"})
+RESET_ON_RELOAD = frozenset(
+    {
+        "energy",
+        "pcie_replay",
+        "ecc_sbe_volatile",
+        "ecc_dbe_volatile",
+        "power_violation",
+        "thermal_violation",
+        "nvlink_crc_flit_errors",
+        "nvlink_crc_data_errors",
+        "nvlink_replay_errors",
+        "nvlink_recovery_errors",
+    }
+)
 
 
 class Gpu:
@@ -68,8 +89,11 @@ class Gpu:
         return accumulate(increments, initial, resets)
 
     def flag(self) -> list[int]:
-        wins = [(e.start, e.end) for e in self.sim.faults.effects("flag", self.node.index, self.gpu)
-                if e.get("signal") == self.signal]
+        wins = [
+            (e.start, e.end)
+            for e in self.sim.faults.effects("flag", self.node.index, self.gpu)
+            if e.get("signal") == self.signal
+        ]
         return [int(m) for m in window_mask(self.n, wins)]
 
     def rate_in(self, kind: str, per_second: float) -> list[float]:
@@ -84,11 +108,11 @@ def one(fn: Callable[[Gpu], list]) -> Callable[[Gpu], list[tuple[dict, list]]]:
 
 def _xid_parts(g: Gpu) -> list[tuple[dict, list]]:
     """The last Xid code, sticky; a new code is a new series (err_code label). No series before the first
-    Xid: blank values are skipped since 4.5.3-4.8.2 (gpu-exporters.md §1.2 issues 646, 700)."""
+    Xid: blank values are skipped since 4.5.3-4.8.2 (NVIDIA/dcgm-exporter issues 646 and 700)."""
     effects = sorted(g.sim.faults.effects("xid", g.node.index, g.gpu), key=lambda e: e.start)
     parts = []
     for k, effect in enumerate(effects):
-        end = min([effect.end] + [e.start for e in effects[k + 1:] if e.start > effect.start])
+        end = min([effect.end] + [e.start for e in effects[k + 1 :] if e.start > effect.start])
         mask = window_mask(g.n, [(effect.start, end)])
         code = effect.get("code")
         parts.append(({"err_code": str(code), "err_msg": effect.get("message")}, where(mask, [code] * g.n)))
@@ -97,7 +121,7 @@ def _xid_parts(g: Gpu) -> list[tuple[dict, list]]:
 
 def _xid_count_parts(g: Gpu) -> list[tuple[dict, list]]:
     width = max(1, EXPORTER_WINDOW_MS // 1000 // g.step)
-    parts = {}
+    parts: dict[str, list] = {}
     for effect in g.sim.faults.effects("xid", g.node.index, g.gpu):
         onset = [i == effect.start for i in range(g.n)]
         counts = trailing_count(onset, width)
@@ -105,8 +129,11 @@ def _xid_count_parts(g: Gpu) -> list[tuple[dict, list]]:
         first = effect.start
         values = [c if i >= first else None for i, c in enumerate(counts)]
         previous = parts.get(code)
-        parts[code] = values if previous is None else [a if b is None else (b if a is None else a + b)
-                                                        for a, b in zip(previous, values)]
+        parts[code] = (
+            values
+            if previous is None
+            else [a if b is None else (b if a is None else a + b) for a, b in zip(previous, values)]
+        )
     return [({"xid": code, "window_size_in_ms": str(EXPORTER_WINDOW_MS)}, v) for code, v in sorted(parts.items())]
 
 
@@ -114,12 +141,20 @@ def _clock_event_parts(g: Gpu) -> list[tuple[dict, list]]:
     width = max(1, EXPORTER_WINDOW_MS // 1000 // g.step)
     per_scrape = max(1, g.step // DCGM_COLLECT_SECONDS)
     thermal = g.mask("thermal") or [False] * g.n
-    reasons = {"gpu_idle": [w == 0 for w in g.work], "hw_slowdown": thermal, "hw_thermal": thermal,
-               "sw_thermal": thermal}
+    reasons = {
+        "gpu_idle": [w == 0 for w in g.work],
+        "hw_slowdown": thermal,
+        "hw_thermal": thermal,
+        "sw_thermal": thermal,
+    }
     nothing = [0] * g.n
-    return [({"clock_event": event, "window_size_in_ms": str(EXPORTER_WINDOW_MS)},
-             [c * per_scrape for c in trailing_count(reasons[event], width)] if event in reasons else nothing)
-            for event in CLOCK_EVENTS]
+    return [
+        (
+            {"clock_event": event, "window_size_in_ms": str(EXPORTER_WINDOW_MS)},
+            [c * per_scrape for c in trailing_count(reasons[event], width)] if event in reasons else nothing,
+        )
+        for event in CLOCK_EVENTS
+    ]
 
 
 def _health_parts(g: Gpu) -> list[tuple[dict, list]]:
@@ -129,10 +164,16 @@ def _health_parts(g: Gpu) -> list[tuple[dict, list]]:
     for watch in HEALTH_WATCHES:
         mine = [e for e in effects if e.get("watch") == watch]
         bad = window_mask(g.n, [(e.start, e.end) for e in mine])
-        parts.append(({"health_watch": watch, "health_error_code": "DCGM_FR_OK"}, where([not b for b in bad], [0] * g.n)))
+        parts.append(
+            ({"health_watch": watch, "health_error_code": "DCGM_FR_OK"}, where([not b for b in bad], [0] * g.n))
+        )
         for e in mine:
-            parts.append(({"health_watch": watch, "health_error_code": e.get("code")},
-                          where(window_mask(g.n, [(e.start, e.end)]), [e.get("status")] * g.n)))
+            parts.append(
+                (
+                    {"health_watch": watch, "health_error_code": e.get("code")},
+                    where(window_mask(g.n, [(e.start, e.end)]), [e.get("status")] * g.n),
+                )
+            )
     return parts
 
 
@@ -172,16 +213,19 @@ DCGM: dict[str, Callable[[Gpu], list[tuple[dict, list]]]] = {
     "row_remap_correctable": one(lambda g: g.counter([0.0] * g.n, g.rng.choice((0, 0, 0, 1, 2)))),
     "row_remap_failure": one(Gpu.flag),
     "row_remap_pending": one(Gpu.flag),
-    "gr_engine_active": one(lambda g: [max(0.0, min(1.0, b * 0.97 + 0.02 * (g.rng.random() - 0.5))) if b else 0.0
-                                       for b in g.busy]),
+    "gr_engine_active": one(
+        lambda g: [max(0.0, min(1.0, b * 0.97 + 0.02 * (g.rng.random() - 0.5))) if b else 0.0 for b in g.busy]
+    ),
     "sm_active": one(lambda g: [max(0.0, v) for v in g.level(0, 0.82, 0.04)]),
     "sm_occupancy": one(lambda g: [max(0.0, v) for v in g.level(0, 0.42, 0.04)]),
     "tensor_active": one(lambda g: [max(0.0, v) for v in g.level(0, 0.55, 0.05)]),
     "dram_active": one(lambda g: [max(0.0, v) for v in g.level(0, 0.38, 0.04)]),
-    "pcie_tx_rate": one(lambda g: g.during("pcie_replays", [max(0.0, v) for v in g.level(2e7, 1.8e9, 3e8)],
-                                           lambda v: v * 0.5)),
-    "pcie_rx_rate": one(lambda g: g.during("pcie_replays", [max(0.0, v) for v in g.level(2e7, 2.4e9, 3e8)],
-                                           lambda v: v * 0.5)),
+    "pcie_tx_rate": one(
+        lambda g: g.during("pcie_replays", [max(0.0, v) for v in g.level(2e7, 1.8e9, 3e8)], lambda v: v * 0.5)
+    ),
+    "pcie_rx_rate": one(
+        lambda g: g.during("pcie_replays", [max(0.0, v) for v in g.level(2e7, 2.4e9, 3e8)], lambda v: v * 0.5)
+    ),
     "nvlink_tx_rate": one(lambda g: [max(0.0, v) for v in g.level(0, 1.1e11, 1e10)]),
     "nvlink_rx_rate": one(lambda g: [max(0.0, v) for v in g.level(0, 1.1e11, 1e10)]),
     "ecc_sbe_volatile": one(lambda g: g.counter([0.0] * g.n)),
@@ -210,7 +254,7 @@ def dcgm_families(sim) -> Iterator[Family]:
     nodes = [n for n in sim.cluster.nodes if n.vendor == "nvidia"]
     for signal in source.exporter.signals():
         if signal not in DCGM:
-            continue          # a signal the simulator has no model for (tests list them)
+            continue  # a signal the simulator has no model for (tests list them)
         by_name: dict[str, list] = {}
         for version in dict.fromkeys(n.version for n in nodes):
             metric = source.metric(signal, version)
@@ -219,9 +263,17 @@ def dcgm_families(sim) -> Iterator[Family]:
         for name, spellings in by_name.items():
             metrics = dict(spellings)
             first = spellings[0][1]
-            yield Family(name, first.type, first.help,
-                         _dcgm_series(sim, signal, metrics, [n for n in nodes if n.version in metrics
-                                                             and dcgm_emits(n, metrics[n.version])]))
+            yield Family(
+                name,
+                first.type,
+                first.help,
+                _dcgm_series(
+                    sim,
+                    signal,
+                    metrics,
+                    [n for n in nodes if n.version in metrics and dcgm_emits(n, metrics[n.version])],
+                ),
+            )
 
 
 def _dcgm_series(sim, signal: str, metrics: dict, nodes: list[Node]):
@@ -255,7 +307,7 @@ def _and(a: list[bool] | None, b: list[bool] | None) -> list[bool] | None:
 
 # -- AMD -----------------------------------------------------------------------------------------
 
-AMD_EMITTED_OPTIONAL = frozenset({"package_power", "junction_temperature"})   # MI3xx spellings
+AMD_EMITTED_OPTIONAL = frozenset({"package_power", "junction_temperature"})  # MI3xx spellings
 AMD_LINKS, AMD_HBM_STACKS = 7, 8
 AMD_CLOCKS = (("0", "system"), ("0", "memory"), ("0", "data"), ("0", "soc"), ("0", "video"))
 
@@ -273,7 +325,9 @@ AMD: dict[str, Callable[[Gpu], list[tuple[dict, list]]]] = {
     "vram_free": one(lambda g: [AMD_VRAM_MIB * MIB - u for u in _amd_vram_used(g)]),
     "package_power": one(lambda g: g.level(140, 720, 20)),
     "power_usage": one(lambda g: g.level(140, 720, 20)),
-    "energy": one(lambda g: g.counter(g.level(140, 720, 20), seeded(g.sim.seed, "amd-e0", g.node.name, g.gpu).uniform(3e7, 9e7))),
+    "energy": one(
+        lambda g: g.counter(g.level(140, 720, 20), seeded(g.sim.seed, "amd-e0", g.node.name, g.gpu).uniform(3e7, 9e7))
+    ),
     "junction_temperature": one(lambda g: g.level(38, 84, 2)),
     "memory_temperature": one(lambda g: g.level(36, 74, 2)),
     "hbm_temperature": lambda g: [({"hbm_index": str(i)}, g.level(36, 74 + i % 3, 2)) for i in range(AMD_HBM_STACKS)],
@@ -284,11 +338,19 @@ AMD: dict[str, Callable[[Gpu], list[tuple[dict, list]]]] = {
     "pcie_recoveries": one(lambda g: [0] * g.n),
     "pcie_bandwidth": one(lambda g: [max(0.0, v) for v in g.level(1e8, 3e9, 4e8)]),
     "health": one(lambda g: [1] * g.n),
-    "xgmi_link_rx": lambda g: [({"link_index": str(i)}, g.counter(g.level(0, 4e10, 4e9), 1e15)) for i in range(AMD_LINKS)],
-    "xgmi_link_tx": lambda g: [({"link_index": str(i)}, g.counter(g.level(0, 4e10, 4e9), 1e15)) for i in range(AMD_LINKS)],
-    "clock": lambda g: [({"clock_index": index, "clock_type": kind},
-                         [2.1e9 if w > 0.02 else 1.5e8 for w in g.work] if kind == "system" else [1.3e9] * g.n)
-                        for index, kind in AMD_CLOCKS],
+    "xgmi_link_rx": lambda g: [
+        ({"link_index": str(i)}, g.counter(g.level(0, 4e10, 4e9), 1e15)) for i in range(AMD_LINKS)
+    ],
+    "xgmi_link_tx": lambda g: [
+        ({"link_index": str(i)}, g.counter(g.level(0, 4e10, 4e9), 1e15)) for i in range(AMD_LINKS)
+    ],
+    "clock": lambda g: [
+        (
+            {"clock_index": index, "clock_type": kind},
+            [2.1e9 if w > 0.02 else 1.5e8 for w in g.work] if kind == "system" else [1.3e9] * g.n,
+        )
+        for index, kind in AMD_CLOCKS
+    ],
     "gpus_in_node": one(lambda g: [g.node.gpus] * g.n),
 }
 
@@ -303,7 +365,7 @@ def amd_families(sim) -> Iterator[Family]:
 
 
 def _amd_series(sim, signal: str, metric, nodes: list[Node]):
-    per_gpu = "gpu_id" in metric.labels       # gpu_nodes_total carries only the node's labels
+    per_gpu = "gpu_id" in metric.labels  # gpu_nodes_total carries only the node's labels
     for node in nodes:
         target = sim.target("amd", node.name)
         scraped = sim.scraped("amd", node.index)
@@ -332,4 +394,4 @@ def families(sim) -> Iterator[Family]:
         yield from amd_families(sim)
 
 
-__all__ = ["families", "DCGM", "AMD", "EXPORTER_PORTS"]
+__all__ = ["families", "DCGM", "AMD"]

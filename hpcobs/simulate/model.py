@@ -11,34 +11,40 @@ Layout of the NVIDIA nodes (AMD nodes, when exporters.amd is enabled, are the la
          series per job) and one allocated GPU left idle for the first 20 minutes.
 Times are seconds from the simulation start (negative = before it).
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass, field, replace
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from functools import cached_property
 
-from ..context import Context
-# Where the simulated exporters listen and the Slurm exporters run: the same as in the rule tests' series.
-from ..exporter_labels import EXPORTER_PORTS, SLURM_CONTROLLER
+from ..sources import Sources
 from .core import Window, seeded
 
-DEFAULT_START = datetime(2026, 1, 1, tzinfo=timezone.utc)
-FOREVER = 10**9                       # "still running after the simulation ends"
-MIN_JOB_AGE = 300                     # Slurm MinJobAge: finished jobs stay visible this long
+DEFAULT_START = datetime(2026, 1, 1, tzinfo=UTC)
+FOREVER = 10**9  # "still running after the simulation ends"
+MIN_JOB_AGE = 300  # Slurm MinJobAge: finished jobs stay visible this long
 # A GPU node has 100+ cores; 16 keeps node_cpu_seconds_total (cpus x 8 modes) from dominating the volume.
 CPUS_PER_NODE = 16
 MEMORY_BYTES = 2 * 1024**4
-GPU_FB_MIB = 81559                    # H100 80GB HBM3 as nvidia-smi reports it
+GPU_FB_MIB = 81559  # H100 80GB HBM3 as nvidia-smi reports it
 GPU_FB_RESERVED_MIB = 530
-AMD_VRAM_MIB = 196608                 # MI300X 192 GiB
-HCAS_PER_NODE_MAX = 8                 # one compute HCA per GPU, as on a DGX H100
+AMD_VRAM_MIB = 196608  # MI300X 192 GiB
+HCAS_PER_NODE_MAX = 8  # one compute HCA per GPU, as on a DGX H100
 LUSTRE_FS = "scratch"
 LUSTRE_SERVERS = {"mds01": ("MDT0000",), "oss01": ("OST0000", "OST0001"), "oss02": ("OST0002", "OST0003")}
-LUSTRE_OST_KIB = 120 * 1024**3        # 120 TiB per OST
+LUSTRE_OST_KIB = 120 * 1024**3  # 120 TiB per OST
 NFS_EXPORT = "nfs01:/export/home"
 NFS_SERVER_ADDRESS = "10.10.0.2"
-USERS = {"alice": "llm-pretrain", "bob": "llm-pretrain", "carol": "vision", "dave": "vision",
-         "erin": "research", "frank": "research", "grace": "infra"}
+USERS = {
+    "alice": "llm-pretrain",
+    "bob": "llm-pretrain",
+    "carol": "vision",
+    "dave": "vision",
+    "erin": "research",
+    "frank": "research",
+    "grace": "infra",
+}
 PARTITIONS = ("train", "interactive", "amd")
 
 
@@ -46,11 +52,11 @@ PARTITIONS = ("train", "interactive", "amd")
 class Node:
     index: int
     name: str
-    vendor: str                 # nvidia | amd
-    version: str | None         # dcgm-exporter version family (None on AMD nodes)
+    vendor: str  # nvidia | amd
+    version: str | None  # dcgm-exporter version family (None on AMD nodes)
     partition: str
     gpus: int
-    csv: str                    # dcgm collector CSV: "extended" (optional fields on) or "default"
+    csv: str  # dcgm collector CSV: "extended" (optional fields on) or "default"
 
     @property
     def hcas(self) -> tuple[str, ...]:
@@ -67,14 +73,14 @@ class Job:
     qos: str
     start: int
     end: int
-    gpus: tuple[tuple[int, int], ...]       # (node index, gpu index) in rank order
-    training: bool = True                   # exposes the hpcobs training contract
-    nccl: bool = False                      # NCCL Inspector enabled
+    gpus: tuple[tuple[int, int], ...]  # (node index, gpu index) in rank order
+    training: bool = True  # exposes the hpcobs training contract
+    nccl: bool = False  # NCCL Inspector enabled
     end_state: str = "COMPLETED"
-    idle_gpus: tuple[tuple[int, int], ...] = ()   # allocated but unused until idle_until
+    idle_gpus: tuple[tuple[int, int], ...] = ()  # allocated but unused until idle_until
     idle_until: int = 0
     step_seconds: float = 2.0
-    tokens_per_step: int = 16384            # per rank
+    tokens_per_step: int = 16384  # per rank
 
     @property
     def nodes(self) -> tuple[int, ...]:
@@ -104,7 +110,7 @@ class Roles:
     shared: int | None
     amd: tuple[int, ...]
     hero_job: str | None
-    interactive_jobs: tuple[str, ...]      # (the first, the one sharing a GPU with it)
+    interactive_jobs: tuple[str, ...]  # (the first, the one sharing a GPU with it)
     shared_gpu: tuple[int, int] | None
     amd_job: str | None
 
@@ -146,18 +152,18 @@ class Cluster:
         return tuple(p for p in PARTITIONS if any(n.partition == p for n in self.nodes))
 
 
-def build(ctx: Context, nodes: int, gpus_per_node: int, seed: int, window: Window) -> Cluster:
+def build(sources: Sources, name: str, nodes: int, gpus_per_node: int, seed: int, window: Window) -> Cluster:
+    """The cluster `name`: its nodes split into roles by the enabled GPU exporters, and its job timeline."""
     if nodes < 1 or gpus_per_node < 1:
         raise ValueError("a cluster needs at least one node with one GPU")
-    exporters = ctx.config["exporters"]
-    n_amd = max(1, nodes // 4) if exporters["amd"]["enabled"] and nodes >= 2 else 0
-    if exporters["amd"]["enabled"] and not exporters["dcgm"]["enabled"]:
+    n_amd = max(1, nodes // 4) if sources["amd"].enabled and nodes >= 2 else 0
+    if sources["amd"].enabled and not sources["dcgm"].enabled:
         n_amd = nodes
     n_nv = nodes - n_amd
     n_hero = max(1, n_nv // 2) if n_nv else 0
     shared = n_nv - 1 if n_nv >= 2 else None
     roles_nodes = dict(hero=tuple(range(n_hero)), batch=tuple(range(n_hero, n_nv - 1)), amd=tuple(range(n_nv, nodes)))
-    versions = [v for v in ctx.sources["dcgm"].versions if v is not None] or [None]
+    versions: list[str | None] = [v for v in sources["dcgm"].versions if v is not None] or [None]
     width = max(3, len(str(nodes)))
 
     node_list = []
@@ -168,29 +174,75 @@ def build(ctx: Context, nodes: int, gpus_per_node: int, seed: int, window: Windo
         partition = "interactive" if i == shared else "train"
         # One batch node in four runs the shipped default CSV (optional dcgm fields absent).
         csv = "default" if i in roles_nodes["batch"] and i % 4 == 3 else "extended"
-        node_list.append(Node(i, f"gpu{i + 1:0{width}d}", "nvidia", versions[i % len(versions)], partition,
-                              gpus_per_node, csv))
+        node_list.append(
+            Node(i, f"gpu{i + 1:0{width}d}", "nvidia", versions[i % len(versions)], partition, gpus_per_node, csv)
+        )
 
     G = gpus_per_node
     drafts: list[dict] = []
     if n_hero:
-        drafts.append(dict(key="hero", name="llama3-8b-pretrain", user="alice", qos="high", partition="train",
-                           start=-3 * 86400 - 420, end=FOREVER, nccl=True, step_seconds=5.5, tokens_per_step=32768,
-                           gpus=tuple((n, g) for n in roles_nodes["hero"] for g in range(G))))
+        drafts.append(
+            dict(
+                key="hero",
+                name="llama3-8b-pretrain",
+                user="alice",
+                qos="high",
+                partition="train",
+                start=-3 * 86400 - 420,
+                end=FOREVER,
+                nccl=True,
+                step_seconds=5.5,
+                tokens_per_step=32768,
+                gpus=tuple((n, g) for n in roles_nodes["hero"] for g in range(G)),
+            )
+        )
     if shared is not None:
         h = G // 2
         first = tuple((shared, g) for g in range(0, h + 1)) if G > 1 else ((shared, 0),)
         second = tuple((shared, g) for g in range(h, G)) if G > 1 else ((shared, 0),)
         idle = (second[-1],) if len(second) > 1 else ()
-        drafts.append(dict(key="interactive0", name="jupyter", user="carol", qos="normal", partition="interactive",
-                           start=-7200, end=FOREVER, training=False, gpus=first))
-        drafts.append(dict(key="interactive1", name="debug-eval", user="erin", qos="normal", partition="interactive",
-                           start=min(300, window.duration // 4), end=FOREVER, training=False, gpus=second,
-                           idle_gpus=idle, idle_until=min(300, window.duration // 4) + 1200))
+        drafts.append(
+            dict(
+                key="interactive0",
+                name="jupyter",
+                user="carol",
+                qos="normal",
+                partition="interactive",
+                start=-7200,
+                end=FOREVER,
+                training=False,
+                gpus=first,
+            )
+        )
+        drafts.append(
+            dict(
+                key="interactive1",
+                name="debug-eval",
+                user="erin",
+                qos="normal",
+                partition="interactive",
+                start=min(300, window.duration // 4),
+                end=FOREVER,
+                training=False,
+                gpus=second,
+                idle_gpus=idle,
+                idle_until=min(300, window.duration // 4) + 1200,
+            )
+        )
     if n_amd:
-        drafts.append(dict(key="amd", name="mi300-finetune", user="frank", qos="normal", partition="amd",
-                           start=-86400, end=FOREVER, step_seconds=3.2,
-                           gpus=tuple((n, g) for n in roles_nodes["amd"] for g in range(G))))
+        drafts.append(
+            dict(
+                key="amd",
+                name="mi300-finetune",
+                user="frank",
+                qos="normal",
+                partition="amd",
+                start=-86400,
+                end=FOREVER,
+                step_seconds=3.2,
+                gpus=tuple((n, g) for n in roles_nodes["amd"] for g in range(G)),
+            )
+        )
     for node in roles_nodes["batch"]:
         drafts += _batch_jobs(seed, node_list[node], window)
 
@@ -202,11 +254,17 @@ def build(ctx: Context, nodes: int, gpus_per_node: int, seed: int, window: Windo
         draft["account"] = USERS[draft["user"]]
         jobs.append(Job(id=str(number), **draft))
         keys[key] = str(number)
-    roles = Roles(hero=roles_nodes["hero"], batch=roles_nodes["batch"], shared=shared, amd=roles_nodes["amd"],
-                  hero_job=keys.get("hero"),
-                  interactive_jobs=tuple(keys[k] for k in ("interactive0", "interactive1") if k in keys),
-                  shared_gpu=(shared, G // 2) if shared is not None else None, amd_job=keys.get("amd"))
-    return Cluster(ctx.config.get("cluster", "name"), tuple(node_list), tuple(jobs), G, roles, window)
+    roles = Roles(
+        hero=roles_nodes["hero"],
+        batch=roles_nodes["batch"],
+        shared=shared,
+        amd=roles_nodes["amd"],
+        hero_job=keys.get("hero"),
+        interactive_jobs=tuple(keys[k] for k in ("interactive0", "interactive1") if k in keys),
+        shared_gpu=(shared, G // 2) if shared is not None else None,
+        amd_job=keys.get("amd"),
+    )
+    return Cluster(name, tuple(node_list), tuple(jobs), G, roles, window)
 
 
 def _batch_jobs(seed: int, node: Node, window: Window) -> list[dict]:
@@ -219,11 +277,20 @@ def _batch_jobs(seed: int, node: Node, window: Window) -> list[dict]:
         length = int(rng.choice((2700, 7200, 14400, 28800)) * rng.uniform(0.7, 1.3))
         state = rng.choices(("COMPLETED", "FAILED", "TIMEOUT", "CANCELLED"), (80, 10, 5, 5))[0]
         if t + length > -MIN_JOB_AGE:
-            out.append(dict(key=f"batch-{node.name}-{t}", name=rng.choice(("sft-7b", "eval-harness", "rlhf-ppo",
-                                                                            "vit-l-pretrain", "moe-ablation")),
-                            user=rng.choice(users), qos="normal", partition="train", start=t, end=t + length,
-                            end_state=state, step_seconds=round(rng.uniform(0.8, 4.0), 2),
-                            tokens_per_step=rng.choice((8192, 16384, 32768)),
-                            gpus=tuple((node.index, g) for g in range(node.gpus))))
+            out.append(
+                dict(
+                    key=f"batch-{node.name}-{t}",
+                    name=rng.choice(("sft-7b", "eval-harness", "rlhf-ppo", "vit-l-pretrain", "moe-ablation")),
+                    user=rng.choice(users),
+                    qos="normal",
+                    partition="train",
+                    start=t,
+                    end=t + length,
+                    end_state=state,
+                    step_seconds=round(rng.uniform(0.8, 4.0), 2),
+                    tokens_per_step=rng.choice((8192, 16384, 32768)),
+                    gpus=tuple((node.index, g) for g in range(node.gpus)),
+                )
+            )
         t += length + int(rng.uniform(180, 900))
     return out

@@ -1,22 +1,44 @@
 """node_exporter on every node: InfiniBand, filesystems (local, Lustre client, NFS home), NFS client,
 hwmon, textfile collector, disks, CPU, memory, EDAC; plus the job-info series our prolog writes for its
-textfile collector (DESIGN.md §7).
+textfile collector (docs/contracts.md#job-info).
 """
+
 from __future__ import annotations
 
 from collections.abc import Callable, Iterator
 
 from ..exporter_labels import gpu_uuid
 from .core import Family, accumulate, seeded, to_unit, where, window_mask
-from .model import (CPUS_PER_NODE, LUSTRE_FS, LUSTRE_OST_KIB, LUSTRE_SERVERS, MEMORY_BYTES, NFS_EXPORT,
-                    NFS_SERVER_ADDRESS, Node)
+from .model import (
+    CPUS_PER_NODE,
+    LUSTRE_FS,
+    LUSTRE_OST_KIB,
+    LUSTRE_SERVERS,
+    MEMORY_BYTES,
+    NFS_EXPORT,
+    NFS_SERVER_ADDRESS,
+    Node,
+)
 from .storage import lustre_used_fraction
 
-IB_RATE = 5e10                     # 400 Gb/s NDR, in bytes/s as node_exporter reports it
-IB_PEAK = 2.2e10                   # bytes/s a busy training job pushes through one HCA
+IB_RATE = 5e10  # 400 Gb/s NDR, in bytes/s as node_exporter reports it
+IB_PEAK = 2.2e10  # bytes/s a busy training job pushes through one HCA
 CPU_MODES = ("idle", "iowait", "irq", "nice", "softirq", "steal", "system", "user")
-COLLECTORS = ("cpu", "diskstats", "edac", "filesystem", "hwmon", "infiniband", "loadavg", "meminfo", "mountstats",
-              "nfs", "stat", "textfile", "time")
+COLLECTORS = (
+    "cpu",
+    "diskstats",
+    "edac",
+    "filesystem",
+    "hwmon",
+    "infiniband",
+    "loadavg",
+    "meminfo",
+    "mountstats",
+    "nfs",
+    "stat",
+    "textfile",
+    "time",
+)
 # Optional families the simulated site collects: NFS client bandwidth per mount (--collector.mountstats,
 # which docs/exporters.md asks for); mlx5 hw_counters stay off.
 OPTIONAL_COLLECTED = ("nfs_mount_read_bytes", "nfs_mount_write_bytes")
@@ -60,8 +82,10 @@ class Port:
         work = self.sim.activity.node_work(self.node.index, self.node.gpus)
         congestion = self.sim.faults.mask("ib_congestion", *self.key) or [False] * self.n
         r = self.rng.random
-        return [0.0 if d else min(rate, IB_PEAK * share * w * (0.6 if c else 1.0) * (0.9 + 0.2 * r()) + 2e5)
-                for w, d, c, rate in zip(work, self.link_down, congestion, self.rate)]
+        return [
+            0.0 if d else min(rate, IB_PEAK * share * w * (0.6 if c else 1.0) * (0.9 + 0.2 * r()) + 2e5)
+            for w, d, c, rate in zip(work, self.link_down, congestion, self.rate)
+        ]
 
     def counter(self, per_second: list[float], initial: float) -> list[float]:
         return accumulate([v * self.step for v in per_second], initial)
@@ -114,14 +138,21 @@ IB: dict[str, Callable[[Port], list]] = {
     "ib_legacy_multicast_rcv_packets": lambda p: p.counter([0.5] * p.n, _initial(p, 1e6)),
     "ib_legacy_multicast_xmit_packets": lambda p: p.counter([0.2] * p.n, _initial(p, 1e6)),
     "ib_link_downed": lambda p: p.flap_count(),
-    "ib_link_error_recovery": lambda p: accumulate([a + b * p.step for a, b in zip(
-        [float(i in p.flap_downs) for i in range(p.n)], p.events("ib_symbol_errors", 0.002))], p.rng.randrange(5)),
+    "ib_link_error_recovery": lambda p: accumulate(
+        [
+            a + b * p.step
+            for a, b in zip([float(i in p.flap_downs) for i in range(p.n)], p.events("ib_symbol_errors", 0.002))
+        ],
+        p.rng.randrange(5),
+    ),
     "ib_port_rcv_errors": lambda p: p.counter(p.events("ib_symbol_errors", 0.5), p.rng.randrange(10)),
     "ib_port_rcv_discards": lambda p: p.counter(p.events("ib_congestion", 2.0), p.rng.randrange(10)),
     "ib_port_xmit_discards": lambda p: p.counter(p.events("ib_congestion", 5.0), p.rng.randrange(10)),
     # Ticks with data queued but nothing sent: a little when busy, ~1000x under congestion.
-    "ib_port_xmit_wait": lambda p: p.counter([a + b for a, b in zip(
-        [2e3 * t / IB_PEAK for t in p.traffic()], p.events("ib_congestion", 3e6))], _initial(p, 1e9)),
+    "ib_port_xmit_wait": lambda p: p.counter(
+        [a + b for a, b in zip([2e3 * t / IB_PEAK for t in p.traffic()], p.events("ib_congestion", 3e6))],
+        _initial(p, 1e9),
+    ),
     "ib_port_rcv_constraint_errors": lambda p: [0] * p.n,
     "ib_port_xmit_constraint_errors": lambda p: [0] * p.n,
     "ib_symbol_errors": lambda p: p.counter(p.events("ib_symbol_errors", 3.0), p.rng.randrange(3)),
@@ -135,12 +166,16 @@ IB: dict[str, Callable[[Port], list]] = {
 
 # -- filesystems ---------------------------------------------------------------------------------
 
+
 def mounts(sim) -> list[tuple[str, str, str, float]]:
     """(device, mountpoint, fstype, size bytes) on every node."""
     lustre_osts = [t for ts in LUSTRE_SERVERS.values() for t in ts if t.startswith("OST")]
-    return [("/dev/nvme0n1p2", "/", "ext4", 1.8e12), ("/dev/md0", "/raid", "ext4", 2.8e13),
-            (f"10.10.0.1@o2ib:/{LUSTRE_FS}", "/lustre", "lustre", len(lustre_osts) * LUSTRE_OST_KIB * 1024.0),
-            (NFS_EXPORT, "/home", "nfs4", 5e13)]
+    return [
+        ("/dev/nvme0n1p2", "/", "ext4", 1.8e12),
+        ("/dev/md0", "/raid", "ext4", 2.8e13),
+        (f"10.10.0.1@o2ib:/{LUSTRE_FS}", "/lustre", "lustre", len(lustre_osts) * LUSTRE_OST_KIB * 1024.0),
+        (NFS_EXPORT, "/home", "nfs4", 5e13),
+    ]
 
 
 def _fs_used_fraction(sim, node: Node, mountpoint: str) -> list[float]:
@@ -168,16 +203,23 @@ def _fs_family(sim, signal: str):
                 "fs_device_error": [0] * len(used),
             }[signal]
             yield labels, values
+
     return series
 
 
 # -- everything else on a node -------------------------------------------------------------------
 
+
 def _per_node(sim, signal: str) -> Callable[[Node], Iterator[tuple[dict, list]]] | None:
     n, step = sim.window.steps, sim.window.step
     if signal == "ib_info":
-        return lambda node: (({"device": hca, "board_id": "MT_0000000838", "firmware_version": "28.41.1000",
-                               "hca_type": "MT4129"}, [1] * n) for hca in node.hcas)
+        return lambda node: (
+            (
+                {"device": hca, "board_id": "MT_0000000838", "firmware_version": "28.41.1000", "hca_type": "MT4129"},
+                [1] * n,
+            )
+            for hca in node.hcas
+        )
     ib = IB.get(signal)
     if ib is not None:
         return lambda node: (({"device": hca, "port": "1"}, ib(Port(sim, node, hca, signal))) for hca in node.hcas)
@@ -201,7 +243,15 @@ def _per_node(sim, signal: str) -> Callable[[Node], Iterator[tuple[dict, list]]]
 
     def cpu(node: Node):
         load = work(node)
-        shares = {"user": 0.55, "system": 0.08, "iowait": 0.01, "softirq": 0.01, "irq": 0.002, "nice": 0.0, "steal": 0.0}
+        shares = {
+            "user": 0.55,
+            "system": 0.08,
+            "iowait": 0.01,
+            "softirq": 0.01,
+            "irq": 0.002,
+            "nice": 0.0,
+            "steal": 0.0,
+        }
         for c in range(CPUS_PER_NODE):
             for mode in CPU_MODES:
                 r = rng(node, c, mode)
@@ -209,7 +259,10 @@ def _per_node(sim, signal: str) -> Callable[[Node], Iterator[tuple[dict, list]]]
                     rate = [1 - sum(shares.values()) * w for w in load]
                 else:
                     rate = [shares[mode] * w * (0.8 + 0.4 * r.random()) for w in load]
-                yield {"cpu": str(c), "mode": mode}, accumulate([v * step for v in rate], BOOT_AGO * r.uniform(0.05, 0.3))
+                yield (
+                    {"cpu": str(c), "mode": mode},
+                    accumulate([v * step for v in rate], BOOT_AGO * r.uniform(0.05, 0.3)),
+                )
 
     def nfs(node: Node):
         for method in NFS_METHODS:
@@ -224,33 +277,53 @@ def _per_node(sim, signal: str) -> Callable[[Node], Iterator[tuple[dict, list]]]
                 running = sim.activity.running(job)
                 r = rng(node, job.id)
                 for gpu in job.gpus_on(node.index):
-                    yield ({"file": f"{NCCL_DIR}/nccl_inspector_metrics_{gpu_uuid(node.name, gpu)}.prom"},
-                           where(running, [sim.window.time(i) - r.randrange(30) for i in range(n)]))
+                    yield (
+                        {"file": f"{NCCL_DIR}/nccl_inspector_metrics_{gpu_uuid(node.name, gpu)}.prom"},
+                        where(running, [sim.window.time(i) - r.randrange(30) for i in range(n)]),
+                    )
         if not sim.enabled("job_info") or sim.job_info_source != "prolog":
             return
         for job in sim.cluster.jobs_on(node.index):
             first, last = sim.activity.span(job)
-            mask = [a and not b for a, b in zip(window_mask(n, [(first, last)]),
-                                                sim.faults.mask("no_mapping", node.index) or [False] * n)]
+            mask = [
+                a and not b
+                for a, b in zip(
+                    window_mask(n, [(first, last)]), sim.faults.mask("no_mapping", node.index) or [False] * n
+                )
+            ]
             if any(mask):
-                yield ({"file": f"{TEXTFILE_DIR}/hpcobs_slurm_job_{job.id}.prom"},
-                       where(mask, [sim.window.start + max(job.start, 0)] * n))
+                yield (
+                    {"file": f"{TEXTFILE_DIR}/hpcobs_slurm_job_{job.id}.prom"},
+                    where(mask, [sim.window.start + max(job.start, 0)] * n),
+                )
 
     def nfs_mount(bytes_per_second: float):
         """mountstats of the /home mount: reads and writes follow the node's work."""
+
         def series(node: Node):
             r = rng(node)
-            yield ({"export": NFS_EXPORT, "protocol": "tcp", "mountaddr": NFS_SERVER_ADDRESS},
-                   accumulate([bytes_per_second * step * (0.2 + w) * r.uniform(0.8, 1.2) for w in work(node)],
-                              bytes_per_second * BOOT_AGO * r.uniform(0.1, 0.3)))
+            yield (
+                {"export": NFS_EXPORT, "protocol": "tcp", "mountaddr": NFS_SERVER_ADDRESS},
+                accumulate(
+                    [bytes_per_second * step * (0.2 + w) * r.uniform(0.8, 1.2) for w in work(node)],
+                    bytes_per_second * BOOT_AGO * r.uniform(0.1, 0.3),
+                ),
+            )
+
         return series
 
     def disk(scale: float, devices=("nvme0n1", "nvme1n1")):
         def series(node: Node):
             for device in devices:
                 r = rng(node, device)
-                yield {"device": device}, accumulate([scale * step * (0.2 + w) * r.uniform(0.8, 1.2) for w in work(node)],
-                                                     scale * BOOT_AGO * r.uniform(0.1, 0.3))
+                yield (
+                    {"device": device},
+                    accumulate(
+                        [scale * step * (0.2 + w) * r.uniform(0.8, 1.2) for w in work(node)],
+                        scale * BOOT_AGO * r.uniform(0.1, 0.3),
+                    ),
+                )
+
         return series
 
     def plain(fn: Callable[[Node], list]):
@@ -264,21 +337,34 @@ def _per_node(sim, signal: str) -> Callable[[Node], Iterator[tuple[dict, list]]]
         "nfs_connections": plain(lambda node: [1] * n),
         "nfs_mount_read_bytes": nfs_mount(4e6),
         "nfs_mount_write_bytes": nfs_mount(5e5),
-        "nfs_packets": lambda node: iter([({"protocol": "tcp"}, accumulate([step * 25.0] * n, 1e7)),
-                                          ({"protocol": "udp"}, [0] * n)]),
-        "hwmon_temp": lambda node: iter([({"chip": "platform_coretemp_0", "sensor": f"temp{k}"},
-                                          [38 + 30 * w + k for w in work(node)]) for k in (1, 2)]),
-        "hwmon_temp_max": lambda node: iter([({"chip": "platform_coretemp_0", "sensor": f"temp{k}"}, [95] * n) for k in (1, 2)]),
-        "hwmon_temp_crit": lambda node: iter([({"chip": "platform_coretemp_0", "sensor": f"temp{k}"}, [105] * n)
-                                              for k in (1, 2)]),
+        "nfs_packets": lambda node: iter(
+            [({"protocol": "tcp"}, accumulate([step * 25.0] * n, 1e7)), ({"protocol": "udp"}, [0] * n)]
+        ),
+        "hwmon_temp": lambda node: iter(
+            [
+                ({"chip": "platform_coretemp_0", "sensor": f"temp{k}"}, [38 + 30 * w + k for w in work(node)])
+                for k in (1, 2)
+            ]
+        ),
+        "hwmon_temp_max": lambda node: iter(
+            [({"chip": "platform_coretemp_0", "sensor": f"temp{k}"}, [95] * n) for k in (1, 2)]
+        ),
+        "hwmon_temp_crit": lambda node: iter(
+            [({"chip": "platform_coretemp_0", "sensor": f"temp{k}"}, [105] * n) for k in (1, 2)]
+        ),
         "hwmon_chip_names": lambda node: iter([({"chip": "platform_coretemp_0", "chip_name": "coretemp"}, [1] * n)]),
-        "hwmon_sensor_label": lambda node: iter([({"chip": "platform_coretemp_0", "label": f"Package id {k - 1}",
-                                                   "sensor": f"temp{k}"}, [1] * n) for k in (1, 2)]),
+        "hwmon_sensor_label": lambda node: iter(
+            [
+                ({"chip": "platform_coretemp_0", "label": f"Package id {k - 1}", "sensor": f"temp{k}"}, [1] * n)
+                for k in (1, 2)
+            ]
+        ),
         "textfile_scrape_error": plain(lambda node: [0] * n),
         "textfile_mtime": textfile_mtime,
         "collector_success": lambda node: iter([({"collector": c}, [1] * n) for c in COLLECTORS]),
-        "collector_duration": lambda node: iter([({"collector": c}, [0.002 + 0.01 * rng(node, c).random()] * n)
-                                                 for c in COLLECTORS]),
+        "collector_duration": lambda node: iter(
+            [({"collector": c}, [0.002 + 0.01 * rng(node, c).random()] * n) for c in COLLECTORS]
+        ),
         "disk_read_bytes": disk(4e8),
         "disk_written_bytes": disk(2e8),
         "disk_io_time": disk(0.3),
@@ -329,10 +415,20 @@ def job_info_families(sim) -> Iterator[Family]:
                 if not any(mask):
                     continue
                 if signal == "job_info":
-                    yield ({"hpc_job": job.id, "user": job.user, "account": job.account, "partition": job.partition,
-                            "job_name": job.name, "qos": job.qos}, where(mask, [1] * n))
+                    yield (
+                        {
+                            "hpc_job": job.id,
+                            "user": job.user,
+                            "account": job.account,
+                            "partition": job.partition,
+                            "job_name": job.name,
+                            "qos": job.qos,
+                        },
+                        where(mask, [1] * n),
+                    )
                 else:
                     yield {"hpc_job": job.id}, where(mask, [sim.window.start + job.start] * n)
+
         return series
 
     for signal in source.exporter.signals():

@@ -5,6 +5,7 @@ the run is complete: a full disk, a permission error, a crash or an interrupt le
 (and a failure removes the temporary files). `-` is standard output and an existing device or pipe (e.g.
 /dev/null) is written in place: neither can be replaced by a rename.
 """
+
 from __future__ import annotations
 
 import contextlib
@@ -16,9 +17,10 @@ import shlex
 import stat
 import sys
 from collections.abc import Iterator
+from typing import TextIO
 
 # The fix for the errors a filesystem gives when a write fails.
-_FIXES = {
+_FIXES: dict[int | None, str] = {
     errno.ENOSPC: "free some space or write elsewhere",
     errno.EDQUOT: "free some space or write elsewhere",
     errno.EFBIG: "the file is too large for this filesystem or limit: write elsewhere or simulate less",
@@ -35,8 +37,10 @@ class WriteError(Exception):
 
     def __init__(self, flag: str, path: str, error: OSError):
         left = "" if in_place(path) else "; the previous file, if any, is untouched"
-        self.line = (f"simulate: {flag} {shlex.quote(path)}: could not write ({error.strerror or error}); "
-                     f"{_FIXES.get(error.errno, 'check the path and try again')}{left}")
+        self.line = (
+            f"simulate: {flag} {shlex.quote(path)}: could not write ({error.strerror or error}); "
+            f"{_FIXES.get(error.errno, 'check the path and try again')}{left}"
+        )
         super().__init__(self.line)
 
 
@@ -46,7 +50,7 @@ def in_place(path: str) -> bool:
         return True
     try:
         return not stat.S_ISREG(os.stat(path).st_mode)
-    except OSError:                  # missing, or not reachable: a new file, which fails when written
+    except OSError:  # missing, or not reachable: a new file, which fails when written
         return False
 
 
@@ -82,7 +86,8 @@ class _Target:
             if self.path == "-":
                 binary = sys.stdout.buffer
             elif self.temp is None:
-                binary = open(self.path, "wb")
+                # Closed by finish() or discard(): the stream outlives this call.
+                binary = open(self.path, "wb")  # noqa: SIM115
             else:
                 binary = os.fdopen(os.open(self.temp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666), "wb")
         except OSError as exc:
@@ -92,19 +97,22 @@ class _Target:
 
     def finish(self) -> None:
         """Everything on disk (or handed to the reader), still under the temporary name."""
+        stream = self.stream
+        if stream is None:  # never opened: nothing was written
+            return
         try:
-            self.stream.flush()
+            stream.flush()
             if self.temp is not None:
-                os.fsync(self.stream.fileno())
+                os.fsync(stream.fileno())
             if self.path == "-":
-                self.stream.detach()          # stdout stays open for the rest of the program
+                stream.detach()  # stdout stays open for the rest of the program
             else:
-                self.stream.close()
+                stream.close()
         except OSError as exc:
             raise WriteError(self.flag, self.path, exc) from exc
 
     def commit(self) -> None:
-        if self.temp is not None:
+        if self.temp is not None and self.final is not None:
             try:
                 os.replace(self.temp, self.final)
             except OSError as exc:
@@ -114,7 +122,7 @@ class _Target:
     def discard(self) -> None:
         """Close the stream and remove the temporary file, from whatever point the write stopped at."""
         if self.stream is not None:
-            with contextlib.suppress(ValueError, OSError):       # detached or closed already, or the disk is full
+            with contextlib.suppress(ValueError, OSError):  # detached or closed already, or the disk is full
                 if self.path == "-":
                     self.stream.detach()
                 else:
@@ -125,17 +133,17 @@ class _Target:
 
 
 @contextlib.contextmanager
-def replacing(*targets: tuple[str, str | None]) -> Iterator[list[io.TextIOBase | None]]:
+def replacing(*targets: tuple[str, str | None]) -> Iterator[list[TextIO | None]]:
     """Streams for (flag, path) pairs (None for a path not asked for). When the block completes, every file
     is finished and then renamed into place; when anything fails, every temporary file is removed."""
     opened: list[_Target] = []
     try:
-        streams = []
+        streams: list[TextIO | None] = []
         for flag, path in targets:
             if path is None:
                 streams.append(None)
                 continue
-            opened.append(_Target(flag, path))          # known before its file exists, so that it is removed
+            opened.append(_Target(flag, path))  # known before its file exists, so that it is removed
             streams.append(opened[-1].open())
         yield streams
         for target in opened:

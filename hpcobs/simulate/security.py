@@ -1,5 +1,6 @@
 """Falco native metrics and Tetragon on every node. Rule matches and policy events are event-driven:
 their series only appear with the first match (Falco emits rules_matches_total for rules with count > 0)."""
+
 from __future__ import annotations
 
 from collections.abc import Iterator
@@ -9,12 +10,23 @@ from .model import Node
 
 FALCO_VERSION = "0.41.0"
 FALCO_RULES_FILES = (("/etc/falco/falco_rules.yaml", "1d7f3c9a"), ("/etc/falco/rules.d/hpcobs.yaml", "9b2e40c7"))
-SCAP_DROP_BUFFERS = (("enter", "clone_fork"), ("exit", "clone_fork"), ("enter", "execve"), ("exit", "execve"),
-                     ("enter", "connect"), ("exit", "connect"))
+SCAP_DROP_BUFFERS = (
+    ("enter", "clone_fork"),
+    ("exit", "clone_fork"),
+    ("enter", "execve"),
+    ("exit", "execve"),
+    ("enter", "connect"),
+    ("exit", "connect"),
+)
 TETRAGON_BINARIES = ("/usr/bin/python3", "/usr/bin/bash", "/usr/bin/srun", "/usr/sbin/sshd")
 TETRAGON_POLICY_STATES = ("disabled", "enabled", "error", "load_error", "partially_enabled", "skipped")
-TETRAGON_BUILD = {"commit": "4fbfe2d74ecb", "go_version": "go1.24.4", "modified": "false",
-                  "time": "2026-06-02T10:11:12Z", "version": "v1.5.0"}
+TETRAGON_BUILD = {
+    "commit": "4fbfe2d74ecb",
+    "go_version": "go1.24.4",
+    "modified": "false",
+    "time": "2026-06-02T10:11:12Z",
+    "version": "v1.5.0",
+}
 
 
 def _matches(sim, effects, n: int, first: int, per_minute: float) -> list:
@@ -72,8 +84,10 @@ def _tetragon(sim, signal: str, node: Node, n: int):
     if signal == "events":
         for binary in TETRAGON_BINARIES:
             for kind in ("PROCESS_EXEC", "PROCESS_EXIT"):
-                yield {"binary": binary, "type": kind, **blank}, accumulate([rng.uniform(0.01, 0.5) * step] * n,
-                                                                            rng.uniform(1e3, 1e6))
+                yield (
+                    {"binary": binary, "type": kind, **blank},
+                    accumulate([rng.uniform(0.01, 0.5) * step] * n, rng.uniform(1e3, 1e6)),
+                )
     elif signal == "policy_events":
         by_policy: dict = {}
         for effect in sim.faults.effects("tetragon_policy", node.index):
@@ -85,8 +99,18 @@ def _tetragon(sim, signal: str, node: Node, n: int):
         for effect in sim.faults.effects("tetragon_action", node.index):
             by_action.setdefault((effect.get("policy"), effect.get("hook"), effect.get("action")), []).append(effect)
         for (policy, hook, action), effects in sorted(by_action.items()):
-            yield ({"action": action, "hook": hook, "hook_index": "0", "policy": policy, "policy_namespace": "",
-                    "selector_index": "0", "selector_label": ""}, _matches(sim, effects, n, 1, 2.0))
+            yield (
+                {
+                    "action": action,
+                    "hook": hook,
+                    "hook_index": "0",
+                    "policy": policy,
+                    "policy_namespace": "",
+                    "selector_index": "0",
+                    "selector_label": "",
+                },
+                _matches(sim, effects, n, 1, 2.0),
+            )
     elif signal == "policies_loaded":
         for state in TETRAGON_POLICY_STATES:
             yield {"state": state}, [2 if state == "enabled" else 0] * n
@@ -114,4 +138,5 @@ def families(sim) -> Iterator[Family]:
                     for labels, values in model(sim, signal, node, n):
                         raw = to_unit(values, metric)
                         yield {**labels, **target}, raw if scraped is None else where(scraped, raw)
+
             yield Family(metric.name, metric.type, metric.help, series())

@@ -1,9 +1,10 @@
 """A simulation run: the config's exporters over a modelled cluster, a time window and scenarios.
 
-    sim = Simulation(config, nodes=4, gpus_per_node=8, hours=1, scenarios="xid79", seed=1)
-    for family in sim.families(): ...            # lazily, one series at a time
-    sim.expectations()                           # what the scenarios must make visible
+sim = Simulation(config, nodes=4, gpus_per_node=8, hours=1, scenarios="xid79", seed=1)
+for family in sim.families(): ...            # lazily, one series at a time
+sim.expectations()                           # what the scenarios must make visible
 """
+
 from __future__ import annotations
 
 from collections.abc import Iterable, Iterator
@@ -11,14 +12,18 @@ from datetime import datetime
 from functools import cached_property
 
 from ..config import Config
-from ..context import Context
+
+# Where the simulated exporters listen and the Slurm exporters run: the same as in the rule tests' series.
+from ..exporter_labels import EXPORTER_PORTS, SLURM_CONTROLLER
 from ..promql import duration_seconds
+from ..sources import Sources
+from ..thresholds import Thresholds
 from . import gpu, model, node, security, slurm, storage, training
 from .activity import Activity
 from .core import UP, Family, Window, where, window_mask
 from .expect import Expectation
 from .formats import promtool_series
-from .model import EXPORTER_PORTS, Job
+from .model import Job
 from .scenarios import Spec, resolve
 
 # Exporters whose series node_exporter serves from its textfile directory (same target, same `up`).
@@ -26,17 +31,26 @@ TEXTFILE = {"nccl_inspector"}
 
 
 class Simulation:
-    def __init__(self, config: Config, *, nodes: int = 4, gpus_per_node: int = 8, hours: float = 1.0,
-                 scenarios: str | Iterable[Spec] = "healthy", seed: int = 0, start: datetime | None = None):
-        self.ctx = Context(config)
+    def __init__(
+        self,
+        config: Config,
+        *,
+        nodes: int = 4,
+        gpus_per_node: int = 8,
+        hours: float = 1.0,
+        scenarios: str | Iterable[Spec] = "healthy",
+        seed: int = 0,
+        start: datetime | None = None,
+    ):
         self.config = config
-        self.sources = self.ctx.sources
+        self.sources = Sources(config)
+        self.cluster_label = config.get("cluster", "label")
         self.seed = seed
-        step = duration_seconds(self.ctx.scrape_interval)
+        step = duration_seconds(config["scrape_interval"])
         self.window = Window(int((start or model.DEFAULT_START).timestamp()), step, max(1, round(hours * 3600 / step)))
         specs = Spec.parse(scenarios) if isinstance(scenarios, str) else list(scenarios)
-        base = model.build(self.ctx, nodes, gpus_per_node, seed, self.window)
-        self.faults = resolve(specs, self.ctx, base, seed)
+        base = model.build(self.sources, config.get("cluster", "name"), nodes, gpus_per_node, seed, self.window)
+        self.faults = resolve(specs, self.sources, Thresholds.from_config(config["thresholds"]), base, seed)
         self.cluster = self.faults.cluster
         self.activity = Activity(self)
         self._scrape: dict[str, dict[str, str]] = {}
@@ -61,8 +75,11 @@ class Simulation:
     def target(self, exporter: str, host: str) -> dict[str, str]:
         """Labels the scrape adds: the exporter's selector labels, instance and the cluster label."""
         # Not cached: a cache would hold one dict per target, growing with the cluster.
-        return {**self._scrape_labels(exporter), "instance": f"{host}:{self.port(exporter)}",
-                self.ctx.cluster: self.cluster.name}
+        return {
+            **self._scrape_labels(exporter),
+            "instance": f"{host}:{self.port(exporter)}",
+            self.cluster_label: self.cluster.name,
+        }
 
     def _scrape_labels(self, exporter: str) -> dict[str, str]:
         if exporter not in self._scrape:
@@ -72,7 +89,9 @@ class Simulation:
     def scraped(self, exporter: str, node_index: int) -> list[bool] | None:
         """Scrapes at which the exporter on that node answers; None = all of them."""
         served_by = "node_exporter" if exporter in TEXTFILE or exporter == "job_info" else exporter
-        down = self.faults.windows("host_down", node_index) + self.faults.windows("exporter_down", served_by, node_index)
+        down = self.faults.windows("host_down", node_index) + self.faults.windows(
+            "exporter_down", served_by, node_index
+        )
         return [not d for d in window_mask(self.window.steps, down)] if down else None
 
     def job_variants(self, node: int, gpu: int) -> list[tuple[Job | None, list[bool] | None]]:
@@ -80,7 +99,8 @@ class Simulation:
         without a job; each with the scrapes where it exists (None = all of them)."""
         n = self.window.steps
         no_mapping = self.faults.mask("no_mapping", node)
-        out, covered = [], [False] * n
+        out: list[tuple[Job | None, list[bool] | None]] = []
+        covered = [False] * n
         for job in self.cluster.jobs_on_gpu(node, gpu):
             mask = window_mask(n, [self.activity.span(job)])
             if no_mapping:
@@ -129,9 +149,9 @@ class Simulation:
             for server in model.LUSTRE_SERVERS:
                 yield "lustre", None, server, None
         if self.enabled("slurm"):
-            yield "slurm", None, model.SLURM_CONTROLLER, None
+            yield "slurm", None, SLURM_CONTROLLER, None
         if self.enabled("job_info") and self.job_info_source == "jontk":
-            yield "job_info", None, model.SLURM_CONTROLLER, None
+            yield "job_info", None, SLURM_CONTROLLER, None
         if self.enabled("training"):
             for n in self.cluster.nodes:
                 runs = [self.activity.span(j) for j in self.cluster.jobs_on(n.index) if j.training]

@@ -1,5 +1,6 @@
 """Lustre (whamcloud/lustrefs-exporter) on the MDS/OSS servers (capacity, throughput, jobstats with
 jobid_var=SLURM_JOB_ID) and on every compute node (llite client stats)."""
+
 from __future__ import annotations
 
 from collections.abc import Iterator
@@ -10,18 +11,63 @@ from .core import Family, accumulate, seeded, to_unit, where, window_mask
 from .model import LUSTRE_FS, LUSTRE_OST_KIB, LUSTRE_SERVERS, MIN_JOB_AGE, Job
 
 MDT_KIB = 8 * 1024**3
-JOB_CLEANUP = 600                       # jobstats job_cleanup_interval: a job's entries outlive it by this
-READ_PER_GPU = 4e7                      # bytes/s of training data per GPU
-CHECKPOINT_PER_GPU = 6e9                # bytes of checkpoint shard per GPU, written in CHECKPOINT_TAKES
-STALLED_WRITE = 5e6                     # bytes/s a stalled checkpoint still manages, for the whole job
-MDT_OPS = ("close", "crossdir_rename", "getattr", "getxattr", "link", "migrate", "mkdir", "mknod", "open",
-           "parallel_rename_dir", "parallel_rename_file", "punch", "read", "read_bytes", "rename", "rename_trylocks",
-           "rmdir", "samedir_rename", "setattr", "setxattr", "statfs", "sync", "unlink", "write", "write_bytes")
-BUSY_MDT_OPS = {"open": 40.0, "close": 40.0, "getattr": 120.0, "statfs": 1.0, "setattr": 2.0, "mkdir": 0.05,
-                "unlink": 0.5, "sync": 0.1}
+JOB_CLEANUP = 600  # jobstats job_cleanup_interval: a job's entries outlive it by this
+READ_PER_GPU = 4e7  # bytes/s of training data per GPU
+CHECKPOINT_PER_GPU = 6e9  # bytes of checkpoint shard per GPU, written in CHECKPOINT_TAKES
+STALLED_WRITE = 5e6  # bytes/s a stalled checkpoint still manages, for the whole job
+MDT_OPS = (
+    "close",
+    "crossdir_rename",
+    "getattr",
+    "getxattr",
+    "link",
+    "migrate",
+    "mkdir",
+    "mknod",
+    "open",
+    "parallel_rename_dir",
+    "parallel_rename_file",
+    "punch",
+    "read",
+    "read_bytes",
+    "rename",
+    "rename_trylocks",
+    "rmdir",
+    "samedir_rename",
+    "setattr",
+    "setxattr",
+    "statfs",
+    "sync",
+    "unlink",
+    "write",
+    "write_bytes",
+)
+BUSY_MDT_OPS = {
+    "open": 40.0,
+    "close": 40.0,
+    "getattr": 120.0,
+    "statfs": 1.0,
+    "setattr": 2.0,
+    "mkdir": 0.05,
+    "unlink": 0.5,
+    "sync": 0.1,
+}
 OST_OPS = ("get_info", "punch", "set_info", "setattr", "statfs", "sync")
-CLIENT_OPS = ("close", "getattr", "inode_permission", "ioctl", "mkdir", "mknod", "open", "opencount", "readdir",
-              "rmdir", "setxattr", "statfs", "unlink")
+CLIENT_OPS = (
+    "close",
+    "getattr",
+    "inode_permission",
+    "ioctl",
+    "mkdir",
+    "mknod",
+    "open",
+    "opencount",
+    "readdir",
+    "rmdir",
+    "setxattr",
+    "statfs",
+    "unlink",
+)
 
 
 def osts() -> list[str]:
@@ -52,8 +98,10 @@ class JobIO:
         stalled = window_mask(n, sim.faults.windows("job_stall", job.id))
         gpus = len(job.gpus)
         read = [READ_PER_GPU * gpus if r and not c and not s else 0.0 for r, c, s in zip(running, ckpt, stalled)]
-        write = [STALLED_WRITE if s and r else CHECKPOINT_PER_GPU * gpus / CHECKPOINT_TAKES if c and r else 0.0
-                 for r, c, s in zip(running, ckpt, stalled)]
+        write = [
+            STALLED_WRITE if s and r else CHECKPOINT_PER_GPU * gpus / CHECKPOINT_TAKES if c and r else 0.0
+            for r, c, s in zip(running, ckpt, stalled)
+        ]
         return tuple(read), tuple(write)
 
     def visible(self, job: Job) -> list[bool]:
@@ -108,6 +156,7 @@ def families(sim) -> Iterator[Family]:
                 size = 4 * 1024**2 if kind == 0 else 16 * 1024**2
                 values = accumulate([r * share * step / (size if samples else 1) for r in rates], 0.0)
                 yield {"jobid": job.id, "operation": op}, where(io.visible(job), values)
+
         return lambda: per_target(True, fn)
 
     def job_ops():
@@ -117,36 +166,49 @@ def families(sim) -> Iterator[Family]:
                 running = sim.activity.running(job)
                 for op in MDT_OPS:
                     rate = BUSY_MDT_OPS.get(op, 0.0) * len(job.nodes) * rng.uniform(0.8, 1.2)
-                    yield {"jobid": job.id, "operation": op}, where(io.visible(job), accumulate(
-                        [rate * step if r else 0.0 for r in running], 0.0))
+                    yield (
+                        {"jobid": job.id, "operation": op},
+                        where(io.visible(job), accumulate([rate * step if r else 0.0 for r in running], 0.0)),
+                    )
+
         return per_target(False, lambda t, c: fn(t, c) if c == "mdt" else iter(()))
 
     def throughput(kind: int, samples: bool):
         def fn(target, component):
             rng = seeded(sim.seed, "ost-total", target, kind)
             size = 4 * 1024**2 if kind == 0 else 16 * 1024**2
-            values = accumulate([(r * share + 2e7) * step / (size if samples else 1) for r in totals(kind)],
-                                rng.uniform(1e14, 5e14) / (size if samples else 1))
+            values = accumulate(
+                [(r * share + 2e7) * step / (size if samples else 1) for r in totals(kind)],
+                rng.uniform(1e14, 5e14) / (size if samples else 1),
+            )
             yield {"operation": "read" if kind == 0 else "write"}, values
+
         return lambda: per_target(True, fn)
 
     def target_ops():
         def fn(target, component):
-            ops = OST_OPS if component == "ost" else ("open", "close", "getattr", "setattr", "statfs", "mkdir", "unlink")
+            ops = (
+                OST_OPS if component == "ost" else ("open", "close", "getattr", "setattr", "statfs", "mkdir", "unlink")
+            )
             for op in ops:
                 rng = seeded(sim.seed, "target-ops", target, op)
                 yield {"operation": op}, accumulate([rng.uniform(1, 50) * step] * n, rng.uniform(1e6, 1e9))
+
         return per_target(False, fn)
 
     def gauge(fn):
         return lambda: per_target(False, lambda t, c: iter([({}, fn(t))]))
 
     server_tables = {
-        "job_read_bytes": jobstats(0, False), "job_write_bytes": jobstats(1, False),
-        "job_read_samples": jobstats(0, True), "job_write_samples": jobstats(1, True),
+        "job_read_bytes": jobstats(0, False),
+        "job_write_bytes": jobstats(1, False),
+        "job_read_samples": jobstats(0, True),
+        "job_write_samples": jobstats(1, True),
         "job_ops": job_ops,
-        "read_bytes": throughput(0, False), "write_bytes": throughput(1, False),
-        "read_samples": throughput(0, True), "write_samples": throughput(1, True),
+        "read_bytes": throughput(0, False),
+        "write_bytes": throughput(1, False),
+        "read_samples": throughput(0, True),
+        "write_samples": throughput(1, True),
         "target_ops": target_ops,
         "available_kib": gauge(lambda t: [capacity(t) * (1 - u) * 0.97 for u in used(t)]),
         "capacity_kib": gauge(lambda t: [capacity(t)] * n),
@@ -159,8 +221,10 @@ def families(sim) -> Iterator[Family]:
     def client_ops(node):
         for op in CLIENT_OPS:
             rng = seeded(sim.seed, "client-ops", node.name, op)
-            yield {"operation": op, "target": f"{LUSTRE_FS}-ffff8881{node.index:08x}"}, accumulate(
-                [rng.uniform(0.1, 20) * step] * n, rng.uniform(1e4, 1e8))
+            yield (
+                {"operation": op, "target": f"{LUSTRE_FS}-ffff8881{node.index:08x}"},
+                accumulate([rng.uniform(0.1, 20) * step] * n, rng.uniform(1e4, 1e8)),
+            )
 
     def emit(signal: str, metric):
         if signal == "healthy":

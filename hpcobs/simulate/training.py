@@ -4,6 +4,7 @@ Ranks of a synchronous job step in lockstep: the job's step rate is set by its s
 step_seconds counts its own time per step (its compute and collectives, as a per-rank timer around the
 step does), so a straggler shows a larger mean step time than its peers while their steps stay equal.
 """
+
 from __future__ import annotations
 
 import math
@@ -13,12 +14,14 @@ from .core import Family, accumulate, seeded, to_unit, where, window_mask
 from .model import Job
 
 TRAINING_SIGNALS = ("steps", "step_seconds", "tokens", "model_flops", "loss", "last_step_time")
-MODEL_PARAMS = 8e9                      # model size behind the FLOPs counter (6 * params * tokens)
+MODEL_PARAMS = 8e9  # model size behind the FLOPs counter (6 * params * tokens)
 NCCL_VERSION = "v5.1"
 # (collective, message_size bucket, bytes, bus factor: busbw = algbw * factor(n))
-COLLECTIVES = (("AllReduce", "128-129MB", 128 * 1024**2, lambda n: 2 * (n - 1) / n),
-               ("AllGather", "64-65MB", 64 * 1024**2, lambda n: (n - 1) / n),
-               ("ReduceScatter", "64-65MB", 64 * 1024**2, lambda n: (n - 1) / n))
+COLLECTIVES = (
+    ("AllReduce", "128-129MB", 128 * 1024**2, lambda n: 2 * (n - 1) / n),
+    ("AllGather", "64-65MB", 64 * 1024**2, lambda n: (n - 1) / n),
+    ("ReduceScatter", "64-65MB", 64 * 1024**2, lambda n: (n - 1) / n),
+)
 
 
 def _busbw(job: Job) -> float:
@@ -39,7 +42,7 @@ def allreduce_time_us(job: Job) -> float:
 def _rank_present(sim, job: Job, rank: int) -> list[bool]:
     present = sim.activity.running(job)
     lost = sim.faults.mask("rank_lost", job.id, rank)
-    return [p and not l for p, l in zip(present, lost)] if lost else present
+    return [here and not gone for here, gone in zip(present, lost)] if lost else present
 
 
 def _training_values(sim, job: Job, rank: int, signal: str) -> list:
@@ -52,7 +55,7 @@ def _training_values(sim, job: Job, rank: int, signal: str) -> list:
         return [s * job.tokens_per_step for s in whole]
     if signal == "model_flops":
         return [s * job.tokens_per_step * 6 * MODEL_PARAMS for s in whole]
-    rng = seeded(sim.seed, "train", job.id)          # shared by all ranks: they report the same step
+    rng = seeded(sim.seed, "train", job.id)  # shared by all ranks: they report the same step
     if signal == "loss":
         return [1.7 + 4.5 * math.exp(-s / 20000) + 0.03 * (rng.random() - 0.5) for s in steps]
     if signal == "last_step_time":
@@ -70,8 +73,10 @@ def _training_values(sim, job: Job, rank: int, signal: str) -> list:
             for i in range(effect.start, min(effect.end, n)):
                 slow[i] *= effect.get("factor")
         r = seeded(sim.seed, "rank-time", job.id, rank)
-        increments = [0.0] + [(steps[i] - steps[i - 1]) * job.step_seconds * slow[i] * (1 + 0.01 * (r.random() - 0.5))
-                              for i in range(1, n)]
+        increments = [0.0] + [
+            (steps[i] - steps[i - 1]) * job.step_seconds * slow[i] * (1 + 0.01 * (r.random() - 0.5))
+            for i in range(1, n)
+        ]
         return accumulate(increments, steps[0] * job.step_seconds)
     raise KeyError(signal)
 
@@ -86,9 +91,17 @@ def training_families(sim) -> Iterator[Family]:
             for job in jobs:
                 for rank, (node_index, _gpu) in enumerate(job.gpus):
                     node = sim.cluster.nodes[node_index]
-                    labels = {"hpc_job": job.id, "rank": str(rank), "node": node.name,
-                              **sim.target("training", node.name)}
-                    yield labels, where(_rank_present(sim, job, rank), to_unit(_training_values(sim, job, rank, signal), metric))
+                    labels = {
+                        "hpc_job": job.id,
+                        "rank": str(rank),
+                        "node": node.name,
+                        **sim.target("training", node.name),
+                    }
+                    yield (
+                        labels,
+                        where(_rank_present(sim, job, rank), to_unit(_training_values(sim, job, rank, signal), metric)),
+                    )
+
         yield Family(metric.name, metric.type, metric.help, series())
 
 
@@ -126,14 +139,28 @@ def nccl_families(sim) -> Iterator[Family]:
                     if scraped is not None:
                         present = [a and b for a, b in zip(present, scraped)]
                     for collective in COLLECTIVES:
-                        labels = {"version": NCCL_VERSION, "slurm_job_id": job.id, "node": node.name, "gpu": f"GPU{gpu}",
-                                  "comm_name": "DP Group 0", "n_nodes": str(len(job.nodes)), "nranks": str(len(job.gpus)),
-                                  "collective": collective[0], "message_size": collective[1],
-                                  "algo_proto": "Ring_ll128" if len(job.nodes) > 1 else "NVLS_simple",
-                                  **sim.target("nccl_inspector", node.name)}
+                        labels = {
+                            "version": NCCL_VERSION,
+                            "slurm_job_id": job.id,
+                            "node": node.name,
+                            "gpu": f"GPU{gpu}",
+                            "comm_name": "DP Group 0",
+                            "n_nodes": str(len(job.nodes)),
+                            "nranks": str(len(job.gpus)),
+                            "collective": collective[0],
+                            "message_size": collective[1],
+                            "algo_proto": "Ring_ll128" if len(job.nodes) > 1 else "NVLS_simple",
+                            **sim.target("nccl_inspector", node.name),
+                        }
                         values = _nccl_values(sim, job, rank, collective, signal == "coll_busbw")
-                        yield labels, where(present, to_unit([v * (1e9 if signal == "coll_busbw" else 1e-6) for v in values],
-                                                             metric))
+                        yield (
+                            labels,
+                            where(
+                                present,
+                                to_unit([v * (1e9 if signal == "coll_busbw" else 1e-6) for v in values], metric),
+                            ),
+                        )
+
         yield Family(metric.name, metric.type, metric.help, series())
 
 

@@ -1,6 +1,7 @@
 """Fixtures that start real Prometheus and VictoriaMetrics servers on loopback and always stop them."""
+
+from collections.abc import Iterable, Sequence
 from pathlib import Path
-from typing import Iterable, Sequence
 
 import pytest
 
@@ -52,8 +53,10 @@ def raw_names_read(config, groups) -> set[str]:
     """Raw catalogue metric names that these rule groups read (what a simulation must emit for them)."""
     from hpcobs import lint
     from hpcobs.sources import Sources
-    catalogue_names = {m.name for s in Sources(config) for v in s.versions for sig in s.exporter.signals()
-                       if (m := s.metric(sig, v))}
+
+    catalogue_names = {
+        m.name for s in Sources(config) for v in s.versions for sig in s.exporter.signals() if (m := s.metric(sig, v))
+    }
     return {n for g in groups for r in g.rules for n in lint.metric_names(r.expr)} & catalogue_names
 
 
@@ -62,11 +65,14 @@ def recording_layer_files(groups, folder: Path) -> list[list[Path]]:
     from hpcobs import pipeline
     from hpcobs.render import yaml_text
     from hpcobs.rules import Record
+
     files = []
     for index, layer in enumerate(pipeline.layers(groups)):
-        recording = [{"name": g.name, "interval": g.interval,
-                      "rules": [r.to_dict() for r in g.rules if isinstance(r, Record)]}
-                     for g in layer if any(isinstance(r, Record) for r in g.rules)]
+        recording = [
+            {"name": g.name, "interval": g.interval, "rules": [r.to_dict() for r in g.rules if isinstance(r, Record)]}
+            for g in layer
+            if any(isinstance(r, Record) for r in g.rules)
+        ]
         if recording:
             path = folder / f"layer{index}.rules.yaml"
             path.write_text(yaml_text({"groups": recording}))

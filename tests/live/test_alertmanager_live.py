@@ -1,4 +1,5 @@
 """Inhibitions proven against a real Alertmanager on loopback: post alerts, read back which are inhibited."""
+
 import time
 from typing import NamedTuple
 
@@ -15,8 +16,8 @@ def alert(name, severity, team="gpu-ops", **labels):
 
 
 class Inhibition(NamedTuple):
-    cause: dict              # the source alert; never inhibited itself
-    symptom: dict            # an alert it inhibits: same `equal` labels
+    cause: dict  # the source alert; never inhibited itself
+    symptom: dict  # an alert it inhibits: same `equal` labels
     spared: tuple[dict, ...]  # label changes to the symptom that must leave it alone (another node, GPU, job)
 
     @property
@@ -25,40 +26,71 @@ class Inhibition(NamedTuple):
 
     def expected(self) -> list[tuple[dict, bool]]:
         """(alert, inhibited?) for every alert of the case."""
-        return [(self.cause, False), (self.symptom, True), *(({**self.symptom, **change}, False) for change in self.spared)]
+        return [
+            (self.cause, False),
+            (self.symptom, True),
+            *(({**self.symptom, **change}, False) for change in self.spared),
+        ]
 
 
 # One case per inhibition rule (and target). Every case has its own nodes and jobs, so all of them are posted
 # to one Alertmanager at once without inhibiting each other (test_cases_are_independent).
 INHIBITIONS = [
     # The node is gone, so its GPU alerts are noise.
-    Inhibition(alert("ExporterNodeExporterDown", "critical", node="n1"),
-               alert("GpuThermalSlowdown", "warning", node="n1", gpu="0"), ({"node": "n1b"},)),
+    Inhibition(
+        alert("ExporterNodeExporterDown", "critical", node="n1"),
+        alert("GpuThermalSlowdown", "warning", node="n1", gpu="0"),
+        ({"node": "n1b"},),
+    ),
     # A GPU that fell off the bus: its other alerts are symptoms; another GPU is unaffected.
-    Inhibition(alert("GpuFellOffBus", "critical", node="n2", gpu="3"),
-               alert("GpuXidDrainClass", "critical", node="n2", gpu="3"), ({"gpu": "4"},)),
+    Inhibition(
+        alert("GpuFellOffBus", "critical", node="n2", gpu="3"),
+        alert("GpuXidDrainClass", "critical", node="n2", gpu="3"),
+        ({"gpu": "4"},),
+    ),
     # A GPU that must be drained: its warnings wait; another GPU's, or a critical on it, still go out.
-    Inhibition(alert("GpuXidDrainClass", "critical", node="n3", gpu="1"),
-               alert("GpuNvlinkErrors", "warning", node="n3", gpu="1"), ({"gpu": "2"}, {"severity": "critical"})),
+    Inhibition(
+        alert("GpuXidDrainClass", "critical", node="n3", gpu="1"),
+        alert("GpuNvlinkErrors", "warning", node="n3", gpu="1"),
+        ({"gpu": "2"}, {"severity": "critical"}),
+    ),
     # A job that ended: its hang alert is a consequence; another job's is real.
-    Inhibition(alert("SlurmJobEnded", "info", team="none", hpc_job="42"),
-               alert("TrainingHang", "critical", team="job-owner", hpc_job="42"), ({"hpc_job": "43"},)),
+    Inhibition(
+        alert("SlurmJobEnded", "info", team="none", hpc_job="42"),
+        alert("TrainingHang", "critical", team="job-owner", hpc_job="42"),
+        ({"hpc_job": "43"},),
+    ),
     # A GPU that fell off the bus stops reporting: its node's GPU count drops (that alert has no gpu label).
-    Inhibition(alert("GpuFellOffBus", "critical", node="n4", gpu="3"),
-               alert("GpuSeriesMissing", "warning", node="n4"), ({"node": "n4b"},)),
+    Inhibition(
+        alert("GpuFellOffBus", "critical", node="n4", gpu="3"),
+        alert("GpuSeriesMissing", "warning", node="n4"),
+        ({"node": "n4b"},),
+    ),
     # A job holding idle GPUs explains each node where it holds them.
-    Inhibition(alert("SlurmJobHoldingIdleGpus", "warning", team="job-owner", hpc_job="44", user="alice"),
-               alert("GpuAllocatedIdle", "info", team="job-owner", node="n5", hpc_job="44"), ({"hpc_job": "45"},)),
+    Inhibition(
+        alert("SlurmJobHoldingIdleGpus", "warning", team="job-owner", hpc_job="44", user="alice"),
+        alert("GpuAllocatedIdle", "info", team="job-owner", node="n5", hpc_job="44"),
+        ({"hpc_job": "45"},),
+    ),
     # An InfiniBand port not ACTIVE explains the node's low link rate and transmit discards (per-node alerts).
-    Inhibition(alert("IbPortNotActive", "critical", team="network", node="n6"),
-               alert("IbLinkRateBelowNominal", "warning", team="network", node="n6"), ({"node": "n6b"},)),
-    Inhibition(alert("IbPortNotActive", "critical", team="network", node="n7"),
-               alert("IbTransmitDiscards", "warning", team="network", node="n7"), ({"node": "n7b"},)),
+    Inhibition(
+        alert("IbPortNotActive", "critical", team="network", node="n6"),
+        alert("IbLinkRateBelowNominal", "warning", team="network", node="n6"),
+        ({"node": "n6b"},),
+    ),
+    Inhibition(
+        alert("IbPortNotActive", "critical", team="network", node="n7"),
+        alert("IbTransmitDiscards", "warning", team="network", node="n7"),
+        ({"node": "n7b"},),
+    ),
     # A job stuck writing its checkpoint makes no step: the storage stall explains the hang.
-    Inhibition(alert("StorageCheckpointWriteStalled", "critical", team="storage", hpc_job="46"),
-               alert("TrainingHang", "critical", team="job-owner", hpc_job="46"), ({"hpc_job": "47"},)),
+    Inhibition(
+        alert("StorageCheckpointWriteStalled", "critical", team="storage", hpc_job="46"),
+        alert("TrainingHang", "critical", team="job-owner", hpc_job="46"),
+        ({"hpc_job": "47"},),
+    ),
 ]
-SCOPES = ("node", "hpc_job")     # the labels the rules' `equal` compare besides the cluster
+SCOPES = ("node", "hpc_job")  # the labels the rules' `equal` compare besides the cluster
 
 
 def key(labels: dict) -> tuple:

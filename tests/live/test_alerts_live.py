@@ -4,6 +4,7 @@ it (`fired_by`), and a healthy cluster fires none.
 The recording rules are replayed layer by layer; an alert counts as firing when its expression returns
 the same series at every evaluation for its whole `for:` (what the rule manager does).
 """
+
 from collections import defaultdict
 
 import pytest
@@ -61,13 +62,15 @@ def firing(prometheus, alert: Alert, start: float, end: float) -> list[dict]:
 @pytest.fixture(scope="module")
 def faults_prometheus(config, tmp_path_factory, prometheus_factory):
     scenarios = sorted({s for a in alerts_of(config) for s in a.fired_by})
-    return scenarios, *loaded_prometheus(config, _schedule(scenarios), tmp_path_factory.mktemp("faults"),
-                                         prometheus_factory)
+    return scenarios, *loaded_prometheus(
+        config, _schedule(scenarios), tmp_path_factory.mktemp("faults"), prometheus_factory
+    )
 
 
 def _schedule(scenarios: list[str]) -> str:
     """Faults of the hero training job take turns, as in tests/live/test_scenarios.py."""
     from .test_scenarios import HERO_JOB_SLOTS
+
     return ",".join(f"{s}:{HERO_JOB_SLOTS[s]}" if s in HERO_JOB_SLOTS else s for s in scenarios)
 
 
@@ -78,16 +81,21 @@ def test_every_fault_fires_its_alerts(config, faults_prometheus):
     for alert in alerts_of(config):
         for scenario in alert.fired_by:
             expected[scenario].append(alert)
-    silent = [f"{a.alert} (scenario {s})" for s, alerts in expected.items() for a in alerts
-              if not firing(prometheus, a, start, end)]
+    silent = [
+        f"{a.alert} (scenario {s})"
+        for s, alerts in expected.items()
+        for a in alerts
+        if not firing(prometheus, a, start, end)
+    ]
     assert not silent, f"alerts that did not fire on their scenario: {silent}"
     assert len(expected) >= 15
 
 
 @pytest.mark.live
 def test_a_healthy_cluster_fires_no_alert(config, tmp_path_factory, prometheus_factory):
-    prometheus, start, end = loaded_prometheus(config, "healthy", tmp_path_factory.mktemp("healthy"),
-                                               prometheus_factory)
+    prometheus, start, end = loaded_prometheus(
+        config, "healthy", tmp_path_factory.mktemp("healthy"), prometheus_factory
+    )
     fired = {a.alert: firing(prometheus, a, start, end)[:2] for a in alerts_of(config) if a.severity != "info"}
     fired = {name: labels for name, labels in fired.items() if labels}
     assert not fired, f"alerts firing on a healthy cluster: {fired}"

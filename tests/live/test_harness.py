@@ -1,8 +1,9 @@
 """The live harness on a tiny hand-written history: backfill, rule layers, both engines agree, clean stop."""
+
 import json
 import math
 import socket
-from datetime import datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta
 
 import pytest
 
@@ -13,7 +14,7 @@ pytestmark = pytest.mark.live
 
 STEP = 30
 SAMPLES = 121  # one hour at 30 s, both ends included
-END = datetime(2026, 1, 1, tzinfo=timezone.utc)
+END = datetime(2026, 1, 1, tzinfo=UTC)
 START = END - timedelta(hours=1)
 RULES_START = START + timedelta(minutes=5)  # a full rate window of history behind the first evaluation
 INSTANCES = ("n0", "n1")
@@ -52,20 +53,31 @@ def timestamp(k: int) -> int:
 
 def openmetrics() -> str:
     lines = ["# TYPE demo_bytes counter"]
-    lines += [f'demo_bytes_total{{instance="{name}"}} {counter(i, k)} {timestamp(k)}'
-              for i, name in enumerate(INSTANCES) for k in range(SAMPLES)]
+    lines += [
+        f'demo_bytes_total{{instance="{name}"}} {counter(i, k)} {timestamp(k)}'
+        for i, name in enumerate(INSTANCES)
+        for k in range(SAMPLES)
+    ]
     lines += ["# TYPE demo_temp gauge"]
-    lines += [f'demo_temp{{instance="{name}"}} {gauge(i, k)} {timestamp(k)}'
-              for i, name in enumerate(INSTANCES) for k in range(SAMPLES)]
+    lines += [
+        f'demo_temp{{instance="{name}"}} {gauge(i, k)} {timestamp(k)}'
+        for i, name in enumerate(INSTANCES)
+        for k in range(SAMPLES)
+    ]
     return "\n".join(lines + ["# EOF"]) + "\n"
 
 
 def victoria_lines() -> list[dict]:
     millis = [timestamp(k) * 1000 for k in range(SAMPLES)]
-    return [{"metric": {"__name__": metric, "instance": name}, "values": [value(i, k) for k in range(SAMPLES)],
-             "timestamps": millis}
-            for metric, value in (("demo_bytes_total", counter), ("demo_temp", gauge))
-            for i, name in enumerate(INSTANCES)]
+    return [
+        {
+            "metric": {"__name__": metric, "instance": name},
+            "values": [value(i, k) for k in range(SAMPLES)],
+            "timestamps": millis,
+        }
+        for metric, value in (("demo_bytes_total", counter), ("demo_temp", gauge))
+        for i, name in enumerate(INSTANCES)
+    ]
 
 
 @pytest.fixture(scope="module")
@@ -147,13 +159,16 @@ def test_second_layer_rules_cover_the_past_range(server, layers):
     assert all(close(value, CLUSTER_RATE) for _, value in points)
 
 
-@pytest.mark.parametrize("expr", [
-    "demo_temp",
-    "sum by (instance) (demo_bytes_total)",
-    "rate(demo_bytes_total[5m])",
-    "instance:demo_bytes:rate5m",
-    "cluster:demo_bytes:rate5m",
-])
+@pytest.mark.parametrize(
+    "expr",
+    [
+        "demo_temp",
+        "sum by (instance) (demo_bytes_total)",
+        "rate(demo_bytes_total[5m])",
+        "instance:demo_bytes:rate5m",
+        "cluster:demo_bytes:rate5m",
+    ],
+)
 def test_victoria_agrees_with_prometheus(prometheus, victoria, expr):
     expected = prometheus.query(expr, BETWEEN_SAMPLES)
     found = victoria.query(expr, BETWEEN_SAMPLES)
@@ -176,11 +191,17 @@ def test_leaving_the_context_stops_the_server_and_frees_its_port(server_class):
         probe.bind(("127.0.0.1", port))
 
 
-@pytest.mark.parametrize("server_class, env, message", [
-    (Prometheus, "PROMETHEUS", "prometheus not found: apt-get install prometheus, or set PROMETHEUS"),
-    (VictoriaMetrics, "VICTORIA_METRICS",
-     "victoria-metrics not found: apt-get install victoria-metrics, or set VICTORIA_METRICS"),
-])
+@pytest.mark.parametrize(
+    "server_class, env, message",
+    [
+        (Prometheus, "PROMETHEUS", "prometheus not found: apt-get install prometheus, or set PROMETHEUS"),
+        (
+            VictoriaMetrics,
+            "VICTORIA_METRICS",
+            "victoria-metrics not found: apt-get install victoria-metrics, or set VICTORIA_METRICS",
+        ),
+    ],
+)
 def test_missing_binary_is_a_clear_error(monkeypatch, tmp_path, server_class, env, message):
     monkeypatch.setenv("PATH", str(tmp_path))
     monkeypatch.delenv(env, raising=False)
@@ -207,10 +228,13 @@ def test_query_error_carries_the_server_message(server):
         server.query("rate(demo_bytes_total[", END)
 
 
-@pytest.mark.parametrize("bad_line, logged", [
-    ("not json", "cannot unmarshal json line"),
-    ({"metric": {"__name__": "future"}, "values": [1], "timestamps": [4102444800000]}, "too big timestamp"),
-])
+@pytest.mark.parametrize(
+    "bad_line, logged",
+    [
+        ("not json", "cannot unmarshal json line"),
+        ({"metric": {"__name__": "future"}, "values": [1], "timestamps": [4102444800000]}, "too big timestamp"),
+    ],
+)
 def test_victoria_import_that_drops_data_is_an_error(victoria_factory, bad_line, logged):
     victoria = victoria_factory()
     with pytest.raises(ToolError, match=f"dropped data during import; its log says:\n.*{logged}"):

@@ -5,6 +5,7 @@ Both servers get the same raw history and replay the rules layer by layer at the
 every recorded series can be compared point by point. docs/recording-rules.md lists the MetricsQL
 differences this exposed.
 """
+
 import math
 
 import pytest
@@ -16,9 +17,11 @@ from hpcobs.simulate import Simulation, write
 
 from .conftest import raw_names_read, recording_layer_files
 
-SCENARIOS = ("straggler,idle_gpus,thermal,xid48,dbe,ib_port_down,ib_link_flap,ib_symbol_errors,fs_filling,"
-             "unexpected_outbound,checkpoint_foreign_read,queue_backlog,slurm_nodes_down,nvlink_errors,"
-             "ib_link_degraded,crypto_miner")
+SCENARIOS = (
+    "straggler,idle_gpus,thermal,xid48,dbe,ib_port_down,ib_link_flap,ib_symbol_errors,fs_filling,"
+    "unexpected_outbound,checkpoint_foreign_read,queue_backlog,slurm_nodes_down,nvlink_errors,"
+    "ib_link_degraded,crypto_miner"
+)
 HOURS = 2.5
 STEP = 30
 COMPARE_EVERY = 300
@@ -69,13 +72,19 @@ def points(server, record, start, end):
     # topk keeps one of several ranks with the same step time, and the engines break ties differently:
     # compare the slowest time per job, not which tied rank carries it.
     expr = f"max without (rank, node) ({record})" if record in TIE_BROKEN else record
-    return {tuple(sorted((k, v) for k, v in s.labels.items() if k != "__name__")): dict(s.points)
-            for s in server.query_range(expr, start, end, COMPARE_EVERY)}
+    return {
+        tuple(sorted((k, v) for k, v in s.labels.items() if k != "__name__")): dict(s.points)
+        for s in server.query_range(expr, start, end, COMPARE_EVERY)
+    }
 
 
 @pytest.mark.live
 def test_every_recording_rule_produces_series_on_the_simulated_cluster(replayed, records):
-    empty = [r for r in records if not replayed["prometheus"].query_range(r, replayed["start"], replayed["end"], COMPARE_EVERY)]
+    empty = [
+        r
+        for r in records
+        if not replayed["prometheus"].query_range(r, replayed["start"], replayed["end"], COMPARE_EVERY)
+    ]
     assert not empty, f"records with no series: {empty}"
 
 
@@ -97,8 +106,9 @@ def test_prometheus_and_victoriametrics_record_the_same_values(replayed, records
                     continue
                 compared += 1
                 if t not in mine or t not in other or not math.isclose(mine[t], other[t], rel_tol=1e-6, abs_tol=1e-9):
-                    differences.append(f"{record}{dict(labels)} @ {t}: Prometheus {mine.get(t)}, "
-                                       f"VictoriaMetrics {other.get(t)}")
+                    differences.append(
+                        f"{record}{dict(labels)} @ {t}: Prometheus {mine.get(t)}, VictoriaMetrics {other.get(t)}"
+                    )
     print(f"compared {compared} points of {len(records)} records, {len(differences)} differ")
     assert compared > 2000
     assert len(differences) <= 0.02 * compared, "\n".join(differences[:30])

@@ -3,15 +3,21 @@
 The simulated cluster is backfilled into both servers and each scenario's expected signal (a PromQL
 query from hpcobs.simulate) is evaluated there, never by reading the generator back.
 """
+
 import pytest
 
 from hpcobs.simulate import Simulation, kinds, write
 
 FAULTS = [name for name in kinds() if name != "healthy"]
 # Faults of the hero training job take turns: a hang or a dead rank would hide a straggler.
-HERO_JOB_SLOTS = {"straggler": "start=10m:duration=20m", "nccl_latency_spike": "start=35m:duration=15m",
-                  "checkpoint_stall": "start=55m:duration=20m", "training_hang": "start=80m:duration=30m",
-                  "ib_congestion": "start=115m:duration=15m", "xid79": "start=140m"}
+HERO_JOB_SLOTS = {
+    "straggler": "start=10m:duration=20m",
+    "nccl_latency_spike": "start=35m:duration=15m",
+    "checkpoint_stall": "start=55m:duration=20m",
+    "training_hang": "start=80m:duration=30m",
+    "ib_congestion": "start=115m:duration=15m",
+    "xid79": "start=140m",
+}
 SCENARIOS = ",".join(f"{name}:{HERO_JOB_SLOTS[name]}" if name in HERO_JOB_SLOTS else name for name in FAULTS)
 HOURS = 2.75
 
@@ -51,5 +57,7 @@ def test_every_scenario_shows_its_signal(servers, simulation, backend):
     for expectation in simulation.expectations():
         at = simulation.window.start + expectation.at
         if not server.query(expectation.query, at):
-            missing.append(f"{expectation.scenario}: {expectation.description}: {expectation.query} @ +{expectation.at}s")
+            missing.append(
+                f"{expectation.scenario}: {expectation.description}: {expectation.query} @ +{expectation.at}s"
+            )
     assert not missing, "\n".join(missing)
