@@ -11,7 +11,6 @@ tests/test_cardinality.py asserts the budget (docs/recording-rules.md#budget) on
 
 from __future__ import annotations
 
-import re
 from dataclasses import dataclass
 from math import prod
 
@@ -77,11 +76,6 @@ def recorded_per(labels: set[str], r: dict = REFERENCE) -> tuple[str, float]:
     return ("cluster", 1)
 
 
-def is_condition_count(expr: str) -> bool:
-    """`count by (...) (x > 0)`, possibly labelled (label_replace): series exist only where the condition holds."""
-    return bool(re.match(r"^(label_replace\()*count by \(", expr)) and bool(re.search(r"(==|!=|>|<)", expr))
-
-
 def raw_series(metric: Metric, r: dict = REFERENCE) -> float:
     """Series of one raw metric on the reference cluster."""
     labels = set(metric.labels)
@@ -139,7 +133,7 @@ def costs(groups: list[Group], sources: Sources, cluster_label: str) -> list[Gro
             kind, count = recorded_per(record_labels(record, cluster_label))
             raw = [by_name[n] for n in lint.metric_names(record.expr) if n in by_name]
             sparse = bool(raw) and all(m.sparse for m in raw)
-            count *= REFERENCE["faulty"] if sparse or is_condition_count(record.expr) else 1
+            count *= REFERENCE["faulty"] if sparse or lint.counts_a_condition(record.expr) else 1
             per[kind] = per.get(kind, 0) + count
         out.append(GroupCost(group.name, sum(raw_series(by_name[n]) for n in read), sum(per.values()), per))
     return out

@@ -1,4 +1,5 @@
-"""Which metrics a PromQL expression reads, from promql-parser's syntax tree.
+"""What a PromQL expression reads and does, from promql-parser's syntax tree: the metrics it selects, and
+whether it counts things matching a condition (the cardinality budget's sparse records).
 
 Dashboard expressions may hold Grafana variables and be template queries (`label_values(expr, label)`,
 `query_result(expr)`): the PromQL inside is taken and the variables replaced by values of their kind
@@ -25,15 +26,19 @@ def metric_names(expr: str) -> set[str]:
     return set(_metric_names(expr))
 
 
+def _tree(expr: str) -> promql_parser.Expr:
+    try:
+        return promql_parser.parse(_plain_regexes(expr))
+    except ValueError as exc:
+        raise ValueError(f"not PromQL ({exc}): {expr}") from None
+
+
 @cache
 def _metric_names(expr: str) -> frozenset[str]:
     promql = promql_text(expr)
     if promql is None:
         return frozenset()
-    try:
-        tree = promql_parser.parse(_plain_regexes(promql))
-    except ValueError as exc:
-        raise ValueError(f"not PromQL ({exc}): {expr}") from None
+    tree = _tree(promql)
     names = set()
 
     def visit(node) -> None:
@@ -50,6 +55,38 @@ def _metric_names(expr: str) -> frozenset[str]:
 
     promql_parser.walk(tree, visit)
     return frozenset(names)
+
+
+_COMPARISONS = {"==", "!=", ">", "<", ">=", "<="}
+_EXCLUDING = (promql_parser.MatchOp.NotEqual, promql_parser.MatchOp.NotRe)
+
+
+def counts_a_condition(expr: str) -> bool:
+    """`count by (...) (x > 0)` or `count by (...) (x{state!="ACTIVE"})`, possibly relabelled (label_replace) or
+    several joined with `or`: its series exist only where something matches the condition (a comparison that
+    filters, not `bool`, or a matcher that excludes), so a healthy fleet records few of them."""
+    return _counts_a_condition(_tree(expr))
+
+
+def _counts_a_condition(node: promql_parser.Expr) -> bool:
+    if isinstance(node, promql_parser.ParenExpr):
+        return _counts_a_condition(node.expr)
+    if isinstance(node, promql_parser.Call) and node.func.name == "label_replace":
+        return _counts_a_condition(node.args[0])
+    if isinstance(node, promql_parser.BinaryExpr) and str(node.op) == "or":
+        return _counts_a_condition(node.lhs) and _counts_a_condition(node.rhs)
+    if not (isinstance(node, promql_parser.AggregateExpr) and str(node.op) == "count"):
+        return False
+    conditions = []
+
+    def visit(inner) -> None:
+        if isinstance(inner, promql_parser.BinaryExpr) and str(inner.op) in _COMPARISONS:
+            conditions.append(not (inner.modifier and inner.modifier.return_bool))
+        elif isinstance(inner, promql_parser.VectorSelector):
+            conditions.extend(m.op in _EXCLUDING for m in inner.matchers.matchers)
+
+    promql_parser.walk(node.expr, visit)
+    return any(conditions)
 
 
 def _plain_regexes(promql: str) -> str:

@@ -14,7 +14,7 @@ from .alerts import alertmanager  # type: ignore[import-not-found]
 from .config import Config
 from .context import Context
 from .render import GENERATED, json_text, yaml_text
-from .rules import Alert, Group, Record
+from .rules import Alert, Group, LinkBases, Record
 
 RULES_DIR = "prometheus/rules"
 # prometheus/tests/<domain>/<rule>.tests.yaml, each loading <rule>.rules.yaml beside it.
@@ -37,24 +37,21 @@ def rule_groups(ctx: Context) -> dict[str, list[Group]]:
 def generate(config: Config) -> dict[str, str]:
     """Every output file, by path relative to out/."""
     ctx = Context(config)
-    grafana_url = config.get("grafana", "url")
-    runbook_base = config.get("runbooks", "base_url")
+    links = LinkBases.of(config)
     files: dict[str, str] = {}
 
     groups = rule_groups(ctx)
     for domain, domain_groups in groups.items():
         files[f"{RULES_DIR}/{domain}.rules.yaml"] = yaml_text(
-            {"groups": [g.to_dict(grafana_url, runbook_base) for g in domain_groups]}, GENERATED
+            {"groups": [g.to_dict(links) for g in domain_groups]}, GENERATED
         )
         for name, tested in rules_by_name(domain_groups).items():
             stem = f"{TESTS_DIR}/{domain}/{name.replace(':', '.')}"
             files[f"{stem}.rules.yaml"] = yaml_text(
-                {"groups": [g.to_dict(grafana_url, runbook_base) for g in rules_read(groups, tested)]}, GENERATED
+                {"groups": [g.to_dict(links) for g in rules_read(groups, tested)]}, GENERATED
             )
             files[f"{stem}.tests.yaml"] = yaml_text(
-                promtest.test_file(
-                    tested, [f"{posixpath.basename(stem)}.rules.yaml"], ctx.scrape_interval, grafana_url, runbook_base
-                ),
+                promtest.test_file(tested, [f"{posixpath.basename(stem)}.rules.yaml"], ctx.scrape_interval, links),
                 GENERATED,
             )
 

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from .rules import Alert, Record, render_template
+from .rules import Alert, LinkBases, Record, render_template
 from .ruletest import Case, selector_text
 
 
@@ -45,15 +45,13 @@ def _alert_test(alert: Alert, case: Case, interval: str, annotations: dict[str, 
     }
 
 
-def test_file(
-    rules: list[Record | Alert], rule_files: list[str], interval: str, grafana_url: str, runbook_base: str
-) -> dict:
+def test_file(rules: list[Record | Alert], rule_files: list[str], interval: str, links: LinkBases) -> dict:
     """One promtool test file covering every case of the given rules."""
     tests = []
     for rule in rules:
         if isinstance(rule, Record):
             tests += [_record_test(rule, case, interval) for case in rule.tests]
         else:
-            annotations = rule.annotations(grafana_url, runbook_base)
+            annotations = rule.annotations(links)
             tests += [_alert_test(rule, case, interval, annotations) for case in rule.fires_on + rule.silent_on]
     return {"rule_files": rule_files, "evaluation_interval": interval, "tests": tests}

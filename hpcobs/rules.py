@@ -7,6 +7,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from functools import partial
 
+from .config import Config
 from .escape import go_template_text, url_query
 from .names import DashboardUid, Team
 from .promql import duration_seconds
@@ -20,6 +21,18 @@ _ALERT_NAME = re.compile(r"^(Gpu|Node|Ib|Storage|Training|Slurm|Security|Exporte
 # The template actions hpcobs writes: a label (optionally URL-query encoded), or a string printed as is
 # (escape.go_template_text writes {{ "{" }}).
 _ACTION = re.compile(r'\{\{\s*(?:\$labels\.([a-zA-Z_][a-zA-Z0-9_]*)(\s*\|\s*urlquery)?|"([^"\\]*)")\s*\}\}')
+
+
+@dataclass(frozen=True)
+class LinkBases:
+    """Where alert annotations link (runbook_url, dashboard_url), resolved once from the config."""
+
+    grafana: str  # grafana.url
+    runbooks: str  # runbooks.base_url
+
+    @classmethod
+    def of(cls, config: Config) -> LinkBases:
+        return cls(config.get("grafana", "url"), config.get("runbooks", "base_url"))
 
 
 @dataclass
@@ -87,26 +100,26 @@ class Alert:
         if problems:
             raise ValueError(f"alert {self.alert}: " + "; ".join(problems))
 
-    def annotations(self, grafana_url: str, runbook_base: str) -> dict[str, str]:
+    def annotations(self, links: LinkBases) -> dict[str, str]:
         """Annotation templates; label values enter the dashboard URL query encoded by Go's urlquery."""
         query = "&".join(f"var-{label}={{{{ $labels.{label} | urlquery }}}}" for label in self.dashboard_vars)
         return {
             "summary": self.summary,
             "description": self.description,
-            "runbook_url": f"{go_template_text(runbook_base)}/{self.runbook}.md#{self.alert.lower()}",
-            "dashboard_url": f"{go_template_text(grafana_url)}/d/{self.dashboard}" + (f"?{query}" if query else ""),
+            "runbook_url": f"{go_template_text(links.runbooks)}/{self.runbook}.md#{self.alert.lower()}",
+            "dashboard_url": f"{go_template_text(links.grafana)}/d/{self.dashboard}" + (f"?{query}" if query else ""),
         }
 
     def all_labels(self) -> dict[str, str]:
         # Plain strings: YAML dumpers do not know the enums.
         return {"severity": self.severity, "team": str(self.team), **self.labels}
 
-    def to_dict(self, grafana_url: str, runbook_base: str) -> dict:
+    def to_dict(self, links: LinkBases) -> dict:
         out = {
             "alert": self.alert,
             "expr": self.expr,
             "labels": self.all_labels(),
-            "annotations": self.annotations(grafana_url, runbook_base),
+            "annotations": self.annotations(links),
         }
         if self.for_:
             out["for"] = self.for_
@@ -159,12 +172,9 @@ class Group:
     interval: str
     rules: Sequence[Record | Alert]
 
-    def to_dict(self, grafana_url: str, runbook_base: str) -> dict:
+    def to_dict(self, links: LinkBases) -> dict:
         return {
             "name": self.name,
             "interval": self.interval,
-            "rules": [
-                rule.to_dict(grafana_url, runbook_base) if isinstance(rule, Alert) else rule.to_dict()
-                for rule in self.rules
-            ],
+            "rules": [rule.to_dict(links) if isinstance(rule, Alert) else rule.to_dict() for rule in self.rules],
         }

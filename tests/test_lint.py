@@ -57,3 +57,26 @@ def test_an_expression_that_is_not_promql_is_refused_naming_it():
 def test_the_caller_gets_its_own_set():
     lint.metric_names("a + b").add("c")
     assert lint.metric_names("a + b") == {"a", "b"}
+
+
+@pytest.mark.parametrize(
+    "expr, counts",
+    [
+        ("count by (cluster, node) (max by (cluster, node, gpu) (x) > 0)", True),
+        ('count by (cluster, node) (ib_state{state!="ACTIVE"})', True),
+        ('label_replace(count by (node) (x == 1), "state", "failed", "", "")', True),
+        (
+            'label_replace(count by (n) (x > 0), "s", "a", "", "")'
+            ' or label_replace(count by (n) (y > 0), "s", "b", "", "")',
+            True,
+        ),
+        ("count by (node) (x > bool 0)", False),  # 0 or 1 for every series: counts them all
+        ("count by (node) (x) > 0", False),  # a filter on the count, not on what is counted
+        ('count by (node) (x{state="a>b"})', False),  # a `>` inside a label value is text
+        ("sum by (node) (x > 0)", False),
+        ("count by (node) (x > 0) or sum by (node) (y)", False),
+    ],
+)
+def test_a_condition_count_is_read_from_the_syntax_tree(expr, counts):
+    """The budget counts a record of a condition only for the faulty part of the fleet (hpcobs.cardinality)."""
+    assert lint.counts_a_condition(expr) is counts

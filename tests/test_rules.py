@@ -9,7 +9,7 @@ from hpcobs import lint, pipeline, tools, validate
 from hpcobs.cache import Cache
 from hpcobs.context import Context
 from hpcobs.names import DashboardUid, Team
-from hpcobs.rules import Alert, Record
+from hpcobs.rules import Alert, LinkBases, Record
 from hpcobs.ruletest import Case
 
 RULE_FILES = "prometheus/rules/"
@@ -126,7 +126,7 @@ def test_each_test_file_loads_its_rule_and_only_what_it_reads(generated):
 
 def test_alert_conventions(groups, config):
     for alert in (r for g in groups for r in g.rules if isinstance(r, Alert)):
-        rendered = alert.to_dict(config.get("grafana", "url"), config.get("runbooks", "base_url"))
+        rendered = alert.to_dict(LinkBases.of(config))
         assert rendered["labels"]["severity"] in ("critical", "warning", "info")
         assert rendered["annotations"]["summary"].endswith(".")
         assert "{{" not in rendered["annotations"]["summary"]
