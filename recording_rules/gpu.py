@@ -13,11 +13,12 @@ A group only reads raw series or groups before it, so the same layering replays 
 """
 
 from functools import partial
+from typing import NamedTuple
 
 from hpcobs.context import Context
 from hpcobs.promql import aggregate, one_of
 from hpcobs.rules import Group, Record
-from hpcobs.ruletest import Case, sample
+from hpcobs.ruletest import Case, Series, sample
 from hpcobs.synthetic import amd, dcgm, first_gpu_exporter, gpu_si_series, gpu_utilization
 
 GPU = ("node", "gpu")
@@ -25,93 +26,348 @@ OWNED = {"hpc_job": '!=""'}
 THROTTLE_EVENTS = '=~"hw_slowdown|sw_thermal|hw_thermal|hw_power_brake"'
 
 
+class _Unhealthy(NamedTuple):
+    """What makes a GPU unhealthy for one vendor, and the test that shows it."""
+
+    expression: str
+    series: list[Series]
+    unhealthy_on_n1: int  # GPUs of n1 the series make unhealthy
+    shows: str  # the test case description
+
+
 def groups(ctx: Context) -> list[Group]:
-    cluster = ctx.cluster
+    unhealthy = _unhealthy_causes(ctx)
+    return [
+        Group(
+            "hpcobs-gpu-normalise",
+            domain="gpu",
+            interval=ctx.scrape_interval,
+            rules=[_utilization(ctx), _job_info(ctx)],
+        ),
+        Group(
+            "hpcobs-gpu-node",
+            domain="gpu",
+            interval=ctx.scrape_interval,
+            rules=[
+                *_node_inventory(ctx),
+                *_node_allocation(ctx),
+                *_node_activity(ctx),
+                *_node_memory_and_power(ctx),
+                *_node_throttled(ctx),
+                *_node_unhealthy(ctx, unhealthy),
+                _node_ecc(ctx),
+            ],
+        ),
+        Group("hpcobs-gpu-cluster", domain="gpu", interval=ctx.scrape_interval, rules=_cluster(ctx, bool(unhealthy))),
+    ]
+
+
+def _utilization(ctx: Context) -> Record:
     cluster_labels = ctx.cluster_labels
-    xids = ctx.sources["dcgm"].exporter
-    drain_xid = {"err_code": one_of(xids.xids("drain"))}
+    util = partial(gpu_utilization, ctx)
     versions = ctx.sources["dcgm"].versions
     nvidia = ctx.sources["dcgm"].enabled
     with_amd = ctx.sources["amd"].enabled
-    idle_window = ctx.thresholds.gpu_idle_window
-
-    util = partial(gpu_utilization, ctx)
-
-    def gpu_si(canonical, values, **kw):
-        return gpu_si_series(ctx, canonical, values, **kw)
-
-    info_source = util("0.05x10", node="n1", gpu="0")
-    # The GPU info labels of the record, read back from the raw series (AMD has no driver label).
-    info_vendor = ctx.sources[first_gpu_exporter(ctx)].exporter
-    info_labels = {
-        label: info_source.labels[raw]
-        for label, raw in info_vendor.canonical_labels(versions[0] if nvidia else None).items()
-        if label in ("model", "driver") and isinstance(raw, str)
-    }
-
-    normalise = Group(
-        "hpcobs-gpu-normalise",
-        domain="gpu",
-        interval=ctx.scrape_interval,
-        rules=[
-            Record(
-                "gpu:utilization:ratio",
-                ctx.gpu("utilization"),
-                tests=[
-                    Case(
-                        "every deployed exporter and version becomes a 0-1 ratio, one series per GPU",
-                        at="5m",
-                        series=[
-                            util(f"{(i + 1) / 10}x10", node=f"n{i}", gpu="1", vendor="dcgm", version=v)
-                            for i, v in enumerate(versions)
-                            if nvidia
-                        ]
-                        + ([util("0.55x10", node="amd1", gpu="1", hpc_job="7", vendor="amd")] if with_amd else []),
-                        expect=[
-                            sample((i + 1) / 10, **cluster_labels, node=f"n{i}", gpu="1")
-                            for i, _ in enumerate(versions)
-                            if nvidia
-                        ]
-                        + ([sample(0.55, **cluster_labels, node="amd1", gpu="1")] if with_amd else []),
-                    ),
-                    Case(
-                        "a GPU shared by two jobs is counted once",
-                        at="5m",
-                        series=[
-                            util("0.8x10", node="n1", gpu="2", hpc_job="101"),
-                            util("0.8x10", node="n1", gpu="2", hpc_job="102"),
-                        ],
-                        expect=[sample(0.8, **cluster_labels, node="n1", gpu="2")],
-                    ),
-                ],
+    return Record(
+        "gpu:utilization:ratio",
+        ctx.gpu("utilization"),
+        tests=[
+            Case(
+                "every deployed exporter and version becomes a 0-1 ratio, one series per GPU",
+                at="5m",
+                series=[
+                    util(f"{(i + 1) / 10}x10", node=f"n{i}", gpu="1", vendor="dcgm", version=version)
+                    for i, version in enumerate(versions)
+                    if nvidia
+                ]
+                + ([util("0.55x10", node="amd1", gpu="1", hpc_job="7", vendor="amd")] if with_amd else []),
+                expect=[
+                    sample((i + 1) / 10, **cluster_labels, node=f"n{i}", gpu="1")
+                    for i, _ in enumerate(versions)
+                    if nvidia
+                ]
+                + ([sample(0.55, **cluster_labels, node="amd1", gpu="1")] if with_amd else []),
             ),
-            Record(
-                "gpu:job:info",
-                ctx.gpu("utilization", keep=("hpc_job",), op="group", where=OWNED),
-                tests=[
-                    Case(
-                        "one series per job on a GPU; free GPUs have none",
-                        at="5m",
-                        series=[
-                            util("0.8x10", node="n1", gpu="2", hpc_job="101"),
-                            util("0.8x10", node="n1", gpu="2", hpc_job="102"),
-                            util("0x10", node="n1", gpu="3"),
-                        ],
-                        expect=[
-                            sample(1, **cluster_labels, node="n1", gpu="2", hpc_job="101"),
-                            sample(1, **cluster_labels, node="n1", gpu="2", hpc_job="102"),
-                        ],
-                    )
+            Case(
+                "a GPU shared by two jobs is counted once",
+                at="5m",
+                series=[
+                    util("0.8x10", node="n1", gpu="2", hpc_job="101"),
+                    util("0.8x10", node="n1", gpu="2", hpc_job="102"),
                 ],
+                expect=[sample(0.8, **cluster_labels, node="n1", gpu="2")],
             ),
         ],
     )
 
-    # What makes a GPU unhealthy, per vendor: (expression, test series, GPUs of n1 they make unhealthy, the case).
-    unhealthy = []
-    if nvidia:
-        unhealthy.append(
-            (
+
+def _job_info(ctx: Context) -> Record:
+    cluster_labels = ctx.cluster_labels
+    util = partial(gpu_utilization, ctx)
+    return Record(
+        "gpu:job:info",
+        ctx.gpu("utilization", keep=("hpc_job",), op="group", where=OWNED),
+        tests=[
+            Case(
+                "one series per job on a GPU; free GPUs have none",
+                at="5m",
+                series=[
+                    util("0.8x10", node="n1", gpu="2", hpc_job="101"),
+                    util("0.8x10", node="n1", gpu="2", hpc_job="102"),
+                    util("0x10", node="n1", gpu="3"),
+                ],
+                expect=[
+                    sample(1, **cluster_labels, node="n1", gpu="2", hpc_job="101"),
+                    sample(1, **cluster_labels, node="n1", gpu="2", hpc_job="102"),
+                ],
+            )
+        ],
+    )
+
+
+def _node_inventory(ctx: Context) -> list[Record]:
+    """GPUs per node by model and driver, how many report, and their mean utilisation."""
+    cluster = ctx.cluster
+    cluster_labels = ctx.cluster_labels
+    util = partial(gpu_utilization, ctx)
+    info_source = util("0.05x10", node="n1", gpu="0")
+    # The GPU info labels of the record, read back from the raw series (AMD has no driver label).
+    info_vendor = ctx.sources[first_gpu_exporter(ctx)].exporter
+    dcgm_version = ctx.sources["dcgm"].versions[0] if ctx.sources["dcgm"].enabled else None
+    info_labels = {
+        label: info_source.labels[raw]
+        for label, raw in info_vendor.canonical_labels(dcgm_version).items()
+        if label in ("model", "driver") and isinstance(raw, str)
+    }
+    return [
+        Record(
+            "node:gpus_by_model:count",
+            aggregate(
+                "count",
+                (cluster, "node", "model", "driver"),
+                ctx.gpu("utilization", keep=("model", "driver"), op="group"),
+            ),
+            tests=[
+                Case(
+                    "GPUs per model and driver: UUIDs, models and drivers stay off every other series",
+                    at="5m",
+                    series=[info_source, util("0.05x10", node="n1", gpu="1")],
+                    expect=[sample(2, **cluster_labels, node="n1", **info_labels)],
+                )
+            ],
+        ),
+        Record(
+            "node:gpus:count",
+            aggregate("count", (cluster, "node"), "gpu:utilization:ratio"),
+            tests=[
+                Case(
+                    "GPUs reporting on the node",
+                    at="5m",
+                    series=[util("0.01x10", node="n1", gpu=gpu) for gpu in "0123"],
+                    expect=[sample(4, **cluster_labels, node="n1")],
+                )
+            ],
+        ),
+        Record(
+            "node:gpu_utilization:avg",
+            aggregate("avg", (cluster, "node"), "gpu:utilization:ratio"),
+            tests=[
+                Case(
+                    "mean over the node's GPUs",
+                    at="5m",
+                    series=[util("0.2x10", node="n1", gpu="0"), util("0.6x10", node="n1", gpu="1")],
+                    expect=[sample(0.4, **cluster_labels, node="n1")],
+                )
+            ],
+        ),
+    ]
+
+
+def _node_allocation(ctx: Context) -> list[Record]:
+    cluster = ctx.cluster
+    cluster_labels = ctx.cluster_labels
+    idle_window = ctx.thresholds.gpu_idle_window
+    util = partial(gpu_utilization, ctx)
+    return [
+        Record(
+            "node:gpus_allocated:count",
+            aggregate("count", (cluster, "node"), aggregate("group", (cluster, *GPU), "gpu:job:info")),
+            tests=[
+                Case(
+                    "a GPU shared by two jobs is one allocated GPU",
+                    at="5m",
+                    series=[
+                        util("0.5x10", node="n1", gpu="0", hpc_job="7"),
+                        util("0.5x10", node="n1", gpu="1", hpc_job="7"),
+                        util("0.5x10", node="n1", gpu="1", hpc_job="8"),
+                        util("0.5x10", node="n1", gpu="2"),
+                    ],
+                    expect=[sample(2, **cluster_labels, node="n1")],
+                )
+            ],
+        ),
+        Record(
+            "node:gpus_allocated_idle:count",
+            aggregate(
+                "count",
+                (cluster, "node"),
+                f"(max_over_time(gpu:utilization:ratio[{idle_window}]) == 0) "
+                f"* on ({cluster}, node, gpu) group_right () (gpu:job:info offset {idle_window})",
+            ),
+            tests=[
+                Case(
+                    f"a GPU held by the same job for {idle_window} at 0% is idle; a busy one or a new "
+                    "allocation is not",
+                    at="90m",
+                    series=[
+                        util("0x180", node="n1", gpu="0", hpc_job="7"),
+                        util("0x100 0.01 0x79", node="n1", gpu="1", hpc_job="7"),
+                        util("0x180", node="n1", gpu="2"),
+                        util("0x180", node="n2", gpu="0", hpc_job="9"),
+                        util("_x120 0x60", node="n1", gpu="3", hpc_job="8"),
+                    ],
+                    expect=[sample(1, **cluster_labels, node="n1"), sample(1, **cluster_labels, node="n2")],
+                )
+            ],
+        ),
+    ]
+
+
+def _node_activity(ctx: Context) -> list[Record]:
+    """Means of the optional profiling fields over the node's GPUs."""
+    cluster = ctx.cluster
+    cluster_labels = ctx.cluster_labels
+    gpu_si = partial(gpu_si_series, ctx)
+    return [
+        Record(
+            "node:gpu_sm_active:avg",
+            aggregate("avg", (cluster, "node"), ctx.gpu("sm_active")),
+            tests=[
+                Case(
+                    "SM activity, an optional profiling field, averaged",
+                    at="5m",
+                    series=[
+                        gpu_si("sm_active", "0.5x10", node="n1", gpu="0"),
+                        gpu_si("sm_active", "0.75x10", node="n1", gpu="1"),
+                    ],
+                    expect=[sample(0.625, **cluster_labels, node="n1")],
+                ),
+                Case(
+                    "no series, and no error, where the optional field is not collected",
+                    at="5m",
+                    series=[gpu_utilization(ctx, "0.5x10", node="n1", gpu="0")],
+                    expect=[],
+                ),
+            ],
+        ),
+        Record(
+            "node:gpu_tensor_active:avg",
+            aggregate("avg", (cluster, "node"), ctx.gpu("tensor_active")),
+            tests=[
+                Case(
+                    "tensor pipe activity averaged",
+                    at="5m",
+                    series=[
+                        gpu_si("tensor_active", "0.25x10", node="n1", gpu="0"),
+                        gpu_si("tensor_active", "0.75x10", node="n1", gpu="1"),
+                    ],
+                    expect=[sample(0.5, **cluster_labels, node="n1")],
+                )
+            ],
+        ),
+        Record(
+            "node:gpu_dram_active:avg",
+            aggregate("avg", (cluster, "node"), ctx.gpu("dram_active")),
+            tests=[
+                Case(
+                    "memory interface activity averaged",
+                    at="5m",
+                    series=[
+                        gpu_si("dram_active", "0.125x10", node="n1", gpu="0"),
+                        gpu_si("dram_active", "0.375x10", node="n1", gpu="1"),
+                    ],
+                    expect=[sample(0.25, **cluster_labels, node="n1")],
+                )
+            ],
+        ),
+    ]
+
+
+def _node_memory_and_power(ctx: Context) -> list[Record]:
+    cluster = ctx.cluster
+    cluster_labels = ctx.cluster_labels
+    gpu_si = partial(gpu_si_series, ctx)
+    return [
+        Record(
+            "node:gpu_memory_used:bytes",
+            aggregate("sum", (cluster, "node"), ctx.gpu("memory_used")),
+            tests=[
+                Case(
+                    "framebuffer used, summed in bytes",
+                    at="5m",
+                    series=[gpu_si("memory_used", f"{2**30}x10", node="n1", gpu=gpu) for gpu in "01"],
+                    expect=[sample(2 * 2**30, **cluster_labels, node="n1")],
+                )
+            ],
+        ),
+        Record(
+            "node:gpu_power:watts",
+            aggregate("sum", (cluster, "node"), ctx.gpu("power")),
+            tests=[
+                Case(
+                    "board power summed once per GPU, even when shared",
+                    at="5m",
+                    series=[
+                        gpu_si("power", "300x10", node="n1", gpu="0", hpc_job="1"),
+                        gpu_si("power", "300x10", node="n1", gpu="0", hpc_job="2"),
+                        gpu_si("power", "100x10", node="n1", gpu="1"),
+                    ],
+                    expect=[sample(400, **cluster_labels, node="n1")],
+                )
+            ],
+        ),
+    ]
+
+
+def _node_throttled(ctx: Context) -> list[Record]:
+    # Clock events are a dcgm-exporter field; AMD has no equivalent.
+    if not ctx.sources["dcgm"].enabled:
+        return []
+
+    def clock_event(values: str, gpu: str, event: str) -> Series:
+        return dcgm(ctx, "clock_events", values, node="n1", gpu=gpu, clock_event=event, window_size_in_ms="300000")
+
+    return [
+        Record(
+            "node:gpus_throttled:count",
+            aggregate(
+                "count",
+                (ctx.cluster, "node"),
+                ctx.select("dcgm", ["clock_events"], GPU, where={"clock_event": THROTTLE_EVENTS}) + " > 0",
+            ),
+            tests=[
+                Case(
+                    "GPUs with a hardware or thermal slowdown in the exporter's window",
+                    at="5m",
+                    series=[
+                        clock_event("3x10", "0", "hw_slowdown"),
+                        clock_event("9x10", "1", "gpu_idle"),
+                        clock_event("0x10", "2", "sw_thermal"),
+                    ],
+                    expect=[sample(1, **ctx.cluster_labels, node="n1")],
+                )
+            ],
+        )
+    ]
+
+
+def _unhealthy_causes(ctx: Context) -> list[_Unhealthy]:
+    """One row per enabled GPU vendor; the unhealthy records exist only when some vendor reports health."""
+    causes = []
+    if ctx.sources["dcgm"].enabled:
+        drain_xid = {"err_code": one_of(ctx.sources["dcgm"].exporter.xids("drain"))}
+        causes.append(
+            _Unhealthy(
                 f"({ctx.gpu('xid', where=drain_xid)}) or ({ctx.gpu('row_remap_failure')} > 0)",
                 [
                     dcgm(ctx, "xid", "48x10", node="n1", gpu="0", err_code="48", err_msg="Double Bit ECC Error"),
@@ -124,321 +380,99 @@ def groups(ctx: Context) -> list[Group]:
                 "a drain-class Xid or a failed row remap makes a GPU unhealthy; Xid 13 does not",
             )
         )
-    if with_amd:
-        unhealthy.append(
-            (
+    if ctx.sources["amd"].enabled:
+        causes.append(
+            _Unhealthy(
                 f"({ctx.select('amd', ['health'], GPU)} == 0)",
                 [amd(ctx, "health", "0x10", node="n1", gpu="4"), amd(ctx, "health", "1x10", node="n1", gpu="5")],
                 1,
                 "an AMD GPU the exporter reports unhealthy (gpu_health 0)",
             )
         )
+    return causes
 
-    node = Group(
-        "hpcobs-gpu-node",
-        domain="gpu",
-        interval=ctx.scrape_interval,
-        rules=[
-            Record(
-                "node:gpus_by_model:count",
-                aggregate(
-                    "count",
-                    (cluster, "node", "model", "driver"),
-                    ctx.gpu("utilization", keep=("model", "driver"), op="group"),
-                ),
-                tests=[
-                    Case(
-                        "GPUs per model and driver: UUIDs, models and drivers stay off every other series",
-                        at="5m",
-                        series=[info_source, util("0.05x10", node="n1", gpu="1")],
-                        expect=[sample(2, **cluster_labels, node="n1", **info_labels)],
-                    )
-                ],
-            ),
-            Record(
-                "node:gpus:count",
-                aggregate("count", (cluster, "node"), "gpu:utilization:ratio"),
-                tests=[
-                    Case(
-                        "GPUs reporting on the node",
-                        at="5m",
-                        series=[util("0.01x10", node="n1", gpu=g) for g in "0123"],
-                        expect=[sample(4, **cluster_labels, node="n1")],
-                    )
-                ],
-            ),
-            Record(
-                "node:gpu_utilization:avg",
-                aggregate("avg", (cluster, "node"), "gpu:utilization:ratio"),
-                tests=[
-                    Case(
-                        "mean over the node's GPUs",
-                        at="5m",
-                        series=[util("0.2x10", node="n1", gpu="0"), util("0.6x10", node="n1", gpu="1")],
-                        expect=[sample(0.4, **cluster_labels, node="n1")],
-                    )
-                ],
-            ),
-            Record(
-                "node:gpus_allocated:count",
-                aggregate("count", (cluster, "node"), aggregate("group", (cluster, *GPU), "gpu:job:info")),
-                tests=[
-                    Case(
-                        "a GPU shared by two jobs is one allocated GPU",
-                        at="5m",
-                        series=[
-                            util("0.5x10", node="n1", gpu="0", hpc_job="7"),
-                            util("0.5x10", node="n1", gpu="1", hpc_job="7"),
-                            util("0.5x10", node="n1", gpu="1", hpc_job="8"),
-                            util("0.5x10", node="n1", gpu="2"),
-                        ],
-                        expect=[sample(2, **cluster_labels, node="n1")],
-                    )
-                ],
-            ),
-            Record(
-                "node:gpus_allocated_idle:count",
-                aggregate(
-                    "count",
-                    (cluster, "node"),
-                    f"(max_over_time(gpu:utilization:ratio[{idle_window}]) == 0) "
-                    f"* on ({cluster}, node, gpu) group_right () (gpu:job:info offset {idle_window})",
-                ),
-                tests=[
-                    Case(
-                        f"a GPU held by the same job for {idle_window} at 0% is idle; a busy one or a new "
-                        "allocation is not",
-                        at="90m",
-                        series=[
-                            util("0x180", node="n1", gpu="0", hpc_job="7"),
-                            util("0x100 0.01 0x79", node="n1", gpu="1", hpc_job="7"),
-                            util("0x180", node="n1", gpu="2"),
-                            util("0x180", node="n2", gpu="0", hpc_job="9"),
-                            util("_x120 0x60", node="n1", gpu="3", hpc_job="8"),
-                        ],
-                        expect=[sample(1, **cluster_labels, node="n1"), sample(1, **cluster_labels, node="n2")],
-                    )
-                ],
-            ),
-            Record(
-                "node:gpu_sm_active:avg",
-                aggregate("avg", (cluster, "node"), ctx.gpu("sm_active")),
-                tests=[
-                    Case(
-                        "SM activity, an optional profiling field, averaged",
-                        at="5m",
-                        series=[
-                            gpu_si("sm_active", "0.5x10", node="n1", gpu="0"),
-                            gpu_si("sm_active", "0.75x10", node="n1", gpu="1"),
-                        ],
-                        expect=[sample(0.625, **cluster_labels, node="n1")],
-                    ),
-                    Case(
-                        "no series, and no error, where the optional field is not collected",
-                        at="5m",
-                        series=[util("0.5x10", node="n1", gpu="0")],
-                        expect=[],
-                    ),
-                ],
-            ),
-            Record(
-                "node:gpu_tensor_active:avg",
-                aggregate("avg", (cluster, "node"), ctx.gpu("tensor_active")),
-                tests=[
-                    Case(
-                        "tensor pipe activity averaged",
-                        at="5m",
-                        series=[
-                            gpu_si("tensor_active", "0.25x10", node="n1", gpu="0"),
-                            gpu_si("tensor_active", "0.75x10", node="n1", gpu="1"),
-                        ],
-                        expect=[sample(0.5, **cluster_labels, node="n1")],
-                    )
-                ],
-            ),
-            Record(
-                "node:gpu_dram_active:avg",
-                aggregate("avg", (cluster, "node"), ctx.gpu("dram_active")),
-                tests=[
-                    Case(
-                        "memory interface activity averaged",
-                        at="5m",
-                        series=[
-                            gpu_si("dram_active", "0.125x10", node="n1", gpu="0"),
-                            gpu_si("dram_active", "0.375x10", node="n1", gpu="1"),
-                        ],
-                        expect=[sample(0.25, **cluster_labels, node="n1")],
-                    )
-                ],
-            ),
-            Record(
-                "node:gpu_memory_used:bytes",
-                aggregate("sum", (cluster, "node"), ctx.gpu("memory_used")),
-                tests=[
-                    Case(
-                        "framebuffer used, summed in bytes",
-                        at="5m",
-                        series=[gpu_si("memory_used", f"{2**30}x10", node="n1", gpu=g) for g in "01"],
-                        expect=[sample(2 * 2**30, **cluster_labels, node="n1")],
-                    )
-                ],
-            ),
-            Record(
-                "node:gpu_power:watts",
-                aggregate("sum", (cluster, "node"), ctx.gpu("power")),
-                tests=[
-                    Case(
-                        "board power summed once per GPU, even when shared",
-                        at="5m",
-                        series=[
-                            gpu_si("power", "300x10", node="n1", gpu="0", hpc_job="1"),
-                            gpu_si("power", "300x10", node="n1", gpu="0", hpc_job="2"),
-                            gpu_si("power", "100x10", node="n1", gpu="1"),
-                        ],
-                        expect=[sample(400, **cluster_labels, node="n1")],
-                    )
-                ],
-            ),
-        ]
-        + (
-            [
-                Record(
-                    "node:gpus_throttled:count",
-                    aggregate(
-                        "count",
-                        (cluster, "node"),
-                        ctx.select("dcgm", ["clock_events"], GPU, where={"clock_event": THROTTLE_EVENTS}) + " > 0",
-                    ),
-                    tests=[
-                        Case(
-                            "GPUs with a hardware or thermal slowdown in the exporter's window",
-                            at="5m",
-                            series=[
-                                dcgm(
-                                    ctx,
-                                    "clock_events",
-                                    "3x10",
-                                    node="n1",
-                                    gpu="0",
-                                    clock_event="hw_slowdown",
-                                    window_size_in_ms="300000",
-                                ),
-                                dcgm(
-                                    ctx,
-                                    "clock_events",
-                                    "9x10",
-                                    node="n1",
-                                    gpu="1",
-                                    clock_event="gpu_idle",
-                                    window_size_in_ms="300000",
-                                ),
-                                dcgm(
-                                    ctx,
-                                    "clock_events",
-                                    "0x10",
-                                    node="n1",
-                                    gpu="2",
-                                    clock_event="sw_thermal",
-                                    window_size_in_ms="300000",
-                                ),
-                            ],
-                            expect=[sample(1, **cluster_labels, node="n1")],
-                        )
-                    ],
-                ),
-            ]
-            if nvidia
-            else []
+
+def _node_unhealthy(ctx: Context, causes: list[_Unhealthy]) -> list[Record]:
+    if not causes:
+        return []
+    return [
+        Record(
+            "node:gpus_unhealthy:count",
+            aggregate("count", (ctx.cluster, "node"), " or ".join(cause.expression for cause in causes)),
+            tests=[
+                Case(
+                    "; ".join(cause.shows for cause in causes),
+                    at="5m",
+                    series=[one for cause in causes for one in cause.series],
+                    expect=[sample(sum(cause.unhealthy_on_n1 for cause in causes), **ctx.cluster_labels, node="n1")],
+                )
+            ],
         )
-        + (
-            [
-                Record(
-                    "node:gpus_unhealthy:count",
-                    aggregate("count", (cluster, "node"), " or ".join(expr for expr, *_ in unhealthy)),
-                    tests=[
-                        Case(
-                            "; ".join(shows for *_, shows in unhealthy),
-                            at="5m",
-                            series=[one for _, some, *_ in unhealthy for one in some],
-                            expect=[sample(sum(count for _, _, count, _ in unhealthy), **cluster_labels, node="n1")],
-                        )
-                    ],
-                ),
-            ]
-            if unhealthy
-            else []
-        )
-        + [
-            Record(
-                "node:gpus_ecc_uncorrectable:count",
-                aggregate(
-                    "count",
-                    (cluster, "node"),
-                    ctx.gpu("ecc_uncorrectable", over=lambda e: f"increase({e}[1h])") + " > 0",
-                ),
-                tests=[
-                    Case(
-                        "GPUs with uncorrectable ECC errors in the last hour, across a driver reload",
-                        at="60m",
-                        series=[
-                            gpu_si("ecc_uncorrectable", "0x60 2x30 0 1x28", node="n1", gpu="0"),
-                            gpu_si("ecc_uncorrectable", "4x120", node="n1", gpu="1"),
-                        ],
-                        expect=[sample(1, **cluster_labels, node="n1")],
-                    )
+    ]
+
+
+def _node_ecc(ctx: Context) -> Record:
+    gpu_si = partial(gpu_si_series, ctx)
+    return Record(
+        "node:gpus_ecc_uncorrectable:count",
+        aggregate(
+            "count",
+            (ctx.cluster, "node"),
+            ctx.gpu("ecc_uncorrectable", over=lambda e: f"increase({e}[1h])") + " > 0",
+        ),
+        tests=[
+            Case(
+                "GPUs with uncorrectable ECC errors in the last hour, across a driver reload",
+                at="60m",
+                series=[
+                    gpu_si("ecc_uncorrectable", "0x60 2x30 0 1x28", node="n1", gpu="0"),
+                    gpu_si("ecc_uncorrectable", "4x120", node="n1", gpu="1"),
                 ],
-            ),
+                expect=[sample(1, **ctx.cluster_labels, node="n1")],
+            )
         ],
     )
 
+
+def _cluster(ctx: Context, with_health: bool) -> list[Record]:
+    cluster = ctx.cluster
+    cluster_labels = ctx.cluster_labels
+    util = partial(gpu_utilization, ctx)
     fleet = [
         util("0.1x10", node="n1", gpu="0"),
         util("0.3x10", node="n2", gpu="0"),
         util("0.8x10", node="n2", gpu="1", hpc_job="5"),
         dcgm(ctx, "row_remap_failure", "1x10", node="n2", gpu="0")
-        if nvidia
+        if ctx.sources["dcgm"].enabled
         else amd(ctx, "health", "0x10", node="n2", gpu="0"),
     ]
-    per_cluster = Group(
-        "hpcobs-gpu-cluster",
-        domain="gpu",
-        interval=ctx.scrape_interval,
-        rules=[
-            Record(
-                "cluster:gpus:count",
-                aggregate("sum", (cluster,), "node:gpus:count"),
-                tests=[Case("GPUs of every node", at="5m", series=fleet, expect=[sample(3, **cluster_labels)])],
-            ),
-            Record(
-                "cluster:gpus_allocated:count",
-                aggregate("sum", (cluster,), "node:gpus_allocated:count"),
-                tests=[Case("GPUs held by a job", at="5m", series=fleet, expect=[sample(1, **cluster_labels)])],
-            ),
-        ]
-        + (
-            [
-                Record(
-                    "cluster:gpus_unhealthy:count",
-                    aggregate("sum", (cluster,), "node:gpus_unhealthy:count"),
-                    tests=[Case("GPUs needing a drain", at="5m", series=fleet, expect=[sample(1, **cluster_labels)])],
-                ),
-            ]
-            if unhealthy
-            else []
-        )
-        + [
-            Record(
-                "cluster:gpu_utilization:avg",
-                aggregate("avg", (cluster,), "gpu:utilization:ratio"),
-                tests=[
-                    Case(
-                        "mean over every GPU, not a mean of node means",
-                        at="5m",
-                        series=fleet,
-                        expect=[sample(0.4, **cluster_labels)],
-                    )
-                ],
-            ),
-        ],
+    unhealthy = Record(
+        "cluster:gpus_unhealthy:count",
+        aggregate("sum", (cluster,), "node:gpus_unhealthy:count"),
+        tests=[Case("GPUs needing a drain", at="5m", series=fleet, expect=[sample(1, **cluster_labels)])],
     )
-    return [normalise, node, per_cluster]
+    return [
+        Record(
+            "cluster:gpus:count",
+            aggregate("sum", (cluster,), "node:gpus:count"),
+            tests=[Case("GPUs of every node", at="5m", series=fleet, expect=[sample(3, **cluster_labels)])],
+        ),
+        Record(
+            "cluster:gpus_allocated:count",
+            aggregate("sum", (cluster,), "node:gpus_allocated:count"),
+            tests=[Case("GPUs held by a job", at="5m", series=fleet, expect=[sample(1, **cluster_labels)])],
+        ),
+        *([unhealthy] if with_health else []),
+        Record(
+            "cluster:gpu_utilization:avg",
+            aggregate("avg", (cluster,), "gpu:utilization:ratio"),
+            tests=[
+                Case(
+                    "mean over every GPU, not a mean of node means",
+                    at="5m",
+                    series=fleet,
+                    expect=[sample(0.4, **cluster_labels)],
+                )
+            ],
+        ),
+    ]

@@ -9,7 +9,7 @@ classes takes the first listed, e.g. 79 is fell_off_bus before drain; unlisted c
 from hpcobs.context import Context
 from hpcobs.promql import aggregate, label_replace
 from hpcobs.rules import Group, Record
-from hpcobs.ruletest import Case, sample
+from hpcobs.ruletest import Case, Series, sample
 from hpcobs.synthetic import dcgm
 
 GPU = ("node", "gpu")
@@ -19,19 +19,24 @@ NVLINK_ERRORS = ("nvlink_crc_flit_errors", "nvlink_crc_data_errors", "nvlink_rep
 def groups(ctx: Context) -> list[Group]:
     if not ctx.sources["dcgm"].enabled:
         return []
-    cluster = ctx.cluster
-    cluster_labels = ctx.cluster_labels
-    window = ctx.rate_window
-    classes = ctx.sources["dcgm"].exporter.raw["xid_classes"]
+    return [
+        Group(
+            "hpcobs-gpu-health",
+            domain="gpu",
+            interval=ctx.scrape_interval,
+            rules=[_gpus_by_xid(ctx), _gpus_row_remap(ctx), _nvlink_errors(ctx)],
+        ),
+        Group("hpcobs-gpu-health-cluster", domain="gpu", interval=ctx.scrape_interval, rules=[_cluster_xids(ctx)]),
+    ]
 
-    classed = label_replace(f"{ctx.gpu('xid', keep=('err_code',))} > 0", "xid_class", "", "", "other")
-    for name in reversed(list(classes)):
-        classed = label_replace(classed, "xid_class", "err_code", "|".join(map(str, classes[name])), name)
 
-    def xid(code, node="n1", gpu="0"):
+def _xids(ctx: Context) -> list[Series]:
+    """One GPU per Xid case: classed codes, an unlisted code and no Xid (0), shared by the node and cluster tests."""
+
+    def xid(code: int, node: str = "n1", gpu: str = "0") -> Series:
         return dcgm(ctx, "xid", f"{code}x10", node=node, gpu=gpu, err_code=str(code), err_msg="msg")
 
-    xids = [
+    return [
         xid(79, gpu="3"),
         xid(48, gpu="1"),
         xid(48, gpu="2"),
@@ -40,9 +45,39 @@ def groups(ctx: Context) -> list[Group]:
         xid(0, node="n2", gpu="2"),
     ]
 
+
+def _gpus_by_xid(ctx: Context) -> Record:
+    cluster_labels = ctx.cluster_labels
+    classes = ctx.sources["dcgm"].exporter.raw["xid_classes"]
+    classed = label_replace(f"{ctx.gpu('xid', keep=('err_code',))} > 0", "xid_class", "", "", "other")
+    # Applied last to first, so the outermost replace is the first class listed and wins for a code in two classes.
+    for name in reversed(list(classes)):
+        classed = label_replace(classed, "xid_class", "err_code", "|".join(map(str, classes[name])), name)
+    return Record(
+        "node:gpus_by_xid:count",
+        aggregate("count", (ctx.cluster, "node", "err_code", "xid_class"), classed),
+        tests=[
+            Case(
+                "GPUs per node by the code and class of their last Xid; no Xid (0) is not counted",
+                at="4m",
+                series=_xids(ctx),
+                expect=[
+                    sample(1, **cluster_labels, node="n1", err_code="79", xid_class="fell_off_bus"),
+                    sample(2, **cluster_labels, node="n1", err_code="48", xid_class="drain"),
+                    sample(1, **cluster_labels, node="n2", err_code="13", xid_class="application"),
+                    sample(1, **cluster_labels, node="n2", err_code="999", xid_class="other"),
+                ],
+            )
+        ],
+    )
+
+
+def _gpus_row_remap(ctx: Context) -> Record:
+    cluster_labels = ctx.cluster_labels
+
     def state(name: str, signal: str) -> str:
         return label_replace(
-            aggregate("count", (cluster, "node"), f"{ctx.select('dcgm', [signal], GPU)} > 0"), "state", "", "", name
+            aggregate("count", (ctx.cluster, "node"), f"{ctx.select('dcgm', [signal], GPU)} > 0"), "state", "", "", name
         )
 
     remaps = [
@@ -51,101 +86,77 @@ def groups(ctx: Context) -> list[Group]:
         dcgm(ctx, "row_remap_pending", "1x10", node="n1", gpu="6"),
         dcgm(ctx, "row_remap_pending", "1x10", node="n2", gpu="0"),
     ]
+    return Record(
+        "node:gpus_row_remap:count",
+        f"{state('failed', 'row_remap_failure')} or {state('pending', 'row_remap_pending')}",
+        tests=[
+            Case(
+                "GPUs per node whose row remapping failed (RMA) or waits for a GPU reset",
+                at="4m",
+                series=remaps,
+                expect=[
+                    sample(1, **cluster_labels, node="n1", state="failed"),
+                    sample(1, **cluster_labels, node="n1", state="pending"),
+                    sample(1, **cluster_labels, node="n2", state="pending"),
+                ],
+            )
+        ],
+    )
+
+
+def _nvlink_errors(ctx: Context) -> Record:
+    cluster_labels = ctx.cluster_labels
+    window = ctx.rate_window
     nvlink = [
         dcgm(ctx, "nvlink_crc_flit_errors", "0+60x20", node="n1", gpu="5"),
         dcgm(ctx, "nvlink_replay_errors", "0+30x20", node="n1", gpu="5"),
         dcgm(ctx, "nvlink_recovery_errors", "0x20", node="n1", gpu="4"),
         dcgm(ctx, "nvlink_crc_data_errors", "7x20", node="n2", gpu="0"),
     ]
+    return Record(
+        "node:gpu_nvlink_errors:rate",
+        aggregate(
+            "sum",
+            (ctx.cluster, "node"),
+            " or ".join(
+                label_replace(
+                    ctx.select("dcgm", [signal], GPU, op="sum", over=lambda e: f"rate({e}[{window}])"),
+                    "error",
+                    "",
+                    "",
+                    signal,
+                )
+                for signal in NVLINK_ERRORS
+            ),
+        ),
+        tests=[
+            Case(
+                "NVLink CRC, replay and recovery errors per second over the node's GPUs; optional "
+                "fields, absent where the CSV leaves them out",
+                at="5m",
+                series=nvlink,
+                expect=[sample(3, **cluster_labels, node="n1"), sample(0, **cluster_labels, node="n2")],
+            )
+        ],
+    )
 
-    node = Group(
-        "hpcobs-gpu-health",
-        domain="gpu",
-        interval=ctx.scrape_interval,
-        rules=[
-            Record(
-                "node:gpus_by_xid:count",
-                aggregate("count", (cluster, "node", "err_code", "xid_class"), classed),
-                tests=[
-                    Case(
-                        "GPUs per node by the code and class of their last Xid; no Xid (0) is not counted",
-                        at="4m",
-                        series=xids,
-                        expect=[
-                            sample(1, **cluster_labels, node="n1", err_code="79", xid_class="fell_off_bus"),
-                            sample(2, **cluster_labels, node="n1", err_code="48", xid_class="drain"),
-                            sample(1, **cluster_labels, node="n2", err_code="13", xid_class="application"),
-                            sample(1, **cluster_labels, node="n2", err_code="999", xid_class="other"),
-                        ],
-                    )
+
+def _cluster_xids(ctx: Context) -> Record:
+    cluster_labels = ctx.cluster_labels
+    return Record(
+        "cluster:gpus_by_xid:count",
+        aggregate("sum", (ctx.cluster, "err_code", "xid_class"), "node:gpus_by_xid:count"),
+        tests=[
+            Case(
+                "GPUs in the cluster by last Xid code and class",
+                at="4m",
+                series=_xids(ctx),
+                expect=[
+                    sample(1, **cluster_labels, err_code="79", xid_class="fell_off_bus"),
+                    sample(2, **cluster_labels, err_code="48", xid_class="drain"),
+                    sample(1, **cluster_labels, err_code="13", xid_class="application"),
+                    sample(1, **cluster_labels, err_code="999", xid_class="other"),
                 ],
-            ),
-            Record(
-                "node:gpus_row_remap:count",
-                f"{state('failed', 'row_remap_failure')} or {state('pending', 'row_remap_pending')}",
-                tests=[
-                    Case(
-                        "GPUs per node whose row remapping failed (RMA) or waits for a GPU reset",
-                        at="4m",
-                        series=remaps,
-                        expect=[
-                            sample(1, **cluster_labels, node="n1", state="failed"),
-                            sample(1, **cluster_labels, node="n1", state="pending"),
-                            sample(1, **cluster_labels, node="n2", state="pending"),
-                        ],
-                    )
-                ],
-            ),
-            Record(
-                "node:gpu_nvlink_errors:rate",
-                aggregate(
-                    "sum",
-                    (cluster, "node"),
-                    " or ".join(
-                        label_replace(
-                            ctx.select("dcgm", [signal], GPU, op="sum", over=lambda e: f"rate({e}[{window}])"),
-                            "error",
-                            "",
-                            "",
-                            signal,
-                        )
-                        for signal in NVLINK_ERRORS
-                    ),
-                ),
-                tests=[
-                    Case(
-                        "NVLink CRC, replay and recovery errors per second over the node's GPUs; optional "
-                        "fields, absent where the CSV leaves them out",
-                        at="5m",
-                        series=nvlink,
-                        expect=[sample(3, **cluster_labels, node="n1"), sample(0, **cluster_labels, node="n2")],
-                    )
-                ],
-            ),
+            )
         ],
     )
-    per_cluster = Group(
-        "hpcobs-gpu-health-cluster",
-        domain="gpu",
-        interval=ctx.scrape_interval,
-        rules=[
-            Record(
-                "cluster:gpus_by_xid:count",
-                aggregate("sum", (cluster, "err_code", "xid_class"), "node:gpus_by_xid:count"),
-                tests=[
-                    Case(
-                        "GPUs in the cluster by last Xid code and class",
-                        at="4m",
-                        series=xids,
-                        expect=[
-                            sample(1, **cluster_labels, err_code="79", xid_class="fell_off_bus"),
-                            sample(2, **cluster_labels, err_code="48", xid_class="drain"),
-                            sample(1, **cluster_labels, err_code="13", xid_class="application"),
-                            sample(1, **cluster_labels, err_code="999", xid_class="other"),
-                        ],
-                    )
-                ],
-            ),
-        ],
-    )
-    return [node, per_cluster]

@@ -18,154 +18,165 @@ from hpcobs.rules import Group, Record
 from hpcobs.ruletest import Case, Series, sample
 from hpcobs.synthetic import falco_match, gpu_utilization, tetragon_action, tetragon_event
 
+OUTBOUND, SENSITIVE = "Unexpected outbound connection", "Read sensitive file untrusted"
+
 
 def groups(ctx: Context) -> list[Group]:
-    cluster = ctx.cluster
-    cluster_labels = ctx.cluster_labels
-    window = ctx.rate_window
-    seconds = duration_seconds(window)
-
-    def events_rate(exporter: str, signal: str, by: tuple[str, ...]) -> str:
-        rise = ctx.select(exporter, [signal], by, op="sum", over=lambda e: rise_within(e, window))
-        return f"{rise} / {seconds}"
-
-    def falco(values: str, node: str, rule: str, priority: str) -> Series:
-        return falco_match(ctx, values, node=node, rule=rule, priority=priority)
-
-    outbound, sensitive = "Unexpected outbound connection", "Read sensitive file untrusted"
-    matches = [
-        falco("0+3x20", "n1", outbound, "4"),
-        falco("0+6x20", "n2", outbound, "4"),
-        falco("0+30x20", "n2", sensitive, "3"),
-    ]
-    first_match = [falco("_x10 1x10", "n1", outbound, "4")]
-    tetragon = [tetragon_event(ctx, "0+15x20", node="n1", policy="checkpoint-guard", binary="/usr/bin/curl")]
-    kills = [
-        tetragon_action(ctx, "_x5 1+2x15", node="n1", policy="block-miners", action="signal", hook="kprobe:tcp_connect")
-    ]
-    jobs = [
-        gpu_utilization(ctx, "0.9x20", node=node, gpu=gpu, hpc_job=job)
-        for node, gpu, job in (("n2", "0", "42"), ("n2", "1", "43"), ("n1", "0", "44"), ("n3", "0", "45"))
-    ]
-    per_second = 1 / seconds
-
-    def at_rate(count: float) -> float:
-        return count * per_second
-
     return [
         Group(
             "hpcobs-security",
             domain="security",
             interval=ctx.scrape_interval,
-            rules=[
-                Record(
-                    "node:falco_events:rate",
-                    events_rate("falco", "rule_matches", ("node", "priority")),
-                    tests=[
-                        Case(
-                            "Falco rule matches per second by node and priority",
-                            at="5m",
-                            series=matches,
-                            expect=[
-                                sample(at_rate(12), **cluster_labels, node="n1", priority="4"),
-                                sample(at_rate(24), **cluster_labels, node="n2", priority="4"),
-                                sample(at_rate(120), **cluster_labels, node="n2", priority="3"),
-                            ],
-                        ),
-                        Case(
-                            "a rule's first match counts, though its series starts at 1",
-                            at="5m30s",
-                            series=first_match,
-                            expect=[sample(at_rate(1), **cluster_labels, node="n1", priority="4")],
-                        ),
+            rules=[*_falco_events(ctx), *_tetragon_events(ctx)],
+        ),
+        Group("hpcobs-security-jobs", domain="security", interval=ctx.scrape_interval, rules=[_job_events(ctx)]),
+    ]
+
+
+def _events_rate(ctx: Context, exporter: str, signal: str, by: tuple[str, ...]) -> str:
+    window = ctx.rate_window
+    rise = ctx.select(exporter, [signal], by, op="sum", over=lambda e: rise_within(e, window))
+    return f"{rise} / {duration_seconds(window)}"
+
+
+def _at_rate(ctx: Context, count: float) -> float:
+    """The rate a rise of `count` over the window records."""
+    return count * (1 / duration_seconds(ctx.rate_window))
+
+
+def _falco(ctx: Context, values: str, node: str, rule: str, priority: str) -> Series:
+    return falco_match(ctx, values, node=node, rule=rule, priority=priority)
+
+
+def _falco_matches(ctx: Context) -> list[Series]:
+    return [
+        _falco(ctx, "0+3x20", "n1", OUTBOUND, "4"),
+        _falco(ctx, "0+6x20", "n2", OUTBOUND, "4"),
+        _falco(ctx, "0+30x20", "n2", SENSITIVE, "3"),
+    ]
+
+
+def _falco_events(ctx: Context) -> list[Record]:
+    cluster_labels = ctx.cluster_labels
+    matches = _falco_matches(ctx)
+    return [
+        Record(
+            "node:falco_events:rate",
+            _events_rate(ctx, "falco", "rule_matches", ("node", "priority")),
+            tests=[
+                Case(
+                    "Falco rule matches per second by node and priority",
+                    at="5m",
+                    series=matches,
+                    expect=[
+                        sample(_at_rate(ctx, 12), **cluster_labels, node="n1", priority="4"),
+                        sample(_at_rate(ctx, 24), **cluster_labels, node="n2", priority="4"),
+                        sample(_at_rate(ctx, 120), **cluster_labels, node="n2", priority="3"),
                     ],
                 ),
-                Record(
-                    "cluster:falco_events:rate",
-                    events_rate("falco", "rule_matches", ("rule_name", "priority")),
-                    tests=[
-                        Case(
-                            "Falco rule matches per second by rule across the cluster",
-                            at="5m",
-                            series=matches,
-                            expect=[
-                                sample(at_rate(36), **cluster_labels, rule_name=outbound, priority="4"),
-                                sample(at_rate(120), **cluster_labels, rule_name=sensitive, priority="3"),
-                            ],
-                        )
-                    ],
-                ),
-                Record(
-                    "node:tetragon_policy_events:rate",
-                    events_rate("tetragon", "policy_events", ("node",)),
-                    tests=[
-                        Case(
-                            "Tetragon policy events per second by node",
-                            at="5m",
-                            series=tetragon,
-                            expect=[sample(at_rate(60), **cluster_labels, node="n1")],
-                        )
-                    ],
-                ),
-                Record(
-                    "cluster:tetragon_policy_events:rate",
-                    events_rate("tetragon", "policy_events", ("policy", "binary")),
-                    tests=[
-                        Case(
-                            "Tetragon policy events per second by policy and binary",
-                            at="5m",
-                            series=tetragon,
-                            expect=[
-                                sample(at_rate(60), **cluster_labels, policy="checkpoint-guard", binary="/usr/bin/curl")
-                            ],
-                        )
-                    ],
-                ),
-                Record(
-                    "node:tetragon_policy_actions:rate",
-                    events_rate("tetragon", "selector_actions", ("node", "policy", "action")),
-                    tests=[
-                        Case(
-                            "enforcement actions (kills, overrides) per second by node, policy and action, the "
-                            "first one included",
-                            at="3m",
-                            series=kills,
-                            expect=[
-                                sample(at_rate(3), **cluster_labels, node="n1", policy="block-miners", action="signal")
-                            ],
-                        )
-                    ],
+                Case(
+                    "a rule's first match counts, though its series starts at 1",
+                    at="5m30s",
+                    series=[_falco(ctx, "_x10 1x10", "n1", OUTBOUND, "4")],
+                    expect=[sample(_at_rate(ctx, 1), **cluster_labels, node="n1", priority="4")],
                 ),
             ],
         ),
-        Group(
-            "hpcobs-security-jobs",
-            domain="security",
-            interval=ctx.scrape_interval,
-            rules=[
-                Record(
-                    "job:falco_events:rate",
-                    aggregate(
-                        "sum",
-                        (cluster, "hpc_job"),
-                        f"{aggregate('sum', (cluster, 'node'), 'node:falco_events:rate')} "
-                        f"* on ({cluster}, node) group_right () "
-                        f"{aggregate('group', (cluster, 'node', 'hpc_job'), 'gpu:job:info')}",
-                    ),
-                    tests=[
-                        Case(
-                            "a node's Falco matches count for every job on the node; nodes without a job count for "
-                            "none",
-                            at="5m",
-                            series=matches + jobs,
-                            expect=[
-                                sample(at_rate(144), **cluster_labels, hpc_job="42"),
-                                sample(at_rate(144), **cluster_labels, hpc_job="43"),
-                                sample(at_rate(12), **cluster_labels, hpc_job="44"),
-                            ],
-                        )
+        Record(
+            "cluster:falco_events:rate",
+            _events_rate(ctx, "falco", "rule_matches", ("rule_name", "priority")),
+            tests=[
+                Case(
+                    "Falco rule matches per second by rule across the cluster",
+                    at="5m",
+                    series=matches,
+                    expect=[
+                        sample(_at_rate(ctx, 36), **cluster_labels, rule_name=OUTBOUND, priority="4"),
+                        sample(_at_rate(ctx, 120), **cluster_labels, rule_name=SENSITIVE, priority="3"),
                     ],
-                ),
+                )
             ],
         ),
     ]
+
+
+def _tetragon_events(ctx: Context) -> list[Record]:
+    cluster_labels = ctx.cluster_labels
+    tetragon = [tetragon_event(ctx, "0+15x20", node="n1", policy="checkpoint-guard", binary="/usr/bin/curl")]
+    kills = [
+        tetragon_action(ctx, "_x5 1+2x15", node="n1", policy="block-miners", action="signal", hook="kprobe:tcp_connect")
+    ]
+    return [
+        Record(
+            "node:tetragon_policy_events:rate",
+            _events_rate(ctx, "tetragon", "policy_events", ("node",)),
+            tests=[
+                Case(
+                    "Tetragon policy events per second by node",
+                    at="5m",
+                    series=tetragon,
+                    expect=[sample(_at_rate(ctx, 60), **cluster_labels, node="n1")],
+                )
+            ],
+        ),
+        Record(
+            "cluster:tetragon_policy_events:rate",
+            _events_rate(ctx, "tetragon", "policy_events", ("policy", "binary")),
+            tests=[
+                Case(
+                    "Tetragon policy events per second by policy and binary",
+                    at="5m",
+                    series=tetragon,
+                    expect=[
+                        sample(_at_rate(ctx, 60), **cluster_labels, policy="checkpoint-guard", binary="/usr/bin/curl")
+                    ],
+                )
+            ],
+        ),
+        Record(
+            "node:tetragon_policy_actions:rate",
+            _events_rate(ctx, "tetragon", "selector_actions", ("node", "policy", "action")),
+            tests=[
+                Case(
+                    "enforcement actions (kills, overrides) per second by node, policy and action, the "
+                    "first one included",
+                    at="3m",
+                    series=kills,
+                    expect=[
+                        sample(_at_rate(ctx, 3), **cluster_labels, node="n1", policy="block-miners", action="signal")
+                    ],
+                )
+            ],
+        ),
+    ]
+
+
+def _job_events(ctx: Context) -> Record:
+    cluster = ctx.cluster
+    cluster_labels = ctx.cluster_labels
+    jobs = [
+        gpu_utilization(ctx, "0.9x20", node=node, gpu=gpu, hpc_job=job)
+        for node, gpu, job in (("n2", "0", "42"), ("n2", "1", "43"), ("n1", "0", "44"), ("n3", "0", "45"))
+    ]
+    return Record(
+        "job:falco_events:rate",
+        aggregate(
+            "sum",
+            (cluster, "hpc_job"),
+            f"{aggregate('sum', (cluster, 'node'), 'node:falco_events:rate')} "
+            f"* on ({cluster}, node) group_right () "
+            f"{aggregate('group', (cluster, 'node', 'hpc_job'), 'gpu:job:info')}",
+        ),
+        tests=[
+            Case(
+                "a node's Falco matches count for every job on the node; nodes without a job count for none",
+                at="5m",
+                series=_falco_matches(ctx) + jobs,
+                expect=[
+                    sample(_at_rate(ctx, 144), **cluster_labels, hpc_job="42"),
+                    sample(_at_rate(ctx, 144), **cluster_labels, hpc_job="43"),
+                    sample(_at_rate(ctx, 12), **cluster_labels, hpc_job="44"),
+                ],
+            )
+        ],
+    )

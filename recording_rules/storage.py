@@ -10,24 +10,71 @@ off by default), summed over the clients.
 from hpcobs.context import Context
 from hpcobs.promql import aggregate, label_replace
 from hpcobs.rules import Group, Record
-from hpcobs.ruletest import Case, sample
+from hpcobs.ruletest import Case, Series, sample
 from hpcobs.synthetic import series
 
 OST = {"component": '="ost"'}
 
 
+# Lustre OST counter rates: record, jobstats or OST signal, the label kept, test description, expected value
+# and the labels it is expected under (besides the cluster's).
+LUSTRE_RATES = (
+    (
+        "job:lustre_write_bytes:rate",
+        "job_write_bytes",
+        "hpc_job",
+        "bytes per second a job writes over every OST (checkpoints)",
+        150e6,
+        {"hpc_job": "42"},
+    ),
+    (
+        "job:lustre_read_bytes:rate",
+        "job_read_bytes",
+        "hpc_job",
+        "bytes per second a job reads",
+        10e6,
+        {"hpc_job": "42"},
+    ),
+    (
+        "fs:lustre_write_bytes:rate",
+        "write_bytes",
+        "fs",
+        "bytes per second written to the filesystem named by the OST prefix",
+        200e6,
+        {"fs": "scratch"},
+    ),
+    (
+        "fs:lustre_read_bytes:rate",
+        "read_bytes",
+        "fs",
+        "bytes per second read from the filesystem",
+        20e6,
+        {"fs": "scratch"},
+    ),
+)
+# NFS client rates per export: record, mountstats signal, test description, expected value.
+NFS_RATES = (
+    ("fs:nfs_read_bytes:rate", "nfs_mount_read_bytes", "bytes per second every client reads from the export", 3e6),
+    ("fs:nfs_write_bytes:rate", "nfs_mount_write_bytes", "bytes per second every client writes to the export", 1e5),
+)
+
+
 def groups(ctx: Context) -> list[Group]:
-    cluster = ctx.cluster
-    cluster_labels = ctx.cluster_labels
-    window = ctx.rate_window
+    return [
+        Group(
+            "hpcobs-storage",
+            domain="storage",
+            interval=ctx.scrape_interval,
+            rules=[*_lustre(ctx), _local_filesystems(ctx), *_nfs(ctx)],
+        )
+    ]
 
-    def lustre_rate(signal: str, by: tuple[str, ...]) -> str:
-        return ctx.select("lustre", [signal], by, over=lambda e: f"rate({e}[{window}])", op="sum", where=OST)
 
-    def ost(signal, values, target, **labels):
+def _lustre_series(ctx: Context) -> list[Series]:
+    def ost(signal: str, values: str, target: str, **labels: str) -> Series:
         return series(ctx, "lustre", signal, values, node="oss01", component="ost", target=target, **labels)
 
-    lustre = [
+    return [
         ost("job_write_bytes", "0+3000000000x20", "scratch-OST0000", hpc_job="42", operation="write_bytes"),
         ost("job_write_bytes", "0+1500000000x20", "scratch-OST0001", hpc_job="42", operation="write_bytes"),
         ost("job_read_bytes", "0+300000000x20", "scratch-OST0000", hpc_job="42", operation="read_bytes"),
@@ -39,7 +86,41 @@ def groups(ctx: Context) -> list[Group]:
         ost("available_kib", "750000x20", "scratch-OST0001"),
     ]
 
-    def mount(signal, value, mountpoint, node="n1"):
+
+def _lustre(ctx: Context) -> list[Record]:
+    cluster_labels = ctx.cluster_labels
+    window = ctx.rate_window
+    lustre = _lustre_series(ctx)
+    rates = [
+        Record(
+            record,
+            ctx.select("lustre", [signal], (by,), over=lambda e: f"rate({e}[{window}])", op="sum", where=OST),
+            tests=[
+                Case(description, at="5m", series=lustre, expect=[sample(value, **cluster_labels, **expected_labels)])
+            ],
+        )
+        for record, signal, by, description, value, expected_labels in LUSTRE_RATES
+    ]
+    used = Record(
+        "fs:lustre_used:ratio",
+        f"1 - {ctx.select('lustre', ['available_kib'], ('fs',), op='sum', where=OST)} "
+        f"/ {ctx.select('lustre', ['capacity_kib'], ('fs',), op='sum', where=OST)}",
+        tests=[
+            Case(
+                "used fraction of the filesystem over its OSTs, as a user sees it (available)",
+                at="5m",
+                series=lustre,
+                expect=[sample(0.5, **cluster_labels, fs="scratch")],
+            )
+        ],
+    )
+    return [*rates, used]
+
+
+def _local_filesystems(ctx: Context) -> Record:
+    cluster_labels = ctx.cluster_labels
+
+    def mount(signal: str, value: int, mountpoint: str, node: str = "n1") -> Series:
         return series(
             ctx,
             "node_exporter",
@@ -57,14 +138,35 @@ def groups(ctx: Context) -> list[Group]:
         mount("fs_size", 100 * 2**30, "/"),
         mount("fs_avail", 75 * 2**30, "/"),
     ]
-    job42 = dict(**cluster_labels, hpc_job="42")
+    return Record(
+        "node:filesystem_used:ratio",
+        f"1 - {ctx.select('node_exporter', ['fs_avail'], ('node', 'mountpoint'))} "
+        f"/ {ctx.select('node_exporter', ['fs_size'], ('node', 'mountpoint'))}",
+        tests=[
+            Case(
+                "used fraction of each local mount (checkpoint staging, /)",
+                at="5m",
+                series=local,
+                expect=[
+                    sample(0.75, **cluster_labels, node="n1", mountpoint="/local"),
+                    sample(0.25, **cluster_labels, node="n1", mountpoint="/"),
+                ],
+            )
+        ],
+    )
+
+
+def _nfs(ctx: Context) -> list[Record]:
+    cluster = ctx.cluster
+    cluster_labels = ctx.cluster_labels
+    window = ctx.rate_window
 
     def nfs_rate(signal: str) -> str:
         """Per export, named `fs` like a Lustre filesystem (one filesystem variable for both)."""
         per_export = ctx.select("node_exporter", [signal], ("export",), over=lambda e: f"rate({e}[{window}])", op="sum")
         return aggregate("sum", (cluster, "fs"), label_replace(per_export, "fs", "export", "(.+)"))
 
-    def nfs_client(signal, values, node):
+    def nfs_client(signal: str, values: str, node: str) -> Series:
         return series(
             ctx,
             "node_exporter",
@@ -82,131 +184,30 @@ def groups(ctx: Context) -> list[Group]:
         nfs_client("nfs_mount_write_bytes", "0+3000000x20", "n1"),
     ]
     home = dict(**cluster_labels, fs="nfs01:/export/home")
-
-    return [
-        Group(
-            "hpcobs-storage",
-            domain="storage",
-            interval=ctx.scrape_interval,
-            rules=[
-                Record(
-                    "job:lustre_write_bytes:rate",
-                    lustre_rate("job_write_bytes", ("hpc_job",)),
-                    tests=[
-                        Case(
-                            "bytes per second a job writes over every OST (checkpoints)",
-                            at="5m",
-                            series=lustre,
-                            expect=[sample(150e6, **job42)],
-                        )
-                    ],
-                ),
-                Record(
-                    "job:lustre_read_bytes:rate",
-                    lustre_rate("job_read_bytes", ("hpc_job",)),
-                    tests=[
-                        Case("bytes per second a job reads", at="5m", series=lustre, expect=[sample(10e6, **job42)])
-                    ],
-                ),
-                Record(
-                    "fs:lustre_write_bytes:rate",
-                    lustre_rate("write_bytes", ("fs",)),
-                    tests=[
-                        Case(
-                            "bytes per second written to the filesystem named by the OST prefix",
-                            at="5m",
-                            series=lustre,
-                            expect=[sample(200e6, **cluster_labels, fs="scratch")],
-                        )
-                    ],
-                ),
-                Record(
-                    "fs:lustre_read_bytes:rate",
-                    lustre_rate("read_bytes", ("fs",)),
-                    tests=[
-                        Case(
-                            "bytes per second read from the filesystem",
-                            at="5m",
-                            series=lustre,
-                            expect=[sample(20e6, **cluster_labels, fs="scratch")],
-                        )
-                    ],
-                ),
-                Record(
-                    "fs:lustre_used:ratio",
-                    f"1 - {ctx.select('lustre', ['available_kib'], ('fs',), op='sum', where=OST)} "
-                    f"/ {ctx.select('lustre', ['capacity_kib'], ('fs',), op='sum', where=OST)}",
-                    tests=[
-                        Case(
-                            "used fraction of the filesystem over its OSTs, as a user sees it (available)",
-                            at="5m",
-                            series=lustre,
-                            expect=[sample(0.5, **cluster_labels, fs="scratch")],
-                        )
-                    ],
-                ),
-                Record(
-                    "node:filesystem_used:ratio",
-                    f"1 - {ctx.select('node_exporter', ['fs_avail'], ('node', 'mountpoint'))} "
-                    f"/ {ctx.select('node_exporter', ['fs_size'], ('node', 'mountpoint'))}",
-                    tests=[
-                        Case(
-                            "used fraction of each local mount (checkpoint staging, /)",
-                            at="5m",
-                            series=local,
-                            expect=[
-                                sample(0.75, **cluster_labels, node="n1", mountpoint="/local"),
-                                sample(0.25, **cluster_labels, node="n1", mountpoint="/"),
-                            ],
-                        )
-                    ],
-                ),
-                Record(
-                    "fs:nfs_read_bytes:rate",
-                    nfs_rate("nfs_mount_read_bytes"),
-                    tests=[
-                        Case(
-                            "bytes per second every client reads from the export",
-                            at="5m",
-                            series=nfs,
-                            expect=[sample(3e6, **home)],
-                        )
-                    ],
-                ),
-                Record(
-                    "fs:nfs_write_bytes:rate",
-                    nfs_rate("nfs_mount_write_bytes"),
-                    tests=[
-                        Case(
-                            "bytes per second every client writes to the export",
-                            at="5m",
-                            series=nfs,
-                            expect=[sample(1e5, **home)],
-                        )
-                    ],
-                ),
-                Record(
-                    "node:nfs_retransmissions:rate",
-                    aggregate(
-                        "sum",
-                        (cluster, "node"),
-                        ctx.select(
-                            "node_exporter",
-                            ["nfs_rpc_retransmissions"],
-                            ("node",),
-                            over=lambda e: f"rate({e}[{window}])",
-                            op="sum",
-                        ),
-                    ),
-                    tests=[
-                        Case(
-                            "NFS RPC retransmissions per second on the client",
-                            at="5m",
-                            series=[series(ctx, "node_exporter", "nfs_rpc_retransmissions", "0+15x20", node="n1")],
-                            expect=[sample(0.5, **cluster_labels, node="n1")],
-                        )
-                    ],
-                ),
-            ],
-        )
+    rates = [
+        Record(record, nfs_rate(signal), tests=[Case(description, at="5m", series=nfs, expect=[sample(value, **home)])])
+        for record, signal, description, value in NFS_RATES
     ]
+    retransmissions = Record(
+        "node:nfs_retransmissions:rate",
+        aggregate(
+            "sum",
+            (cluster, "node"),
+            ctx.select(
+                "node_exporter",
+                ["nfs_rpc_retransmissions"],
+                ("node",),
+                over=lambda e: f"rate({e}[{window}])",
+                op="sum",
+            ),
+        ),
+        tests=[
+            Case(
+                "NFS RPC retransmissions per second on the client",
+                at="5m",
+                series=[series(ctx, "node_exporter", "nfs_rpc_retransmissions", "0+15x20", node="n1")],
+                expect=[sample(0.5, **cluster_labels, node="n1")],
+            )
+        ],
+    )
+    return [*rates, retransmissions]

@@ -17,31 +17,160 @@ JOB = ("hpc_job",)
 
 
 def groups(ctx: Context) -> list[Group]:
+    return [
+        Group(
+            "hpcobs-training",
+            domain="training",
+            interval=ctx.scrape_interval,
+            rules=[*_step_times(ctx), *_throughput(ctx), *_collectives(ctx)],
+        )
+    ]
+
+
+def _rate_of(ctx: Context, signal: str, by: tuple[str, ...] = RANK) -> str:
+    window = ctx.rate_window
+    return ctx.select("training", [signal], by, over=lambda e: f"rate({e}[{window}])", op="sum")
+
+
+def _rank_step(ctx: Context) -> str:
+    # Ranks that made no step in the window are left out here (0/0); the hang alert watches steps.
+    return f"{_rate_of(ctx, 'step_seconds')} / ({_rate_of(ctx, 'steps')} > 0)"
+
+
+def _ranks(
+    ctx: Context,
+    step_times: dict[tuple[str, str], float],
+    job: str = "42",
+    steps_per_scrape: int = 4,
+    tokens_per_scrape: int = 3000,
+) -> list[Series]:
+    """The training counters of each (rank, node) of a job, given each rank's seconds per step."""
+    out = []
+    for (rank, node), seconds in step_times.items():
+        labels = dict(node=node, hpc_job=job, rank=rank)
+        out += [
+            series(ctx, "training", "steps", f"0+{steps_per_scrape}x20", **labels),
+            series(ctx, "training", "step_seconds", f"0+{steps_per_scrape * seconds}x20", **labels),
+            series(ctx, "training", "tokens", f"0+{tokens_per_scrape}x20", **labels),
+            series(ctx, "training", "model_flops", f"0+{3 * 10**15}x20", **labels),
+        ]
+    return out
+
+
+def _straggling(ctx: Context) -> list[Series]:
+    """Job 42: rank 3 takes twice as long per step as the others."""
+    return _ranks(ctx, {("0", "n1"): 0.5, ("1", "n1"): 0.5, ("2", "n2"): 0.5, ("3", "n2"): 1.0})
+
+
+def _healthy(ctx: Context) -> list[Series]:
+    """Job 43: two balanced ranks."""
+    return _ranks(ctx, {("0", "n1"): 0.5, ("1", "n1"): 0.5}, job="43")
+
+
+def _step_times(ctx: Context) -> list[Record]:
     cluster = ctx.cluster
     cluster_labels = ctx.cluster_labels
-    window = ctx.rate_window
-
-    def rate_of(signal: str, by=RANK) -> str:
-        return ctx.select("training", [signal], by, over=lambda e: f"rate({e}[{window}])", op="sum")
-
-    # Ranks that made no step in the window are left out here (0/0); the hang alert watches steps.
-    rank_step = f"{rate_of('step_seconds')} / ({rate_of('steps')} > 0)"
-
-    def ranks(step_times: dict[tuple[str, str], float], job="42", steps_per_scrape=4, tokens_per_scrape=3000):
-        out = []
-        for (rank, node), seconds in step_times.items():
-            labels = dict(node=node, hpc_job=job, rank=rank)
-            out += [
-                series(ctx, "training", "steps", f"0+{steps_per_scrape}x20", **labels),
-                series(ctx, "training", "step_seconds", f"0+{steps_per_scrape * seconds}x20", **labels),
-                series(ctx, "training", "tokens", f"0+{tokens_per_scrape}x20", **labels),
-                series(ctx, "training", "model_flops", f"0+{3 * 10**15}x20", **labels),
-            ]
-        return out
-
-    straggling = ranks({("0", "n1"): 0.5, ("1", "n1"): 0.5, ("2", "n2"): 0.5, ("3", "n2"): 1.0})
-    healthy = ranks({("0", "n1"): 0.5, ("1", "n1"): 0.5}, job="43")
+    rank_step = _rank_step(ctx)
     job42, job43 = dict(**cluster_labels, hpc_job="42"), dict(**cluster_labels, hpc_job="43")
+    median = f"quantile by ({cluster}, hpc_job) (0.5, {rank_step})"
+    slowest = aggregate("max", (cluster, *JOB), rank_step)
+    # Per-job step time statistics: record, expression, test description, expected for job 42 and job 43.
+    statistics = (
+        ("job:training_step_seconds:min", aggregate("min", (cluster, *JOB), rank_step), "fastest rank's", 0.5, 0.5),
+        ("job:training_step_seconds:median", median, "median rank's", 0.5, 0.5),
+        ("job:training_step_seconds:max", slowest, "slowest rank's", 1.0, 0.5),
+    )
+    return [
+        *(
+            Record(
+                record,
+                expression,
+                tests=[
+                    Case(
+                        f"{whose} step time",
+                        at="5m",
+                        series=_straggling(ctx) + _healthy(ctx),
+                        expect=[sample(straggling, **job42), sample(healthy, **job43)],
+                    )
+                ],
+            )
+            for record, expression, whose, straggling, healthy in statistics
+        ),
+        Record(
+            "job:training_straggler:ratio",
+            f"{median} / {slowest}",
+            tests=[
+                Case(
+                    "median over slowest: 1 when balanced, below 0.75 with a straggler",
+                    at="5m",
+                    series=_straggling(ctx) + _healthy(ctx),
+                    expect=[sample(0.5, **job42), sample(1, **job43)],
+                )
+            ],
+        ),
+        Record(
+            "job:training_slowest_rank:step_seconds",
+            f"topk by ({cluster}, hpc_job) (1, {rank_step})",
+            tests=[
+                Case(
+                    "which rank, on which node, is the slowest",
+                    at="5m",
+                    series=_straggling(ctx),
+                    expect=[sample(1.0, **job42, rank="3", node="n2")],
+                )
+            ],
+        ),
+    ]
+
+
+def _throughput(ctx: Context) -> list[Record]:
+    cluster = ctx.cluster
+    cluster_labels = ctx.cluster_labels
+    job42, job43 = dict(**cluster_labels, hpc_job="42"), dict(**cluster_labels, hpc_job="43")
+    hung = _ranks(ctx, {("0", "n3"): 1}, job="44", steps_per_scrape=0)
+    return [
+        Record(
+            "job:training_steps:rate",
+            aggregate("sum", (cluster, *JOB), _rate_of(ctx, "steps"))
+            + f" / count by ({cluster}, hpc_job) ({_rate_of(ctx, 'steps')})",
+            tests=[
+                Case(
+                    "steps per second of the job (mean over ranks); 0 when it hangs",
+                    at="5m",
+                    series=_straggling(ctx) + hung,
+                    expect=[sample(4 / 30, **job42), sample(0, **cluster_labels, hpc_job="44")],
+                )
+            ],
+        ),
+        Record(
+            "job:training_tokens:rate",
+            aggregate("sum", (cluster, *JOB), _rate_of(ctx, "tokens")),
+            tests=[
+                Case(
+                    "tokens per second over every rank",
+                    at="5m",
+                    series=_straggling(ctx),
+                    expect=[sample(400, **job42)],
+                )
+            ],
+        ),
+        Record(
+            "job:training_model_flops:rate",
+            aggregate("sum", (cluster, *JOB), _rate_of(ctx, "model_flops")),
+            tests=[
+                Case(
+                    "model FLOP/s over every rank",
+                    at="5m",
+                    series=_healthy(ctx),
+                    expect=[sample(2 * 10**14, **job43)],
+                )
+            ],
+        ),
+    ]
+
+
+def _collectives(ctx: Context) -> list[Record]:
+    job42 = dict(**ctx.cluster_labels, hpc_job="42")
 
     def nccl(collective: str, microseconds: int, gbs: int, gpu: str) -> list[Series]:
         return [
@@ -56,141 +185,35 @@ def groups(ctx: Context) -> list[Group]:
         *nccl("AllReduce", 3000, 50, "GPU1"),
         *nccl("AllGather", 500, 200, "GPU0"),
     ]
-
     return [
-        Group(
-            "hpcobs-training",
-            domain="training",
-            interval=ctx.scrape_interval,
-            rules=[
-                Record(
-                    "job:training_step_seconds:min",
-                    aggregate("min", (cluster, *JOB), rank_step),
-                    tests=[
-                        Case(
-                            "fastest rank's step time",
-                            at="5m",
-                            series=straggling + healthy,
-                            expect=[sample(0.5, **job42), sample(0.5, **job43)],
-                        )
+        Record(
+            "job:nccl_collective_seconds:avg",
+            ctx.select("nccl_inspector", ["coll_exec_time"], (*JOB, "collective"), op="avg"),
+            tests=[
+                Case(
+                    "mean collective time per job and collective, in seconds",
+                    at="5m",
+                    series=collectives,
+                    expect=[
+                        sample(0.002, **job42, collective="AllReduce"),
+                        sample(0.0005, **job42, collective="AllGather"),
                     ],
-                ),
-                Record(
-                    "job:training_step_seconds:median",
-                    f"quantile by ({cluster}, hpc_job) (0.5, {rank_step})",
-                    tests=[
-                        Case(
-                            "median rank's step time",
-                            at="5m",
-                            series=straggling + healthy,
-                            expect=[sample(0.5, **job42), sample(0.5, **job43)],
-                        )
-                    ],
-                ),
-                Record(
-                    "job:training_step_seconds:max",
-                    aggregate("max", (cluster, *JOB), rank_step),
-                    tests=[
-                        Case(
-                            "slowest rank's step time",
-                            at="5m",
-                            series=straggling + healthy,
-                            expect=[sample(1.0, **job42), sample(0.5, **job43)],
-                        )
-                    ],
-                ),
-                Record(
-                    "job:training_straggler:ratio",
-                    f"quantile by ({cluster}, hpc_job) (0.5, {rank_step}) "
-                    f"/ {aggregate('max', (cluster, *JOB), rank_step)}",
-                    tests=[
-                        Case(
-                            "median over slowest: 1 when balanced, below 0.75 with a straggler",
-                            at="5m",
-                            series=straggling + healthy,
-                            expect=[sample(0.5, **job42), sample(1, **job43)],
-                        )
-                    ],
-                ),
-                Record(
-                    "job:training_slowest_rank:step_seconds",
-                    f"topk by ({cluster}, hpc_job) (1, {rank_step})",
-                    tests=[
-                        Case(
-                            "which rank, on which node, is the slowest",
-                            at="5m",
-                            series=straggling,
-                            expect=[sample(1.0, **job42, rank="3", node="n2")],
-                        )
-                    ],
-                ),
-                Record(
-                    "job:training_steps:rate",
-                    aggregate("sum", (cluster, *JOB), rate_of("steps"))
-                    + f" / count by ({cluster}, hpc_job) ({rate_of('steps')})",
-                    tests=[
-                        Case(
-                            "steps per second of the job (mean over ranks); 0 when it hangs",
-                            at="5m",
-                            series=straggling + ranks({("0", "n3"): 1}, job="44", steps_per_scrape=0),
-                            expect=[sample(4 / 30, **job42), sample(0, **cluster_labels, hpc_job="44")],
-                        )
-                    ],
-                ),
-                Record(
-                    "job:training_tokens:rate",
-                    aggregate("sum", (cluster, *JOB), rate_of("tokens")),
-                    tests=[
-                        Case(
-                            "tokens per second over every rank",
-                            at="5m",
-                            series=straggling,
-                            expect=[sample(400, **job42)],
-                        )
-                    ],
-                ),
-                Record(
-                    "job:training_model_flops:rate",
-                    aggregate("sum", (cluster, *JOB), rate_of("model_flops")),
-                    tests=[
-                        Case(
-                            "model FLOP/s over every rank",
-                            at="5m",
-                            series=healthy,
-                            expect=[sample(2 * 10**14, **job43)],
-                        )
-                    ],
-                ),
-                Record(
-                    "job:nccl_collective_seconds:avg",
-                    ctx.select("nccl_inspector", ["coll_exec_time"], (*JOB, "collective"), op="avg"),
-                    tests=[
-                        Case(
-                            "mean collective time per job and collective, in seconds",
-                            at="5m",
-                            series=collectives,
-                            expect=[
-                                sample(0.002, **job42, collective="AllReduce"),
-                                sample(0.0005, **job42, collective="AllGather"),
-                            ],
-                        )
-                    ],
-                ),
-                Record(
-                    "job:nccl_bus_bandwidth:avg",
-                    ctx.select("nccl_inspector", ["coll_busbw"], (*JOB, "collective"), op="avg"),
-                    tests=[
-                        Case(
-                            "mean bus bandwidth per job and collective, in bytes per second",
-                            at="5m",
-                            series=collectives,
-                            expect=[
-                                sample(75e9, **job42, collective="AllReduce"),
-                                sample(200e9, **job42, collective="AllGather"),
-                            ],
-                        )
-                    ],
-                ),
+                )
             ],
-        )
+        ),
+        Record(
+            "job:nccl_bus_bandwidth:avg",
+            ctx.select("nccl_inspector", ["coll_busbw"], (*JOB, "collective"), op="avg"),
+            tests=[
+                Case(
+                    "mean bus bandwidth per job and collective, in bytes per second",
+                    at="5m",
+                    series=collectives,
+                    expect=[
+                        sample(75e9, **job42, collective="AllReduce"),
+                        sample(200e9, **job42, collective="AllGather"),
+                    ],
+                )
+            ],
+        ),
     ]
