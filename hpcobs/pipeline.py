@@ -14,6 +14,7 @@ from .alerts import alertmanager  # type: ignore[import-not-found]
 from .config import Config
 from .context import Context
 from .render import GENERATED, json_text, yaml_text
+from .rule_targets import files as rule_target_files
 from .rules import Alert, Group, LinkBases, Record
 
 RULES_DIR = "prometheus/rules"
@@ -54,6 +55,9 @@ def generate(config: Config) -> dict[str, str]:
                 promtest.test_file(tested, [f"{posixpath.basename(stem)}.rules.yaml"], ctx.scrape_interval, links),
                 GENERATED,
             )
+
+    every_group = [g.to_dict(links) for domain_groups in groups.values() for g in domain_groups]
+    files.update(rule_target_files(config, every_group))
 
     files["alertmanager/alertmanager.yml"] = yaml_text(alertmanager.config(ctx), GENERATED)
 

@@ -5,28 +5,37 @@ from __future__ import annotations
 import json
 import posixpath
 import re
+import tempfile
 from collections import defaultdict
 from collections.abc import Callable
 from functools import cache
 from importlib import metadata
 from pathlib import Path
+from typing import Any
 
 import jsonschema
 
-from . import tools
+from . import rule_targets, tools
 from .cache import Cache, digest
 from .errors import UserError
 from .render import load_yaml
 from .timing import Timings
 
 SCHEMAS = Path(__file__).resolve().parent.parent / "schemas"
-# (folder, file name ending, schema)
+RULES_SCHEMA = "schemastore/prometheus.rules.json"
+# The Mimir ruler's namespace file: a Prometheus rule file naming, beside its groups, the namespace they load into.
+MIMIR_SCHEMA = f"{RULES_SCHEMA}#mimir-namespace"
+# The API server silently prunes fields the CRD's structural schema does not know; closed, the schema refuses them.
+PROMETHEUS_RULE_SCHEMA = "prometheus-operator/prometheusrule.v1.openapi.json#closed"
+# (folder, file name ending, schema: a file under schemas/, with a #variant derived from it by schema())
 _BY_PATH = (
-    ("prometheus/rules/", "", "schemastore/prometheus.rules.json"),
+    ("prometheus/rules/", "", RULES_SCHEMA),
     ("prometheus/tests/", ".rules.yaml", "schemastore/prometheus.rules.json"),  # the rules a test loads
     ("prometheus/tests/", ".tests.yaml", "schemastore/prometheus.rules.test.json"),
     ("alertmanager/", "", "schemastore/prometheus-alertmanager.json"),
     ("grafana/dashboards/", "", "grafana-v11.6/dashboard.jsonschema.json"),
+    (rule_targets.PROMETHEUS_RULE, "", PROMETHEUS_RULE_SCHEMA),
+    (f"{rule_targets.MIMIR_DIR}/", ".yaml", MIMIR_SCHEMA),
 )
 # Besides the file and the schema, the libraries that read and check them decide a schema validation.
 _VALIDATORS = {name: metadata.version(name) for name in ("jsonschema", "PyYAML")}
@@ -34,12 +43,42 @@ _VALIDATORS = {name: metadata.version(name) for name in ("jsonschema", "PyYAML")
 
 @cache
 def schema(relative: str) -> dict:
-    return json.loads((SCHEMAS / relative).read_text(encoding="utf-8"))
+    file, _, variant = relative.partition("#")
+    loaded = json.loads((SCHEMAS / file).read_text(encoding="utf-8"))
+    if variant == "mimir-namespace":
+        namespace = {"type": "string", "minLength": 1}
+        return {
+            **loaded,
+            "required": ["namespace", "groups"],
+            "properties": {**loaded["properties"], "namespace": namespace},
+        }
+    if variant == "closed":
+        return _closed(loaded)
+    if variant:
+        raise ValueError(f"unknown schema variant {relative!r}")
+    return loaded
+
+
+def _closed(node: Any) -> Any:
+    """The schema with every object that lists its properties refusing any other (unless it says otherwise)."""
+    if isinstance(node, list):
+        return [_closed(item) for item in node]
+    if not isinstance(node, dict):
+        return node
+    closed = {key: _closed(value) for key, value in node.items()}
+    if (
+        "properties" in node
+        and "additionalProperties" not in node
+        and not node.get("x-kubernetes-preserve-unknown-fields")
+    ):
+        closed["additionalProperties"] = False
+    return closed
 
 
 @cache
 def _schema_digest(relative: str) -> str:
-    return digest((SCHEMAS / relative).read_bytes())
+    # The schema as validation uses it: a variant derived by code changes the key when that code changes it.
+    return digest(json.dumps(schema(relative), sort_keys=True).encode())
 
 
 def schema_for(path: str) -> str | None:
@@ -92,6 +131,20 @@ def _tool_runs(root: Path, files: dict[str, str]) -> dict[str, tools.Command]:
     return {name: command(*paths, cwd=root) for (name, command), paths in operands.items()}
 
 
+def _groups_only_runs(scratch: Path, files: dict[str, str]) -> dict[str, tools.Command]:
+    """promtool check rules on the groups of each rule target file (hpcobs.rule_targets), which promtool cannot
+    read as they are: their groups-only form is written to scratch under the file's own path, so promtool's
+    messages name the file, and the run is cached by those bytes like any other."""
+    runs = {}
+    for path, text in files.items():
+        groups = rule_targets.groups_only(path, text) if rule_targets.is_target(path) else None
+        if groups is not None:
+            (scratch / path).parent.mkdir(parents=True, exist_ok=True)
+            (scratch / path).write_text(groups, encoding="utf-8")
+            runs[path] = tools.rules_check(path, cwd=scratch)
+    return runs
+
+
 def check(
     root: Path,
     files: dict[str, str],
@@ -122,13 +175,19 @@ def trees_tool_errors(
 ) -> dict[Path, list[str]]:
     """tool_errors of several written trees (root -> files) through one pool, so that the longest runs of all
     of them start first and no core waits for another tree's last run."""
-    commands = {
-        (root, name): command for root, files in trees.items() for name, command in _tool_runs(root, files).items()
-    }
-    longest_first = sorted(commands, key=lambda run: -commands[run].cost)
-    with tools.pool() as pool:
-        futures = {run: pool.submit(tools.run, commands[run], cache) for run in longest_first}
-        results = {run: future.result() for run, future in futures.items()}
+    with tempfile.TemporaryDirectory(prefix="hpcobs-groups-") as scratch:
+        commands = {
+            (root, name): command
+            for index, (root, files) in enumerate(trees.items())
+            for name, command in {
+                **_tool_runs(root, files),
+                **_groups_only_runs(Path(scratch, str(index)), files),
+            }.items()
+        }
+        longest_first = sorted(commands, key=lambda run: -commands[run].cost)
+        with tools.pool() as pool:
+            futures = {run: pool.submit(tools.run, commands[run], cache) for run in longest_first}
+            results = {run: future.result() for run, future in futures.items()}
     timings = timings or Timings()
     timings.lap(f"promtool and amtool ({len(results)} runs, {sum(r.cached for r in results.values())} cached)")
     for run in longest_first:
