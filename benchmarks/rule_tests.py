@@ -18,7 +18,7 @@ import sys
 import tempfile
 from pathlib import Path
 
-from hpcobs.promql import duration_seconds
+from hpcobs import tools
 from hpcobs.render import load_yaml
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -41,13 +41,7 @@ def promtool_cpu(folder: Path) -> float:
 def evaluations(test_file: Path) -> dict[str, int]:
     """Rule evaluations promtool performs for this file: of the rule tested, of the records it reads."""
     spec = load_yaml(test_file.read_text(encoding="utf-8"))
-    interval = duration_seconds(spec.get("evaluation_interval", "1m"))
-    steps = 0
-    for test in spec["tests"]:
-        times = [
-            duration_seconds(t["eval_time"]) for t in test.get("alert_rule_test", []) + test.get("promql_expr_test", [])
-        ]
-        steps += int(max(times, default=0) // interval) + 1
+    steps = tools.evaluation_steps(spec)
     tested = test_file.name.removesuffix(".tests.yaml").replace(".", ":")
     counts = {"tested": 0, "read": 0}
     for rule_file in spec["rule_files"]:

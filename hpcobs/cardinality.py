@@ -115,13 +115,7 @@ def record_labels(record: Record, cluster_label: str) -> set[str]:
 
 def costs(groups: list[Group], sources: Sources, cluster_label: str) -> list[GroupCost]:
     """Raw series read and recorded series produced by each group with recording rules."""
-    by_name = {}
-    for source in sources.enabled():
-        for signal in source.exporter.signals():
-            for version in source.versions:
-                metric = source.metric(signal, version)
-                if metric is not None:
-                    by_name[metric.name] = metric
+    by_name = {metric.name: metric for source in sources.enabled() for metric in source.metrics()}
     out = []
     for group in groups:
         records = [r for r in group.rules if isinstance(r, Record)]

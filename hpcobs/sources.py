@@ -6,6 +6,7 @@ src["dcgm"].select("xid", "4.6-4.8")   ->  DCGM_FI_DEV_XID_ERRORS{job="dcgm-expo
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from dataclasses import dataclass, replace
 from functools import cache
 from typing import TYPE_CHECKING
@@ -125,6 +126,14 @@ class Source:
         name = self.overrides.get(signal, self.prefix + metric.name)
         return replace(metric, name=name)
 
+    def metrics(self) -> Iterator[Metric]:
+        """Every raw metric this deployment exposes: each signal in each deployed version."""
+        for signal in self.exporter.signals():
+            for version in self.versions:
+                metric = self.metric(signal, version)
+                if metric is not None:
+                    yield metric
+
     def name(self, signal: str, version: str | None = None) -> str:
         metric = self.metric(signal, version)
         if metric is None:
@@ -179,3 +188,7 @@ class Sources:
 
     def enabled(self) -> list[Source]:
         return [s for s in self._sources.values() if s.enabled]
+
+    def metric_names(self) -> set[str]:
+        """The raw metric names of every exporter of the config, enabled or not, in every deployed version."""
+        return {metric.name for source in self for metric in source.metrics()}

@@ -128,7 +128,7 @@ def rules_test(*files: Path | str, cwd: Path | None = None) -> Command:
         if loaded is None:
             return Command(PROMTOOL, ("test", "rules"), names, cwd)
         inputs += loaded
-        cost += _evaluation_steps(spec) * sum(_rule_count(_yaml(cwd, rule_file)) for rule_file in loaded)
+        cost += evaluation_steps(spec) * sum(_rule_count(_yaml(cwd, rule_file)) for rule_file in loaded)
     return Command(PROMTOOL, ("test", "rules"), names, cwd, tuple(inputs), cost)
 
 
@@ -160,7 +160,9 @@ def _globbed(cwd: Path | None, owner: str, patterns) -> list[str] | None:
     return found
 
 
-def _evaluation_steps(spec: dict) -> int:
+def evaluation_steps(spec: dict) -> int:
+    """The rule evaluation steps of a promtool test file: each test runs from 0 to its last eval_time at the
+    evaluation interval (1m when unset); 0 when the file is not a readable test file (promtool then fails)."""
     try:
         interval = promql.duration_ms(spec.get("evaluation_interval", "1m"))
         return sum(

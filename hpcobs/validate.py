@@ -30,7 +30,7 @@ PROMETHEUS_RULE_SCHEMA = "prometheus-operator/prometheusrule.v1.openapi.json#clo
 # (folder, file name ending, schema: a file under schemas/, with a #variant derived from it by schema())
 _BY_PATH = (
     ("prometheus/rules/", "", RULES_SCHEMA),
-    ("prometheus/tests/", ".rules.yaml", "schemastore/prometheus.rules.json"),  # the rules a test loads
+    ("prometheus/tests/", ".rules.yaml", RULES_SCHEMA),  # the rules a test loads
     ("prometheus/tests/", ".tests.yaml", "schemastore/prometheus.rules.test.json"),
     ("alertmanager/", "", "schemastore/prometheus-alertmanager.json"),
     ("grafana/dashboards/", "", "grafana-v11.6/dashboard.jsonschema.json"),

@@ -250,13 +250,7 @@ def test_logql_queries_are_well_formed(dashboards):
 def test_every_raw_metric_is_in_the_catalogue_and_only_drill_downs_read_raw_series(dashboards, recorded, config):
     from hpcobs.sources import Sources
 
-    known = {
-        m.name
-        for source in Sources(config)
-        for v in source.versions
-        for s in source.exporter.signals()
-        if (m := source.metric(s, v))
-    }
+    known = Sources(config).metric_names()
     for dashboard in dashboards.values():
         for place, expr in prometheus_expressions(dashboard):
             names = lint.metric_names(expr) - {"ALERTS"}

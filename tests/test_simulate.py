@@ -127,13 +127,7 @@ def test_vm_lines_are_import_format(config):
 
 
 def catalogue_names(sim) -> set[str]:
-    return {
-        m.name
-        for source in sim.sources
-        for v in source.versions
-        for s in source.exporter.signals()
-        if (m := source.metric(s, v))
-    }
+    return sim.sources.metric_names()
 
 
 @pytest.mark.parametrize("site", ["default", "mixed"])

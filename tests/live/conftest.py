@@ -54,10 +54,7 @@ def raw_names_read(config, groups) -> set[str]:
     from hpcobs import lint
     from hpcobs.sources import Sources
 
-    catalogue_names = {
-        m.name for s in Sources(config) for v in s.versions for sig in s.exporter.signals() if (m := s.metric(sig, v))
-    }
-    return {n for g in groups for r in g.rules for n in lint.metric_names(r.expr)} & catalogue_names
+    return {n for g in groups for r in g.rules for n in lint.metric_names(r.expr)} & Sources(config).metric_names()
 
 
 def recording_layer_files(groups, folder: Path) -> list[list[Path]]:
