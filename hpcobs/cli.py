@@ -1,4 +1,5 @@
-"""Command line: `python build.py [build|check] [--config site.yaml] [--out DIR] [--profile]`, and `simulate`."""
+"""Command line: `python build.py [build|check|diff|deploy] [--config site.yaml] [--out DIR] [--profile]`, and
+`simulate`."""
 
 from __future__ import annotations
 
@@ -13,7 +14,7 @@ from typing import Any
 
 from . import cache as cache_module
 from . import config as config_module
-from . import outdir, pipeline, validate
+from . import deploy, outdir, pipeline, review, validate
 from .cache import Cache
 from .errors import UserError
 from .timing import Timings
@@ -91,6 +92,25 @@ def parser() -> argparse.ArgumentParser:
         "validate: no JSON schemas, no promtool, no amtool, so --no-tool-checks, --cache-dir "
         "and --no-cache change nothing here. out/ was validated by the build that wrote it, "
         "and the test suite validates the committed out/.",
+    )
+    review.add_arguments(
+        sub.add_parser(
+            "diff",
+            parents=[_options(False)],
+            help="what changed for a reviewer, against a git ref or another out/ (Markdown or JSON)",
+            description="Compare this build with BASE semantically (dashboards, panels, queries, rules, "
+            "Alertmanager, provisioning) and print a Markdown summary fit for a pull-request comment. "
+            "See docs/review.md.",
+        )
+    )
+    deploy.add_arguments(
+        sub.add_parser(
+            "deploy",
+            parents=[_options(False)],
+            help="push folders, datasources and dashboards to a running Grafana through its HTTP API",
+            description="Upsert what this build generates into Grafana through its HTTP API: folders and "
+            "datasources by uid, dashboards with overwrite, unchanged ones skipped. See docs/deploy.md.",
+        )
     )
     _simulate_parser(sub)
     return main
@@ -271,7 +291,8 @@ def main(argv: list[str] | None = None) -> int:
 def _run(name: str, args: argparse.Namespace) -> int:
     """The command; its errors as lines on stderr: exit 2 for bad input, 1 when the filesystem refuses."""
     try:
-        return {"build": build, "check": check, "simulate": simulate}[name](args)
+        commands = {"build": build, "check": check, "simulate": simulate, "diff": review.run, "deploy": deploy.run}
+        return commands[name](args)
     except UserError as exc:
         for line in exc.lines:
             print(line, file=sys.stderr)
