@@ -22,48 +22,49 @@ from .timing import Timings
 ROOT = Path(__file__).resolve().parent.parent
 
 
-def _options(defaults: bool) -> argparse.ArgumentParser:
-    """Options accepted both before and after the subcommand."""
-    keep: dict[str, Any] = {} if defaults else {"default": argparse.SUPPRESS}
+# The options shared by the commands: flags, argparse keywords, and the value when given nowhere.
+_SHARED: dict[str, tuple[dict[str, Any], Any]] = {
+    "--config": ({"metavar": "FILE", "help": "site YAML merged over config/default.yaml"}, None),
+    "--out": (
+        {
+            "metavar": "DIR",
+            "help": "output directory (default: out/ beside build.py): new, empty or written by hpcobs",
+        },
+        str(ROOT / "out"),
+    ),
+    "--no-tool-checks": (
+        {
+            "action": "store_true",
+            "help": "skip promtool/amtool (schemas are still checked); for machines without them",
+        },
+        False,
+    ),
+    "--cache-dir": (
+        {
+            "metavar": "DIR",
+            "help": "where successful promtool/amtool and schema results are kept between builds, keyed by "
+            "a hash of everything that decides them; any run may delete it (default: "
+            "$HPCOBS_CACHE_DIR, else $XDG_CACHE_HOME/hpcobs or ~/.cache/hpcobs)",
+        },
+        None,
+    ),
+    "--no-cache": (
+        {"action": "store_true", "help": "validate everything again, without reading or writing the cache"},
+        False,
+    ),
+    "--profile": (
+        {"action": "store_true", "help": "print on stderr where the time went, step by step (stdout is unchanged)"},
+        False,
+    ),
+}
+
+
+def _options(defaults: bool, names: tuple[str, ...] = tuple(_SHARED)) -> argparse.ArgumentParser:
+    """Shared options, accepted both before and after the subcommand; a command lists only those it reads."""
     parser = argparse.ArgumentParser(add_help=False)
-    parser.add_argument(
-        "--config",
-        metavar="FILE",
-        help="site YAML merged over config/default.yaml",
-        **({"default": None} if defaults else keep),
-    )
-    parser.add_argument(
-        "--out",
-        metavar="DIR",
-        help="output directory (default: out/ beside build.py): new, empty or written by hpcobs",
-        **({"default": str(ROOT / "out")} if defaults else keep),
-    )
-    parser.add_argument(
-        "--no-tool-checks",
-        action="store_true",
-        help="skip promtool/amtool (schemas are still checked); for machines without them",
-        **({"default": False} if defaults else keep),
-    )
-    parser.add_argument(
-        "--cache-dir",
-        metavar="DIR",
-        help="where successful promtool/amtool and schema results are kept between builds, keyed by "
-        "a hash of everything that decides them; any run may delete it (default: "
-        "$HPCOBS_CACHE_DIR, else $XDG_CACHE_HOME/hpcobs or ~/.cache/hpcobs)",
-        **({"default": None} if defaults else keep),
-    )
-    parser.add_argument(
-        "--no-cache",
-        action="store_true",
-        help="validate everything again, without reading or writing the cache",
-        **({"default": False} if defaults else keep),
-    )
-    parser.add_argument(
-        "--profile",
-        action="store_true",
-        help="print on stderr where the time went, step by step (stdout is unchanged)",
-        **({"default": False} if defaults else keep),
-    )
+    for name in names:
+        keywords, default = _SHARED[name]
+        parser.add_argument(name, **keywords, default=default if defaults else argparse.SUPPRESS)
     return parser
 
 
@@ -96,7 +97,8 @@ def parser() -> argparse.ArgumentParser:
     review.add_arguments(
         sub.add_parser(
             "diff",
-            parents=[_options(False)],
+            # The cache options reach the build of BASE in a worktree.
+            parents=[_options(False, ("--config", "--cache-dir", "--no-cache"))],
             help="what changed for a reviewer, against a git ref or another out/ (Markdown or JSON)",
             description="Compare this build with BASE semantically (dashboards, panels, queries, rules, "
             "Alertmanager, provisioning) and print a Markdown summary fit for a pull-request comment. "
@@ -106,10 +108,11 @@ def parser() -> argparse.ArgumentParser:
     deploy.add_arguments(
         sub.add_parser(
             "deploy",
-            parents=[_options(False)],
+            parents=[_options(False, ("--config",))],
             help="push folders, datasources and dashboards to a running Grafana through its HTTP API",
             description="Upsert what this build generates into Grafana through its HTTP API: folders and "
-            "datasources by uid, dashboards with overwrite, unchanged ones skipped. See docs/deploy.md.",
+            "datasources by uid, dashboards written over the version just read (an edit made in between is refused, "
+            "not lost), unchanged ones skipped. See docs/deploy.md.",
         )
     )
     _simulate_parser(sub)
