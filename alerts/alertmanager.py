@@ -3,6 +3,8 @@
 from hpcobs.context import Context
 from hpcobs.escape import alertmanager_matcher, go_template_text
 
+from .logs import XID_DRAIN_LOGGED
+
 # Receiver settings in the config -> Alertmanager receiver blocks. Secrets are only ever file paths.
 # Fields Alertmanager expands as Go templates (channel, to; smtp_from is every email's `from`) are escaped.
 _TEMPLATED = {"slack_channel", "email_to"}
@@ -92,6 +94,13 @@ def config(ctx: Context) -> dict:
                 "source_matchers": [f'alertname=~"{DRAIN_CAUSES}"', 'severity="critical"'],
                 "target_matchers": ['severity="warning"'],
                 "equal": [cluster, "node", "gpu"],
+            },
+            # dcgm-exporter reports the drain-class Xid the kernel logs: the node already pages for its drain, and
+            # the log line (read by Loki's ruler, which names the GPU by PCI address, not index) would page again.
+            {
+                "source_matchers": [f'alertname=~"{DRAIN_CAUSES}"', 'severity="critical"'],
+                "target_matchers": [f'alertname="{XID_DRAIN_LOGGED}"'],
+                "equal": [cluster, "node"],
             },
             # A job that just ended explains its training and idle-GPU alerts.
             {

@@ -12,6 +12,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from functools import cached_property, partial
 
+from hpcobs import security_content
 from hpcobs.alert_cases import standard_cases, timing
 from hpcobs.context import Context
 from hpcobs.escape import go_template_text
@@ -27,7 +28,6 @@ APPEAR = "_x10 1x30"
 KEEPS_MATCHING = "_x10 3+0.5x30"
 SHELL = "Terminal shell in container"
 UNRELATED_RULE = "Read sensitive file untrusted"
-GUARD_POLICY = "hpcobs-checkpoint-guard"
 
 
 def groups(ctx: Context) -> list[Group]:
@@ -104,8 +104,12 @@ class _Events:
     def tetragon(self, values: str, policy: str, node: str = "n1") -> Series:
         return tetragon_event(self.ctx, values, node=node, policy=policy, binary="/usr/bin/rsync")
 
-    def action(self, values: str, name: str, policy: str = GUARD_POLICY, node: str = "n1") -> Series:
-        return tetragon_action(self.ctx, values, node=node, policy=policy, action=name)
+    @cached_property
+    def guard_policy(self) -> str:
+        return security_content.tetragon_policy(self.ctx.thresholds, "checkpoint-guard").name
+
+    def action(self, values: str, name: str, node: str = "n1") -> Series:
+        return tetragon_action(self.ctx, values, node=node, policy=self.guard_policy, action=name)
 
     def old_then_quiet(self, build: Callable[..., Series], **labels: str) -> list[Series]:
         """A match long ago, nothing since: outside the window at quiet_at."""
@@ -162,6 +166,7 @@ def _falco_critical(events: _Events) -> Alert:
 def _unexpected_outbound(events: _Events) -> Alert:
     rules = events.ctx.thresholds.security_outbound_rules
     outbound = rules[0]
+    priority = security_content.falco_rule(events.ctx.thresholds, "outbound").priority_number
     return events.event_alert(
         "SecurityUnexpectedOutbound",
         severity="critical",
@@ -175,7 +180,7 @@ def _unexpected_outbound(events: _Events) -> Alert:
             Case(
                 "three matches, then one a minute",
                 at=events.later,
-                series=[events.falco(KEEPS_MATCHING, outbound, "5")],
+                series=[events.falco(KEEPS_MATCHING, outbound, priority)],
                 expect=events.on_node(rule_name=outbound),
             )
         ],
@@ -184,7 +189,7 @@ def _unexpected_outbound(events: _Events) -> Alert:
             Case(
                 f"the last outbound match is older than {events.window}",
                 at=events.quiet_at,
-                series=events.old_then_quiet(events.falco, rule=outbound, priority="5"),
+                series=events.old_then_quiet(events.falco, rule=outbound, priority=priority),
             ),
         ],
     )
@@ -196,7 +201,8 @@ def _checkpoint_foreign_read(events: _Events) -> Alert:
         events.ctx.thresholds.security_checkpoint_policies,
     )
     rule, policy = rules[0], policies[0]
-    falco_read = events.falco(KEEPS_MATCHING, rule, "4", node="n3")
+    priority = security_content.falco_rule(events.ctx.thresholds, "checkpoint").priority_number
+    falco_read = events.falco(KEEPS_MATCHING, rule, priority, node="n3")
     tetragon_read = events.tetragon("_x10 2+0.5x30", policy, node="n3")
     return events.event_alert(
         "SecurityCheckpointForeignRead",
@@ -225,7 +231,7 @@ def _checkpoint_foreign_read(events: _Events) -> Alert:
             Case(
                 "only Falco sees it",
                 at=events.appears_at,
-                series=[events.falco(APPEAR, rule, "4", node="n3")],
+                series=[events.falco(APPEAR, rule, priority, node="n3")],
                 expect=events.on_node("n3"),
             ),
         ],
@@ -242,7 +248,7 @@ def _checkpoint_foreign_read(events: _Events) -> Alert:
                 f"the last read is older than {events.window}",
                 at=events.quiet_at,
                 series=events.old_then_quiet(events.tetragon, policy=policy)
-                + events.old_then_quiet(events.falco, rule=rule, priority="4"),
+                + events.old_then_quiet(events.falco, rule=rule, priority=priority),
             ),
         ],
     )
@@ -264,7 +270,7 @@ def _tetragon_enforcement(events: _Events) -> Alert:
                 "the first kill creates the series",
                 at=events.appears_at,
                 series=[events.action(APPEAR, enforcing)],
-                expect=events.on_node(policy=GUARD_POLICY, action=enforcing),
+                expect=events.on_node(policy=events.guard_policy, action=enforcing),
             )
         ],
         silent_on=[

@@ -2,7 +2,8 @@
 critical events, logs (docs/dashboards.md).
 
 Recorded series only. Falco rule names are not typed here: the outbound and checkpoint panels select
-the rules listed in config (thresholds.security_outbound_rules / security_checkpoint_rules).
+the rules listed in config (thresholds.security_outbound_rules / security_checkpoint_rules), the first of each
+being the rule hpcobs ships in out/falco/ (hpcobs.security_content, docs/security-content.md).
 """
 
 from dataclasses import dataclass

@@ -2,7 +2,8 @@
 
 FORMATS checks single values against the grammar of the language they end up in; config/schema.json names
 the grammar of each key with `"format"` (duration, re2, label-name, promql-selector, text, path-segment,
-http-url, base-url, webhook-url, secret-file, email, email-list, host-port). problems() checks what
+http-url, base-url, webhook-url, secret-file, email, email-list, host-port; sensor-path, cidr and cgroup-fragment
+from hpcobs.security_content). problems() checks what
 relates several keys or needs the catalogue, and numbers YAML can make non-finite.
 
 Every failure reads "problem; fix" for one key path; hpcobs.config names the file that set the key.
@@ -23,8 +24,8 @@ from urllib.parse import unquote, urlsplit
 
 import jsonschema
 
-from . import catalogue, escape, promql, promregex
-from .names import Team
+from . import catalogue, escape, promql, promregex, security_content
+from .names import DashboardUid, Team
 from .sources import parse_selector, scrape_labels
 
 KeyPath = list[Any]
@@ -290,6 +291,23 @@ def _host_port(text: str) -> None:
         )
 
 
+def _sensor_format(name: str, problem: Callable[[str], str | None]) -> None:
+    """A grammar of hpcobs.security_content: site values that reach Falco conditions, Tetragon selectors and
+    bpftrace arguments, checked there by the same functions."""
+
+    def check(text: str) -> None:
+        found = problem(text)
+        if found:
+            raise ValueError(found)
+
+    _format(name)(check)
+
+
+_sensor_format("sensor-path", security_content.path_problem)
+_sensor_format("cidr", security_content.cidr_problem)
+_sensor_format("cgroup-fragment", security_content.cgroup_fragment_problem)
+
+
 def problems(doc: Any) -> list[tuple[KeyPath, str]]:
     """What relates keys to each other, or needs the catalogue: (key path, "problem; fix") each."""
     if not isinstance(doc, dict):
@@ -297,10 +315,13 @@ def problems(doc: Any) -> list[tuple[KeyPath, str]]:
     return [
         *_non_finite_numbers(doc, []),
         *_windows(doc),
+        *_nccl_warn_burst(doc),
         *_metric_names(doc),
         *_alertmanager(doc),
         *_team_routes(doc),
         *_datasource_uids(doc),
+        *_folder_uid(doc),
+        *_shipped_policy_name(doc),
     ]
 
 
@@ -345,6 +366,20 @@ def _windows(doc: dict) -> Iterator[tuple[KeyPath, str]]:
                 f"{value!r} holds fewer than two scrapes of scrape_interval "
                 f"{doc['scrape_interval']}; write at least {promql.duration(2 * interval)}",
             )
+
+
+def _nccl_warn_burst(doc: dict) -> Iterator[tuple[KeyPath, str]]:
+    """TrainingNcclWarnBurst counts a window of lines: a burst stays in the count for one window, so a `for` as long
+    as the window would never let it fire."""
+    window = _seconds(_get(doc, "thresholds", "log_nccl_warn_window"))
+    for_ = _seconds(_get(doc, "thresholds", "log_nccl_warn_for"))
+    if window is not None and for_ is not None and for_ >= window:
+        yield (
+            ["thresholds", "log_nccl_warn_for"],
+            f"{doc['thresholds']['log_nccl_warn_for']!r} is not shorter than log_nccl_warn_window "
+            f"{doc['thresholds']['log_nccl_warn_window']!r}, so a burst of NCCL warnings would leave the window before "
+            "TrainingNcclWarnBurst fires; write a shorter duration",
+        )
 
 
 def _metric_names(doc: dict) -> Iterator[tuple[KeyPath, str]]:
@@ -439,6 +474,26 @@ def _datasource_uids(doc: dict) -> Iterator[tuple[KeyPath, str]]:
             )
         elif isinstance(uid, str):
             seen[uid] = kind
+
+
+def _folder_uid(doc: dict) -> Iterator[tuple[KeyPath, str]]:
+    """Grafana keeps folders and dashboards under one set of uids: a folder cannot take a dashboard's."""
+    uid = _get(doc, "grafana", "folder_uid")
+    if isinstance(uid, str) and uid in set(DashboardUid):
+        yield (
+            ["grafana", "folder_uid"],
+            f"{uid!r} is the uid of an hpcobs dashboard, and Grafana gives folders and dashboards distinct uids; "
+            "choose another, such as 'hpcobs'",
+        )
+
+
+def _shipped_policy_name(doc: dict) -> Iterator[tuple[KeyPath, str]]:
+    """The first checkpoint policy is also the name of the TracingPolicy hpcobs ships."""
+    policies = _get(doc, "thresholds", "security_checkpoint_policies")
+    if isinstance(policies, list) and policies and isinstance(policies[0], str):
+        problem = security_content.object_name_problem(policies[0])
+        if problem:
+            yield ["thresholds", "security_checkpoint_policies", 0], problem
 
 
 def _get(doc: Any, *path: str) -> Any:

@@ -8,9 +8,19 @@ from dataclasses import replace
 
 # mypy reads the source tree, where the content folders sit at the top, and cannot follow setuptools' package-dir
 # mapping that installs them as hpcobs.*: it checks them as the packages alerts, dashboards and recording_rules.
-from . import alerts, dashboards, lint, promtest, provisioning, recording_rules  # type: ignore[attr-defined]
+from . import (  # type: ignore[attr-defined]
+    alerts,
+    dashboards,
+    falco_rules,
+    lint,
+    loki_rules,
+    promtest,
+    provisioning,
+    recording_rules,
+    tetragon_policies,
+)
 from . import dashboard as dashboard_engine
-from .alerts import alertmanager  # type: ignore[import-not-found]
+from .alerts import alertmanager, logs  # type: ignore[import-not-found]
 from .config import Config
 from .context import Context
 from .render import GENERATED, json_text, yaml_text
@@ -60,6 +70,8 @@ def generate(config: Config) -> dict[str, str]:
     files.update(rule_target_files(config, every_group))
 
     files["alertmanager/alertmanager.yml"] = yaml_text(alertmanager.config(ctx), GENERATED)
+    files.update({**falco_rules.files(ctx), **tetragon_policies.files(ctx)})
+    files[loki_rules.RULES_FILE] = loki_rules.rule_file(logs.loki_groups(ctx), links)
 
     folder = config.get("grafana", "folder")
     for module in dashboards.MODULES:

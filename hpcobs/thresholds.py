@@ -14,6 +14,10 @@ Regex = str  # an RE2 regular expression, validated at load
 
 @dataclass(frozen=True)
 class Thresholds:
+    log_event_window: Duration
+    log_nccl_warn_lines: int  # a whole number of log lines, at least 1
+    log_nccl_warn_window: Duration
+    log_nccl_warn_for: Duration
     exporter_node_collectors: tuple[str, ...]  # a list of node_exporter collector names such as [infiniband, textfile]
     slurm_queue_backlog_for: Duration
     slurm_partition_pending_jobs: int  # a non-negative whole number

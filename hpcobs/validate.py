@@ -19,6 +19,7 @@ from . import rule_targets, tools
 from .cache import Cache, digest
 from .errors import UserError
 from .render import load_yaml
+from .security_content import OBJECT_NAME
 from .timing import Timings
 
 SCHEMAS = Path(__file__).resolve().parent.parent / "schemas"
@@ -27,6 +28,8 @@ RULES_SCHEMA = "schemastore/prometheus.rules.json"
 MIMIR_SCHEMA = f"{RULES_SCHEMA}#mimir-namespace"
 # The API server silently prunes fields the CRD's structural schema does not know; closed, the schema refuses them.
 PROMETHEUS_RULE_SCHEMA = "prometheus-operator/prometheusrule.v1.openapi.json#closed"
+# Tetragon's TracingPolicy CRD, closed the same way, with the object name the API server requires of it.
+TRACING_POLICY_SCHEMA = "tetragon/tracingpolicy.v1alpha1.openapi.json#closed-named"
 # (folder, file name ending, schema: a file under schemas/, with a #variant derived from it by schema())
 _BY_PATH = (
     ("prometheus/rules/", "", RULES_SCHEMA),
@@ -36,6 +39,11 @@ _BY_PATH = (
     ("grafana/dashboards/", "", "grafana-v11.6/dashboard.jsonschema.json"),
     (rule_targets.PROMETHEUS_RULE, "", PROMETHEUS_RULE_SCHEMA),
     (f"{rule_targets.MIMIR_DIR}/", ".yaml", MIMIR_SCHEMA),
+    # Loki's ruler reads Prometheus' rule-file format with LogQL in it: shape checked here, never by promtool
+    # (_TOOL_CHECKS runs it on prometheus/ only); the LogQL is parsed by tests/test_loki_rules.py.
+    ("loki/rules/", ".yaml", RULES_SCHEMA),
+    ("falco/", ".yaml", "falco/rule_schema.json"),  # the schema Falco checks rules files with (its --rule-schema)
+    ("tetragon/", ".yaml", TRACING_POLICY_SCHEMA),
 )
 # Besides the file and the schema, the libraries that read and check them decide a schema validation.
 _VALIDATORS = {name: metadata.version(name) for name in ("jsonschema", "PyYAML")}
@@ -54,6 +62,12 @@ def schema(relative: str) -> dict:
         }
     if variant == "closed":
         return _closed(loaded)
+    if variant == "closed-named":
+        # A CRD's schema leaves metadata to the API server, which refuses a name that is not a DNS-1123 subdomain.
+        name = {"type": "string", "maxLength": 253, "pattern": OBJECT_NAME}
+        metadata = {"type": "object", "required": ["name"], "properties": {"name": name}}
+        closed = _closed(loaded)
+        return {**closed, "properties": {**closed["properties"], "metadata": metadata}}
     if variant:
         raise ValueError(f"unknown schema variant {relative!r}")
     return loaded

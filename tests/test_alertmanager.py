@@ -5,8 +5,11 @@ import re
 
 import pytest
 import yaml
+from hpcobs.alerts import logs
 
 from hpcobs import tools, validate
+from hpcobs.context import Context
+from hpcobs.rules import Alert
 
 AM = "alertmanager/alertmanager.yml"
 
@@ -67,16 +70,27 @@ def test_routing_table_catches_a_wrong_expectation(generated_tree):
     assert not result.ok
 
 
-def alert_labels(generated) -> dict[str, set[str]]:
-    """Alert name -> the label names it carries in every firing case of the generated promtool tests."""
+def alert_labels(generated, config) -> dict[str, set[str]]:
+    """Alert name -> the label names it carries in every firing case of the generated promtool tests, and of the
+    Loki alerts' cases on real log lines (their rule and case labels)."""
     carried: dict[str, set[str]] = {}
+
+    def carries(name: str, labels: set[str]) -> None:
+        carried[name] = carried.get(name, labels) & labels
+
     for path, text in generated.items():
         if path.startswith("prometheus/tests/") and path.endswith(".tests.yaml"):
             for test in yaml.safe_load(text)["tests"]:
                 for case in test.get("alert_rule_test", []):
                     for fired in case["exp_alerts"]:
-                        labels = set(fired["exp_labels"])
-                        carried[case["alertname"]] = carried.get(case["alertname"], labels) & labels
+                        carries(case["alertname"], set(fired["exp_labels"]))
+    for group in logs.loki_groups(Context(config)):
+        for log_rule in group.rules:
+            if isinstance(log_rule.rule, Alert):
+                fixed = {"severity", "team", *log_rule.rule.labels}
+                for case in log_rule.rule.fires_on:
+                    for fired in case.expect:
+                        carries(log_rule.rule.alert, fixed | set(fired.labels))
     return carried
 
 
@@ -91,10 +105,10 @@ def alert_names(matchers: list[str]) -> tuple[list[str], bool]:
     return [], False
 
 
-def test_inhibitions_name_real_alerts_that_carry_the_equal_labels(generated):
+def test_inhibitions_name_real_alerts_that_carry_the_equal_labels(generated, config):
     """A renamed alert never matches; an `equal` label an alert lacks never matches either, or, absent from both
     sides (Alertmanager then counts it as equal), claims a scope the rule does not have."""
-    carried = alert_labels(generated)
+    carried = alert_labels(generated, config)
     for rule in yaml.safe_load(generated[AM])["inhibit_rules"]:
         sources, _ = alert_names(rule["source_matchers"])
         targets, selected = alert_names(rule["target_matchers"])

@@ -36,7 +36,16 @@ def test_two_builds_are_byte_identical(tmp_path):
 
 def test_output_layout(generated):
     """The layout the README's Output section documents, which deployments mount and reference."""
-    assert {p.split("/")[0] for p in generated} == {"alertmanager", "grafana", "kubernetes", "mimir", "prometheus"}
+    assert {p.split("/")[0] for p in generated} == {
+        "alertmanager",
+        "falco",
+        "grafana",
+        "kubernetes",
+        "loki",
+        "mimir",
+        "prometheus",
+        "tetragon",
+    }
     assert "alertmanager/alertmanager.yml" in generated
     assert "grafana/provisioning/dashboards/hpcobs.yaml" in generated
     assert "grafana/provisioning/datasources/hpcobs.yaml" in generated

@@ -17,6 +17,7 @@ import re
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 
+from .. import security_content
 from ..errors import UserError
 from ..exporter_labels import EXPORTER_PORTS
 from ..promql import duration, duration_seconds, si_factor
@@ -1405,24 +1406,21 @@ def _prolog(scene: Scene, spec: Spec, start: int, end: int) -> Fault:
     )
 
 
-UNEXPECTED_OUTBOUND = (
-    "Unexpected outbound connection destination",
-    "5",
-    (("network", "true"), ("mitre_exfiltration", "true"), ("TA0010", "true")),
-)
-CHECKPOINT_READ = (
-    "Checkpoint read by foreign process",
-    "4",
-    (("filesystem", "true"), ("mitre_collection", "true"), ("hpcobs", "true")),
-)
-CHECKPOINT_POLICY = ("hpcobs-checkpoint-guard", "kprobe:security_file_open", "/usr/bin/rsync")
-# Falco's rule for miner pool connections is CRITICAL; a Tetragon policy kills the miner (action "signal").
-MINER_RULE = (
-    "Detect outbound connections to common miner pool ports",
-    "2",
-    (("network", "true"), ("mitre_impact", "true"), ("T1496", "true")),
-)
-MINER_POLICY, MINER_ACTION = ("hpcobs-block-miners", "kprobe:tcp_connect", "/tmp/.x/xmrig"), "signal"
+# Where a foreign read comes from, and the miner a policy kills (Tetragon's selector action label "signal").
+FOREIGN_READER = "/usr/bin/rsync"
+MINER_BINARY, MINER_ACTION = "/tmp/.x/xmrig", "signal"
+
+
+def _falco_match(scene: Scene, key: str) -> tuple:
+    """A shipped Falco rule's match as its metric carries it: name, priority number, one tag label per tag."""
+    rule = security_content.falco_rule(scene.thresholds, key)
+    return rule.name, rule.priority_number, tuple((tag, "true") for tag in rule.tags)
+
+
+def _tetragon_event(scene: Scene, key: str, binary: str) -> tuple:
+    """A shipped Tetragon policy's event: policy name, hook, the binary that triggered it."""
+    policy = security_content.tetragon_policy(scene.thresholds, key)
+    return policy.name, policy.hook, binary
 
 
 def _security_fault(
@@ -1509,7 +1507,13 @@ def _security_fault(
 def _outbound(scene: Scene, spec: Spec, start: int, end: int) -> Fault:
     node = scene.node(spec, scene.hero(0))
     return _security_fault(
-        scene, "unexpected_outbound", node, start, end, f"outbound connection from {node.name}", UNEXPECTED_OUTBOUND
+        scene,
+        "unexpected_outbound",
+        node,
+        start,
+        end,
+        f"outbound connection from {node.name}",
+        _falco_match(scene, "outbound"),
     )
 
 
@@ -1529,8 +1533,8 @@ def _foreign_read(scene: Scene, spec: Spec, start: int, end: int) -> Fault:
         start,
         end,
         f"checkpoint read by a foreign process on {node.name}",
-        CHECKPOINT_READ,
-        CHECKPOINT_POLICY,
+        _falco_match(scene, "checkpoint"),
+        _tetragon_event(scene, "checkpoint-guard", FOREIGN_READER),
     )
 
 
@@ -1551,8 +1555,8 @@ def _miner(scene: Scene, spec: Spec, start: int, end: int) -> Fault:
         start,
         end,
         f"crypto miner on {node.name}",
-        MINER_RULE,
-        MINER_POLICY,
+        _falco_match(scene, "miner"),
+        _tetragon_event(scene, "block-miners", MINER_BINARY),
         action=MINER_ACTION,
     )
 

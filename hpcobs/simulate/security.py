@@ -1,15 +1,23 @@
 """Falco native metrics and Tetragon on every node. Rule matches and policy events are event-driven:
-their series only appear with the first match (Falco emits rules_matches_total for rules with count > 0)."""
+their series only appear with the first match (Falco emits rules_matches_total for rules with count > 0).
+
+The security scenarios (scenarios.py) name the rules and policies that match; they are the ones hpcobs ships,
+with their priorities, tags and hooks (hpcobs.security_content; tests/test_security_content.py checks it)."""
 
 from __future__ import annotations
 
 from collections.abc import Iterator
 
+from ..security_content import FALCO_RULES_FILE
 from .core import Family, accumulate, seeded, to_unit, where
 from .model import Node
 
 FALCO_VERSION = "0.41.0"
-FALCO_RULES_FILES = (("/etc/falco/falco_rules.yaml", "1d7f3c9a"), ("/etc/falco/rules.d/hpcobs.yaml", "9b2e40c7"))
+# Falco's default rules and hpcobs' rules file, installed as docs/security-content.md says.
+FALCO_RULES_FILES = (
+    ("/etc/falco/falco_rules.yaml", "1d7f3c9a"),
+    (f"/etc/falco/rules.d/{FALCO_RULES_FILE}", "9b2e40c7"),
+)
 SCAP_DROP_BUFFERS = (
     ("enter", "clone_fork"),
     ("exit", "clone_fork"),

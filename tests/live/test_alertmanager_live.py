@@ -54,6 +54,12 @@ INHIBITIONS = [
         alert("GpuNvlinkErrors", "warning", node="n3", gpu="1"),
         ({"gpu": "2"}, {"severity": "critical"}),
     ),
+    # dcgm-exporter's drain-class Xid already pages for the node: the kernel's line about it (Loki) does not again.
+    Inhibition(
+        alert("GpuXidDrainClass", "critical", node="n8", gpu="1"),
+        alert("GpuXidDrainClassLogged", "critical", node="n8", pci_address="0000:91:00", err_code="79"),
+        ({"node": "n8b"},),
+    ),
     # A job that ended: its hang alert is a consequence; another job's is real.
     Inhibition(
         alert("SlurmJobEnded", "info", team="none", hpc_job="42"),
