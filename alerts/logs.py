@@ -197,7 +197,7 @@ class _Rules:
         out = []
         for name, (query, lines, expect) in cases.items():
             metric = LogMetric(query, RATE_WINDOW, function="rate")
-            case = LogCase("one line of the kind among others", at="1m", series=[], expect=expect, lines=tuple(lines))
+            case = LogCase("one line of the kind among others", expect=expect, lines=tuple(lines))
             out.append(LogRule(Record(name, metric.expr(self.streams), tests=[case]), metric))
         return out
 
@@ -232,15 +232,11 @@ class _Rules:
                 fires_on=[
                     LogCase(
                         "Xid 79, GPU fallen off the bus",
-                        at="1m",
-                        series=[],
                         expect=[self.on_node(pci_address="0000:91:00", err_code="79")],
                         lines=("xid-79-unknown-pid", "nvrm-gpu-fell-off-bus"),
                     ),
                     LogCase(
                         "Xid 48, double-bit ECC, on a syslog line",
-                        at="1m",
-                        series=[],
                         expect=[self.on_node(pci_address="0000:07:00", err_code="48")],
                         lines=("xid-48-syslog",),
                     ),
@@ -248,15 +244,12 @@ class _Rules:
                 silent_on=[
                     LogCase(
                         "application-class Xids 13, 31, 43, 45 are the job's",
-                        at="1m",
-                        series=[],
                         lines=("xid-13-unknown-pid", "xid-31-pid", "xid-43-pid", "xid-45-caused-by-149"),
                     ),
-                    LogCase("NVSwitch SXid lines", at="1m", series=[], lines=("sxid-20034",)),
+                    LogCase("NVSwitch SXid lines", lines=("sxid-20034",)),
                     LogCase(
                         "Xid 79 older than the event window",
                         at=self.event_window,
-                        series=[],
                         lines=("xid-79-unknown-pid",),
                     ),
                 ],
@@ -275,20 +268,16 @@ class _Rules:
                 fires_on=[
                     LogCase(
                         "Xid 94, contained ECC error, on a MIG instance",
-                        at="1m",
-                        series=[],
                         expect=[self.on_node(pci_address="0000:01:00", err_code="94")],
                         lines=("xid-94-mig",),
                     ),
                     LogCase(
                         "Xid 63, row remap pending",
-                        at="1m",
-                        series=[],
                         expect=[self.on_node(pci_address="0000:10:1c", err_code="63")],
                         lines=("xid-63-pid",),
                     ),
                 ],
-                silent_on=[LogCase("drain-class Xid 95", at="1m", series=[], lines=("xid-95-uncontained",))],
+                silent_on=[LogCase("drain-class Xid 95", lines=("xid-95-uncontained",))],
             ),
             self.rule(
                 node_alert,
@@ -305,15 +294,11 @@ class _Rules:
                 fires_on=[
                     LogCase(
                         "a python process killed by the global OOM killer",
-                        at="1m",
-                        series=[],
                         expect=[self.on_node(process="python3")],
                         lines=("oom-global-killed", "oom-reaper"),
                     ),
                     LogCase(
                         "older kernels' wording",
-                        at="1m",
-                        series=[],
                         expect=[self.on_node(process="R")],
                         lines=("oom-global-kill-old", "oom-killed-line-old"),
                     ),
@@ -321,8 +306,6 @@ class _Rules:
                 silent_on=[
                     LogCase(
                         "a memory cgroup at its limit (the job's own, SlurmJobOomKilled's case)",
-                        at="1m",
-                        series=[],
                         lines=("oom-memcg-killed", "oom-memcg-kill-old", "oom-invoked", "oom-task-table-header"),
                     )
                 ],
@@ -358,8 +341,6 @@ class _Rules:
                 fires_on=[
                     LogCase(
                         "InfiniBand completion errors, over the threshold",
-                        at="1m",
-                        series=[],
                         expect=[self.on_job(node="kp-ddp-worker-0")],
                         lines=("nccl-warn-ib-plugin",),
                         times=many,
@@ -368,15 +349,11 @@ class _Rules:
                 silent_on=[
                     LogCase(
                         "as many NCCL INFO lines",
-                        at="1m",
-                        series=[],
                         lines=("nccl-info-trace", "nccl-info-channel"),
                         times=many,
                     ),
                     LogCase(
                         "a few warnings at start-up, one per rank",
-                        at="1m",
-                        series=[],
                         lines=("nccl-warn-libibverbs",),
                         times=thresholds.log_nccl_warn_lines,
                     ),
@@ -397,8 +374,6 @@ class _Rules:
                 fires_on=[
                     LogCase(
                         "two ranks time out, each logged twice",
-                        at="1m",
-                        series=[],
                         expect=[self.on_job()],
                         lines=(
                             "watchdog-2x-rank1",
@@ -409,8 +384,6 @@ class _Rules:
                     ),
                     LogCase(
                         "PyTorch 1.x behind a progress bar",
-                        at="1m",
-                        series=[],
                         expect=[self.on_job()],
                         lines=("watchdog-progress-bar",),
                     ),
@@ -418,8 +391,6 @@ class _Rules:
                 silent_on=[
                     LogCase(
                         "the watchdog's follow-up lines",
-                        at="1m",
-                        series=[],
                         lines=(
                             "watchdog-exception-neighbour",
                             "watchdog-failed-or-timed-out",
@@ -444,15 +415,11 @@ class _Rules:
                 fires_on=[
                     LogCase(
                         "Slurm 23.02+ wording",
-                        at="1m",
-                        series=[],
                         expect=[self.on_job(slurm_step="440575.0")],
                         lines=("slurm-oom-23-02", "srun-out-of-memory", "slurmstepd-step-cancelled"),
                     ),
                     LogCase(
                         "Slurm 20.02 wording, host in the program name",
-                        at="1m",
-                        series=[],
                         expect=[self.on_job(slurm_step="3361579.batch")],
                         lines=("slurm-oom-host-prefix",),
                     ),
@@ -460,8 +427,6 @@ class _Rules:
                 silent_on=[
                     LogCase(
                         "a shell reporting a killed command",
-                        at="1m",
-                        series=[],
                         lines=("slurm-script-killed", "srun-out-of-memory"),
                     )
                 ],
@@ -481,15 +446,11 @@ class _Rules:
                 fires_on=[
                     LogCase(
                         "an illegal memory access",
-                        at="1m",
-                        series=[],
                         expect=[self.on_job(cuda_error="an illegal memory access was encountered")],
                         lines=("cuda-illegal-address", "cuda-kernel-errors-hint", "cuda-launch-blocking-hint"),
                     ),
                     LogCase(
                         "an uncorrectable ECC error with PyTorch's search hint",
-                        at="1m",
-                        series=[],
                         expect=[self.on_job(cuda_error="uncorrectable ECC error encountered")],
                         lines=("cuda-ecc-search-hint", "cuda-ecc-runtime"),
                     ),
@@ -497,11 +458,9 @@ class _Rules:
                 silent_on=[
                     LogCase(
                         "a GPU out of memory, in both wordings (recorded, not alerted)",
-                        at="1m",
-                        series=[],
                         lines=("cuda-error-out-of-memory", "cuda-oom-torch2"),
                     ),
-                    LogCase("PyTorch's debugging hints", at="1m", series=[], lines=("cuda-dsa-hint",)),
+                    LogCase("PyTorch's debugging hints", lines=("cuda-dsa-hint",)),
                 ],
             ),
         ]

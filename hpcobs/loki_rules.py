@@ -17,13 +17,13 @@ Streams, labels and how the rules are loaded into Loki's ruler: docs/loki.md.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from . import escape, promql, promregex
 from .config import Config
 from .render import GENERATED, yaml_text
 from .rules import Alert, Group, LinkBases, Record
-from .ruletest import Case
+from .ruletest import Case, Series
 from .sources import Matcher, parse_selector
 
 RULES_FILE = "loki/rules/hpcobs.yaml"
@@ -175,8 +175,11 @@ def _literal_replacement(value: str) -> str:
 @dataclass
 class LogCase(Case):
     """A rule case on real log lines (ids of tests/data/log_lines.yaml), each logged `times` times at time 0 by one
-    node or job of its stream, the rule evaluated at `at`: the alerts expected, or the samples of a record."""
+    node or job of its stream, the rule evaluated at `at` (a minute later unless said): the alerts expected, or
+    the samples of a record. Log cases have no metric input series."""
 
+    at: str = "1m"
+    series: list[Series] = field(default_factory=list)
     lines: tuple[str, ...] = ()
     times: int = 1
 
