@@ -25,6 +25,11 @@ def promql_string(value: str) -> str:
     return json.dumps(value, ensure_ascii=False)
 
 
+def label_replace_constant(value: str) -> str:
+    """label_replace's replacement writing exactly `value`: `$1` and `${name}` would expand, `$$` writes one `$`."""
+    return value.replace("$", "$$")
+
+
 def regex_alternation(names: Iterable[object]) -> str:
     """An RE2 regex matching exactly these names (PromQL anchors regex matchers at both ends)."""
     return "|".join("".join("\\" + ch if ch in _REGEX_META else ch for ch in str(name)) for name in names)

@@ -158,18 +158,15 @@ class LogMetric:
         for canonical, raw in streams.renames(pattern).items():
             if canonical != raw and canonical in (*query.by, query.distinct):
                 series = promql.label_replace(series, canonical, raw, "(.*)")
-        series = promql.label_replace(series, streams.cluster, "", "", _literal_replacement(streams.cluster_name))
+        series = promql.label_replace(
+            series, streams.cluster, "", "", escape.label_replace_constant(streams.cluster_name)
+        )
         kept = (streams.cluster, *query.by)
         if query.distinct is None:
             aggregated = promql.aggregate("sum", kept, series)
         else:
             aggregated = promql.aggregate("count", kept, promql.aggregate("sum", (*kept, query.distinct), series))
         return aggregated if self.above is None else f"{aggregated} > {self.above:g}"
-
-
-def _literal_replacement(value: str) -> str:
-    """label_replace's replacement as a constant: `$1`, `${name}` would expand, `$$` writes one `$`."""
-    return value.replace("$", "$$")
 
 
 @dataclass
