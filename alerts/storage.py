@@ -5,7 +5,8 @@ thresholds.storage_shared_mountpoints): every client sees a Lustre or NFS filesy
 client's view would page once per node. Lustre is watched from its servers instead, per filesystem
 (fs:lustre_used:ratio) and per OST: one full OST fails the writes striped on it while the filesystem
 still looks half empty. The per-OST and health reads are raw (no record keeps them) and small: one
-series per OST, one per Lustre host.
+series per OST, one per Lustre host. Filling up reads the recorded forecasts
+(node:filesystem_used_forecast:ratio, fs:lustre_used_forecast:ratio), which the fill panels show too.
 """
 
 from dataclasses import dataclass
@@ -105,14 +106,10 @@ class _Data:
             series(self.ctx, "lustre", "available_kib", avail, **labels),
         ]
 
-    # -- filling up: a forecast over predict_linear -----------------------------------------------------
+    # -- filling up: the recorded forecast (predict_linear over the fill window) -------------------------
 
-    def filling(self, ratio: str) -> str:
-        horizon = duration_seconds(self.thresholds.storage_fill_horizon)
-        return (
-            f"({ratio} > {self.thresholds.storage_fill_min_ratio}) and "
-            f"predict_linear({ratio}[{self.thresholds.storage_fill_window}], {horizon}) >= 1"
-        )
+    def filling(self, ratio: str, forecast: str) -> str:
+        return f"({ratio} > {self.thresholds.storage_fill_min_ratio}) and {forecast} >= 1"
 
     @cached_property
     def fill(self) -> Timing:
@@ -148,7 +145,7 @@ def _filesystem_filling_up(data: _Data) -> Alert:
     return data.storage_alert("node")(
         "StorageFilesystemFillingUp",
         severity="warning",
-        expr=data.filling(data.local),
+        expr=data.filling(data.local, "node:filesystem_used_forecast:ratio"),
         for_=thresholds.storage_fill_for,
         summary="A node filesystem is forecast to be full soon.",
         description=f"{label('mountpoint')} on {label('node')} ({data.where}) will be full within {horizon} at the "
@@ -185,7 +182,7 @@ def _lustre_filling_up(data: _Data) -> Alert:
     return data.storage_alert("fs")(
         "StorageLustreFillingUp",
         severity="warning",
-        expr=data.filling("fs:lustre_used:ratio"),
+        expr=data.filling("fs:lustre_used:ratio", "fs:lustre_used_forecast:ratio"),
         for_=thresholds.storage_fill_for,
         summary="A Lustre filesystem is forecast to be full soon.",
         description=f"Lustre filesystem {label('fs')} ({data.where}) will be full within {horizon} at the rate it "

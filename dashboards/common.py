@@ -3,6 +3,8 @@
 from hpcobs import promql
 from hpcobs.context import Context
 from hpcobs.dashboard import Link, Variable, dashboard_url
+from hpcobs.loki_rules import NODE as NODE_LOGS
+from hpcobs.loki_rules import LogStreams
 from hpcobs.names import DashboardUid
 
 TITLES = {
@@ -13,22 +15,30 @@ TITLES = {
     DashboardUid.SLURM_JOBS: "Slurm jobs",
 }
 
-# Loki: hpcobs ships no log collector, so the stream selector and the label naming the host are
-# dashboard variables (textboxes) a site sets to its shipper's labels (Promtail/Alloy journal scrape).
-LOG_SELECTOR = Variable(
-    "log_selector",
-    "Log stream selector",
-    '{job="node-journal"}',
-    kind="textbox",
-    description="LogQL stream selector of the nodes' kernel and job logs (journald/syslog shipper).",
-)
-LOG_NODE_LABEL = Variable(
-    "log_node_label",
-    "Log host label",
-    "host",
-    kind="textbox",
-    description="Loki label carrying the node's short hostname.",
-)
+
+# Loki: hpcobs ships no log collector. The node-log stream selector and the label naming the host are textbox
+# variables that default to the streams the Loki rules read (config `loki.node_logs`), so the panels and the rules
+# agree, and a viewer can still point a panel at another shipper's labels.
+def log_selector(ctx: Context) -> Variable:
+    return Variable(
+        "log_selector",
+        "Log stream selector",
+        LogStreams.of(ctx.config).selector(NODE_LOGS),
+        kind="textbox",
+        description="LogQL stream selector of the nodes' kernel and job logs (journald/syslog shipper).",
+    )
+
+
+def log_node_label(ctx: Context) -> Variable:
+    return Variable(
+        "log_node_label",
+        "Log host label",
+        ctx.config.get("loki", "node_logs", "node_label"),
+        kind="textbox",
+        description="Loki label carrying the node's short hostname.",
+    )
+
+
 # Lines worth seeing next to a job: NVIDIA Xid errors (kernel), NCCL warnings, PyTorch's NCCL watchdog
 # timeout, Slurm and kernel out-of-memory kills (docs/dashboards.md, Training).
 JOB_LOG_LINES = (

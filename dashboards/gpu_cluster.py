@@ -32,7 +32,7 @@ def _one_node(ctx: Context) -> dict[str, str]:
 
 def _fleet(ctx: Context) -> Row:
     in_cluster = common.in_cluster(ctx)
-    power = f"node:gpu_power:watts{{{in_cluster}}}"
+    power = f"cluster:gpu_power:watts{{{in_cluster}}}"
     return Row(
         "Fleet",
         [
@@ -205,15 +205,25 @@ def _nvidia_health(ctx: Context) -> tuple[list[Panel], list[Panel]]:
             shows=("thermal",),
             description="GPUs per node in a hardware, thermal or power-brake clock slowdown.",
         ),
-        timeseries(
-            "NVLink errors by node",
-            f"node:gpu_nvlink_errors:rate{{{in_cluster}}} > 0",
-            legend="{{node}}",
-            unit="eps",
+        table(
+            "Nodes with NVLink errors",
+            [
+                Column(
+                    f"node:gpu_nvlink_errors:rate{{{in_cluster}}} > 0",
+                    "Errors/s",
+                    ((None, "orange"),),
+                    cell="color-text",
+                )
+            ],
+            labels=["node"],
             width=6,
+            height=8,
+            links=(common.node_link(ctx),),
             shows=("nvlink_errors",),
-            description="NVLink CRC, replay and recovery errors per second over each node's GPUs (fields "
-            "commented out in dcgm-exporter's default CSV: docs/exporters.md).",
+            description="Nodes whose GPUs count NVLink CRC, replay or recovery errors now, per second (fields "
+            "commented out in dcgm-exporter's default CSV: docs/exporters.md); click a node for each GPU's "
+            "errors over time. A table of the nodes in error, not a line per node: the record exists for every "
+            "node, so a time series would read all of them at every point.",
         ),
     ]
     return xid, faults
@@ -276,13 +286,14 @@ def _health(ctx: Context, nvidia: bool) -> Row:
             ),
             *nvidia_faults,
             heatmap(
-                "GPU utilisation by node",
-                f"node:gpu_utilization:avg{{{in_cluster}}}",
-                legend="{{node}}",
-                unit="percentunit",
+                "GPUs by utilisation",
+                f"cluster:gpus_by_utilization:count{{{in_cluster}}}",
+                legend="{{utilization}}",
+                unit="none",
                 min=0,
-                max=1,
-                description="Mean GPU utilisation of each node over time (one row per node).",
+                description="How many GPUs run in each 10% band of utilisation, over time: the fleet's "
+                "distribution whatever its size (one row per node stops being readable at a few hundred "
+                "nodes). Which nodes are cold: sort the Nodes table by utilisation.",
             ),
             _nodes_table(ctx, nvidia),
         ],

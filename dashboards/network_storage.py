@@ -11,7 +11,6 @@ from hpcobs.context import Context
 from hpcobs.dashboard import (
     Column,
     DashboardSpec,
-    Panel,
     Query,
     Row,
     Variable,
@@ -22,7 +21,6 @@ from hpcobs.dashboard import (
     timeseries,
 )
 from hpcobs.names import DashboardUid
-from hpcobs.promql import duration_seconds
 
 from . import common
 
@@ -101,40 +99,28 @@ def _fabric(ctx: Context) -> Row:
 def _errors(ctx: Context) -> Row:
     in_cluster = common.in_cluster(ctx)
 
-    def erring_nodes(title: str, series: str, unit: str, description: str, shows: tuple[str, ...]) -> Panel:
-        return timeseries(
-            title,
-            f"{series}{{{in_cluster}}} > 0",
-            legend="{{node}}",
-            unit=unit,
-            width=8,
-            shows=shows,
-            description=description + " Only nodes with errors are drawn.",
-        )
+    def erring(series: str, name: str) -> Column:
+        return Column(f"{series}{{{in_cluster}}} > 0", name, ((None, "orange"),), cell="color-text")
 
     return Row(
         "InfiniBand errors",
         [
-            erring_nodes(
-                "Symbol errors",
-                "node:ib_symbol_errors:rate",
-                "eps",
-                "Symbol errors per second (bad cable or transceiver; a healthy link counts none).",
-                ("ib_symbol_errors",),
-            ),
-            erring_nodes(
-                "Receive errors",
-                "node:ib_receive_errors:rate",
-                "pps",
-                "Malformed packets received per second.",
-                ("ib_symbol_errors",),
-            ),
-            erring_nodes(
-                "Transmit discards",
-                "node:ib_transmit_discards:rate",
-                "pps",
-                "Outbound packets discarded per second (link down, congestion, timeouts).",
-                ("ib_congestion",),
+            table(
+                "Nodes with port errors",
+                [
+                    erring("node:ib_symbol_errors:rate", "Symbol errors/s"),
+                    erring("node:ib_receive_errors:rate", "Receive errors/s"),
+                    erring("node:ib_transmit_discards:rate", "Transmit discards/s"),
+                ],
+                labels=["node"],
+                width=8,
+                links=(common.node_link(ctx, UID, "Ports"),),
+                shows=("ib_symbol_errors", "ib_congestion"),
+                description="Nodes whose ports count errors now, per second: symbol errors (bad cable or "
+                "transceiver; a healthy link counts none), malformed packets received, outbound packets "
+                "discarded (link down, congestion, timeouts). Click a node for each port's errors over time. "
+                "A table of the nodes in error, not a line per node: these records exist for every node, so a "
+                "time series would read all of them at every point.",
             ),
             timeseries(
                 "Transmit wait",
@@ -145,12 +131,15 @@ def _errors(ctx: Context) -> Row:
                 description="Ticks per second with data queued but no credit to send: congestion. "
                 "The ten most waiting nodes.",
             ),
-            erring_nodes(
+            timeseries(
                 "Link flaps (1h)",
-                "node:ib_ports_flapped:count",
-                "none",
-                "Ports per node whose link went down in the last hour (link flaps).",
-                ("ib_port_down", "ib_link_flap"),
+                f"node:ib_ports_flapped:count{{{in_cluster}}} > 0",
+                legend="{{node}}",
+                unit="none",
+                width=8,
+                shows=("ib_port_down", "ib_link_flap"),
+                description="Ports per node whose link went down in the last hour (link flaps). Only nodes with "
+                "flaps are drawn (the record exists only for them).",
             ),
             table(
                 "Nodes with port problems",
@@ -340,10 +329,10 @@ def _fill(ctx: Context) -> Row:
     window = ctx.thresholds.storage_fill_window
     horizon = ctx.thresholds.storage_fill_horizon
     lustre = f'fs:lustre_used:ratio{{{in_cluster}, fs=~"$fs"}}'
-
-    def forecast(series: str) -> str:
-        return f"clamp(predict_linear({series}[{window}], {duration_seconds(horizon)}), 0, 1)"
-
+    # Forecasts are recorded (recording_rules/storage.py): fitted over the whole window, they would be computed
+    # again at every point a panel draws, reading the window's every sample each time.
+    lustre_forecast = f'clamp(fs:lustre_used_forecast:ratio{{{in_cluster}, fs=~"$fs"}}, 0, 1)'
+    mounts_forecast = f"topk(10, clamp(node:filesystem_used_forecast:ratio{{{in_cluster}}}, 0, 1))"
     return Row(
         "Filesystem fill",
         [
@@ -360,7 +349,7 @@ def _fill(ctx: Context) -> Row:
             ),
             timeseries(
                 "Lustre fill and forecast",
-                [Query(lustre, "{{fs}}"), Query(forecast(lustre), "{{fs}} in " + horizon)],
+                [Query(lustre, "{{fs}}"), Query(lustre_forecast, "{{fs}} in " + horizon)],
                 unit="percentunit",
                 min=0,
                 max=1,
@@ -379,16 +368,24 @@ def _fill(ctx: Context) -> Row:
                 width=8,
                 description="The ten fullest local mounts (checkpoint staging, /).",
             ),
-            timeseries(
+            table(
                 "Node mounts forecast to fill",
-                f"topk(10, {forecast(f'node:filesystem_used:ratio{{{in_cluster}}}')})",
-                legend="{{node}} {{mountpoint}}",
-                unit="percentunit",
-                min=0,
-                max=1,
-                thresholds=FILL,
+                [
+                    Column(mounts_forecast, f"Forecast in {horizon}", FILL, cell="color-background"),
+                    Column(
+                        f"node:filesystem_used:ratio{{{in_cluster}}} and on ({ctx.cluster}, node, mountpoint) "
+                        f"{mounts_forecast}",
+                        "Used now",
+                        FILL,
+                        cell="color-text",
+                    ),
+                ],
+                labels=["node", "mountpoint"],
                 width=16,
-                description=f"Local mounts with the highest forecast fill {horizon} ahead (linear fit over {window}).",
+                height=8,
+                description=f"The ten local mounts forecast fullest {horizon} ahead (linear fit over {window}), "
+                f"with their used fraction now: 100% means full within {horizon}. Shared mounts (Lustre, NFS) "
+                "are forecast once, above.",
             ),
         ],
     )

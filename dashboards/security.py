@@ -298,7 +298,7 @@ def dashboard(ctx: Context) -> DashboardSpec:
                 kind="textbox",
                 description="LogQL stream selector of Falco and Tetragon event logs.",
             ),
-            common.LOG_NODE_LABEL,
+            common.log_node_label(ctx),
         ),
         rows=(_overview(ctx, series), _falco(ctx, series), _tetragon(ctx, series), logs_row),
         links=common.others(UID),

@@ -242,7 +242,7 @@ def dashboard(ctx: Context) -> DashboardSpec:
                 include_all=True,
             ),
             *common.owner_variables(ctx, ("account", "user"), given=("partition",)),
-            common.LOG_SELECTOR,
+            common.log_selector(ctx),
         ),
         rows=(_queue(ctx), _allocation(ctx), _jobs(ctx)),
         links=common.others(UID),

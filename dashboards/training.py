@@ -1,13 +1,16 @@
 """Training: one job ($hpc_job) — progress, stragglers, NCCL, its GPUs, its logs and traces (docs/dashboards.md).
 
-Job-level series are recorded; the raw series read here (per-rank step time, loss, NCCL per message
-size, GPU memory) are those of ONE job, selected through the catalogue.
+Job-level series are recorded, per node where a job spans many (a job on 8,192 GPUs has 1,024 nodes and
+8,192 ranks); the raw series read here (per-rank step time, GPU memory) are those of ONE job, selected
+through the catalogue, and read at one instant, bounded to the slowest ranks and least busy GPUs: over time
+they would be read for every rank or GPU at every point drawn.
 """
 
 from grafana_foundation_sdk.models.common import BigValueTextMode
 
 from hpcobs.context import Context
 from hpcobs.dashboard import (
+    Column,
     DashboardSpec,
     Link,
     Panel,
@@ -18,16 +21,18 @@ from hpcobs.dashboard import (
     heatmap,
     logs,
     stat,
+    table,
     text,
     timeseries,
 )
 from hpcobs.names import DashboardUid
-from hpcobs.promql import aggregate
 
 from . import common
 
 UID = DashboardUid.TRAINING
 UTILISATION = ((None, "red"), (0.25, "orange"), (0.6, "green"))
+SLOWEST_RANKS = 10
+LEAST_BUSY_GPUS = 10
 
 
 def _job(ctx: Context) -> str:
@@ -155,7 +160,8 @@ def _progress_over_time(ctx: Context) -> list[Panel]:
 
 
 def _ranks(ctx: Context) -> list[Panel]:
-    """Every rank's step time (raw training series of this job) and the loss."""
+    """The slowest ranks now (raw training series of this job, one instant read) and the loss."""
+    job = _job(ctx)
 
     def per_rank(signal: str) -> str:
         return ctx.select(
@@ -168,34 +174,36 @@ def _ranks(ctx: Context) -> list[Panel]:
         )
 
     # A rank's step time, as the recording rules compute it (rate of step seconds over rate of steps).
-    rank_step = f"{per_rank('step_seconds')} / ({per_rank('steps')} > 0)"
+    slowest = f"topk({SLOWEST_RANKS}, {per_rank('step_seconds')} / ({per_rank('steps')} > 0))"
+    cluster = ctx.cluster
     return [
-        heatmap(
-            "Step time by rank",
-            rank_step,
-            legend="rank {{rank}}",
-            unit="s",
+        table(
+            "Slowest ranks now",
+            [
+                Column(slowest, "Step time (s)"),
+                Column(
+                    f"{slowest} / on ({cluster}) group_left () job:training_step_seconds:median{{{job}}}",
+                    "x median rank",
+                    ((None, "green"), (1 / ctx.thresholds.training_straggler_ratio, "red")),
+                    cell="color-text",
+                ),
+            ],
+            labels=["rank", "node"],
             width=12,
             height=9,
-            description="Step time of every rank of the job (one row per rank, raw training series of this "
-            "job): a straggler is a hot row, a slow node a hot band.",
-        ),
-        timeseries(
-            "Slowest ranks",
-            f"topk(10, {rank_step})",
-            legend="rank {{rank}} on {{node}}",
-            unit="s",
-            width=12,
-            height=9,
-            description="Step time of the ten slowest ranks of the job and their nodes.",
+            links=(common.node_link(ctx),),
+            description=f"The {SLOWEST_RANKS} slowest ranks of the job over the last few scrapes, their nodes and "
+            "their step time against the median rank's (raw training series of this job, read at one instant: "
+            "a large job has thousands of ranks, and a panel over time would read every one at every point); "
+            "click a rank for its node's GPUs. The slowest rank over time is in the Progress panels above.",
         ),
         timeseries(
             "Loss",
-            ctx.select("training", ["loss"], ("hpc_job",), op="avg", where=_raw_job(ctx)),
+            f"job:training_loss:avg{{{job}}}",
             legend="loss",
             unit="none",
-            width=24,
-            height=7,
+            width=12,
+            height=9,
             description="Training loss the job's ranks report at their last step (mean over ranks).",
         ),
     ]
@@ -220,14 +228,11 @@ def _nccl(ctx: Context) -> Row:
             ),
             timeseries(
                 "Collective time by message size",
-                ctx.select(
-                    "nccl_inspector", ["coll_exec_time"], ("collective", "message_size"), op="avg", where=_raw_job(ctx)
-                ),
+                f"job:nccl_collective_seconds_by_size:avg{{{job}}}",
                 legend="{{collective}} {{message_size}}",
                 unit="s",
                 width=8,
-                description="Mean collective time by collective and message size bucket (raw NCCL Inspector "
-                "series of this job).",
+                description="Mean collective time by collective and message size bucket (NCCL Inspector).",
             ),
             timeseries(
                 "Bus bandwidth by collective",
@@ -247,42 +252,45 @@ def _gpus(ctx: Context) -> Row:
     job_gpu_util = (
         f"gpu:utilization:ratio{{{common.in_cluster(ctx)}}} * on ({cluster}, node, gpu) group_right () {job_gpus}"
     )
+    least_busy = f"bottomk({LEAST_BUSY_GPUS}, {job_gpu_util})"
     job_gpu_memory = ctx.gpu("memory_used", keep=("hpc_job",), where={**_raw_job(ctx), "node": '=~"$node"'})
     return Row(
         "GPUs of the job",
         [
-            timeseries(
-                "GPU utilisation by GPU",
-                job_gpu_util,
-                legend="{{node}} GPU {{gpu}}",
-                unit="percentunit",
-                min=0,
-                max=1,
-                description="Utilisation of each GPU the job holds (one rank per GPU).",
-            ),
-            timeseries(
-                "GPU memory used by GPU",
-                job_gpu_memory,
-                legend="{{node}} GPU {{gpu}}",
-                unit="bytes",
-                description="Framebuffer memory used on each GPU of the job (raw DCGM series of this job; one "
-                "rank per GPU).",
-            ),
-            timeseries(
+            heatmap(
                 "GPU utilisation by node",
-                aggregate("avg", (cluster, "node"), job_gpu_util),
+                f'job:gpu_utilization_by_node:avg{{{job}, node=~"$node"}}',
                 legend="{{node}}",
                 unit="percentunit",
                 min=0,
                 max=1,
-                description="Mean utilisation of the job's GPUs on each of its nodes: a cold node holds the job back.",
+                width=12,
+                description="Mean utilisation of the job's GPUs on each of its nodes, over time (one row per node): "
+                "a cold row is a node the job waits for.",
+            ),
+            table(
+                "Least busy GPUs now",
+                [
+                    Column(least_busy, "Utilisation", UTILISATION, cell="color-text"),
+                    Column(
+                        f"{job_gpu_memory} / 2^30 and on ({cluster}, node, gpu) {least_busy}",
+                        "Memory used (GiB)",
+                    ),
+                ],
+                labels=["node", "gpu"],
+                width=12,
+                links=(common.node_link(ctx),),
+                description=f"The {LEAST_BUSY_GPUS} least utilised GPUs of the job now, and their framebuffer use "
+                "(read at one instant: a line per GPU of a large job would read every GPU at every point); "
+                "click a node for its GPUs over time.",
             ),
             timeseries(
-                "GPU memory used by node",
-                aggregate("sum", (cluster, "node"), job_gpu_memory),
-                legend="{{node}}",
+                "GPU memory used",
+                f"job:gpu_memory_used:max{{{job}}}",
+                legend="largest GPU",
                 unit="bytes",
-                description="Framebuffer memory the job uses on each of its nodes.",
+                width=6,
+                description="Framebuffer memory used on the job's fullest GPU (out-of-memory comes from the fullest).",
             ),
             timeseries(
                 "SM and tensor activity",
@@ -294,7 +302,7 @@ def _gpus(ctx: Context) -> Row:
                 unit="percentunit",
                 min=0,
                 max=1,
-                width=8,
+                width=6,
                 description="Mean utilisation, SM activity and tensor-pipe activity over the job's GPUs.",
             ),
             timeseries(
@@ -302,7 +310,7 @@ def _gpus(ctx: Context) -> Row:
                 f"job:gpu_power:watts{{{job}}}",
                 legend="power",
                 unit="watt",
-                width=8,
+                width=6,
                 description="Power of the job's GPUs (a GPU shared with another job is split between them).",
             ),
             timeseries(
@@ -312,7 +320,7 @@ def _gpus(ctx: Context) -> Row:
                     Query(f"job:lustre_read_bytes:rate{{{job}}}", "read"),
                 ],
                 unit="Bps",
-                width=8,
+                width=6,
                 description="Bytes per second the job writes (checkpoints) and reads on Lustre.",
             ),
         ],
@@ -362,8 +370,8 @@ def dashboard(ctx: Context) -> DashboardSpec:
                 include_all=True,
                 description="The job's nodes.",
             ),
-            common.LOG_SELECTOR,
-            common.LOG_NODE_LABEL,
+            common.log_selector(ctx),
+            common.log_node_label(ctx),
         ),
         rows=(_progress(ctx), _nccl(ctx), _gpus(ctx), _logs_and_traces(ctx)),
         links=(*common.others(UID), Link("Job traces (Tempo)", _traces(ctx))),

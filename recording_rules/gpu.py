@@ -3,9 +3,10 @@
 Layer 1 (`hpcobs-gpu-normalise`) turns every deployed GPU exporter and version into canonical per-GPU
 series in SI units keyed by (cluster, node, gpu). Only two per GPU are worth their cost, because many
 rules and panels read them: utilisation and job ownership (one per job on the GPU). Every other signal
-is folded straight into the node and job aggregates of layer 2; models and drivers are counted per
-node, and UUIDs stay on the raw series that the one-node drill-down reads. Layer 3 sums layer 2 per
-cluster. The budget behind these choices is docs/recording-rules.md.
+is folded straight into the node and job aggregates of layer 2 (`hpcobs-gpu-node`, `hpcobs-gpu-node-activity`,
+`hpcobs-gpu-node-throttled`; idle GPUs per node and job in `hpcobs-gpu-idle`, read by both levels); models
+and drivers are counted per node, and UUIDs stay on the raw series that the one-node drill-down reads.
+Layer 3 sums layer 2 per cluster. The budget behind these choices is docs/recording-rules.md.
 Records of dcgm-exporter-only fields (clock events) exist only when dcgm-exporter is enabled; GPU health
 combines what each enabled vendor reports (drain-class Xid or failed row remap; AMD gpu_health 0). Test series
 are written in SI units and converted to what each exporter version exposes (hpcobs.synthetic.gpu_si_series).
@@ -16,7 +17,7 @@ from functools import partial
 from typing import NamedTuple
 
 from hpcobs.context import Context
-from hpcobs.promql import aggregate, one_of
+from hpcobs.promql import aggregate, label_replace, one_of
 from hpcobs.rules import Group, Record
 from hpcobs.ruletest import Case, Series, sample
 from hpcobs.synthetic import amd, dcgm, first_gpu_exporter, gpu_si_series, gpu_utilization
@@ -24,6 +25,7 @@ from hpcobs.synthetic import amd, dcgm, first_gpu_exporter, gpu_si_series, gpu_u
 GPU = ("node", "gpu")
 OWNED = {"hpc_job": '!=""'}
 THROTTLE_EVENTS = '=~"hw_slowdown|sw_thermal|hw_thermal|hw_power_brake"'
+UTILIZATION_BANDS = 10
 
 
 class _Unhealthy(NamedTuple):
@@ -37,6 +39,9 @@ class _Unhealthy(NamedTuple):
 
 def groups(ctx: Context) -> list[Group]:
     unhealthy = _unhealthy_causes(ctx)
+    throttled = _node_throttled(ctx)
+    # Clock events are nine series per GPU (dcgm-exporter only): their count is a group of its own.
+    throttling = [Group("hpcobs-gpu-node-throttled", domain="gpu", interval=ctx.scrape_interval, rules=throttled)]
     return [
         Group(
             "hpcobs-gpu-normalise",
@@ -44,6 +49,9 @@ def groups(ctx: Context) -> list[Group]:
             interval=ctx.scrape_interval,
             rules=[_utilization(ctx), _job_info(ctx)],
         ),
+        Group("hpcobs-gpu-idle", domain="gpu", interval=ctx.scrape_interval, rules=[_idle_by_job(ctx)]),
+        # A group's rules run one after the other, groups side by side: the node level is split in groups of
+        # about the same cost, each well inside its interval on a large fleet (docs/benchmarks.md, Fleet scale).
         Group(
             "hpcobs-gpu-node",
             domain="gpu",
@@ -51,13 +59,17 @@ def groups(ctx: Context) -> list[Group]:
             rules=[
                 *_node_inventory(ctx),
                 *_node_allocation(ctx),
-                *_node_activity(ctx),
-                *_node_memory_and_power(ctx),
-                *_node_throttled(ctx),
                 *_node_unhealthy(ctx, unhealthy),
                 _node_ecc(ctx),
             ],
         ),
+        Group(
+            "hpcobs-gpu-node-activity",
+            domain="gpu",
+            interval=ctx.scrape_interval,
+            rules=[*_node_activity(ctx), *_node_memory_and_power(ctx)],
+        ),
+        *(throttling if throttled else []),
         Group("hpcobs-gpu-cluster", domain="gpu", interval=ctx.scrape_interval, rules=_cluster(ctx, bool(unhealthy))),
     ]
 
@@ -208,29 +220,59 @@ def _node_allocation(ctx: Context) -> list[Record]:
         ),
         Record(
             "node:gpus_allocated_idle:count",
-            aggregate(
-                "count",
-                (cluster, "node"),
-                f"(max_over_time(gpu:utilization:ratio[{idle_window}]) == 0) "
-                f"* on ({cluster}, node, gpu) group_right () (gpu:job:info offset {idle_window})",
-            ),
+            aggregate("sum", (cluster, "node"), "node:gpus_allocated_idle_by_job:count"),
             tests=[
                 Case(
-                    f"a GPU held by the same job for {idle_window} at 0% is idle; a busy one or a new "
-                    "allocation is not",
+                    f"GPUs held by the same job for {idle_window} at 0%, over the node's jobs",
                     at="90m",
-                    series=[
-                        util("0x180", node="n1", gpu="0", hpc_job="7"),
-                        util("0x100 0.01 0x79", node="n1", gpu="1", hpc_job="7"),
-                        util("0x180", node="n1", gpu="2"),
-                        util("0x180", node="n2", gpu="0", hpc_job="9"),
-                        util("_x120 0x60", node="n1", gpu="3", hpc_job="8"),
-                    ],
-                    expect=[sample(1, **cluster_labels, node="n1"), sample(1, **cluster_labels, node="n2")],
+                    series=_idle_gpus(ctx),
+                    expect=[sample(2, **cluster_labels, node="n1"), sample(1, **cluster_labels, node="n2")],
                 )
             ],
         ),
     ]
+
+
+def _idle_gpus(ctx: Context) -> list[Series]:
+    """n1: GPU 0 idle under job 7 and GPU 4 under job 8; GPU 1 busy once, GPU 2 free, GPU 3 newly held by job
+    8; n2: GPU 0 idle under job 9."""
+    util = partial(gpu_utilization, ctx)
+    return [
+        util("0x180", node="n1", gpu="0", hpc_job="7"),
+        util("0x100 0.01 0x79", node="n1", gpu="1", hpc_job="7"),
+        util("0x180", node="n1", gpu="2"),
+        util("_x120 0x60", node="n1", gpu="3", hpc_job="8"),
+        util("0x180", node="n1", gpu="4", hpc_job="8"),
+        util("0x180", node="n2", gpu="0", hpc_job="9"),
+    ]
+
+
+def _idle_by_job(ctx: Context) -> Record:
+    """Idle GPUs per node and job, the one read of the idle window (an hour of every GPU): the node and job
+    counts, the idle-GPU alert and the panels sum this instead of reading the hour again."""
+    cluster = ctx.cluster
+    idle_window = ctx.thresholds.gpu_idle_window
+    return Record(
+        "node:gpus_allocated_idle_by_job:count",
+        aggregate(
+            "count",
+            (cluster, "node", "hpc_job"),
+            f"(max_over_time(gpu:utilization:ratio[{idle_window}]) == 0) "
+            f"* on ({cluster}, node, gpu) group_right () (gpu:job:info offset {idle_window})",
+        ),
+        tests=[
+            Case(
+                f"a GPU held by the same job for {idle_window} at 0% is idle; a busy one or a new allocation is not",
+                at="90m",
+                series=_idle_gpus(ctx),
+                expect=[
+                    sample(1, **ctx.cluster_labels, node="n1", hpc_job="7"),
+                    sample(1, **ctx.cluster_labels, node="n1", hpc_job="8"),
+                    sample(1, **ctx.cluster_labels, node="n2", hpc_job="9"),
+                ],
+            )
+        ],
+    )
 
 
 def _node_activity(ctx: Context) -> list[Record]:
@@ -475,4 +517,57 @@ def _cluster(ctx: Context, with_health: bool) -> list[Record]:
                 )
             ],
         ),
+        _utilization_bands(ctx),
+        Record(
+            "cluster:gpu_power:watts",
+            aggregate("sum", (cluster,), "node:gpu_power:watts"),
+            tests=[
+                Case(
+                    "board power of every GPU (the fleet's power and, integrated, its energy)",
+                    at="5m",
+                    series=[
+                        gpu_si_series(ctx, "power", "300x10", node="n1", gpu="0"),
+                        gpu_si_series(ctx, "power", "100x10", node="n2", gpu="0"),
+                    ],
+                    expect=[sample(400, **cluster_labels)],
+                )
+            ],
+        ),
     ]
+
+
+def _utilization_bands(ctx: Context) -> Record:
+    """GPUs per utilisation band of 10%: the fleet's utilisation as a distribution over time, a handful of
+    series whatever the size, where one row per node stops being readable (and costs a series per node at
+    every point drawn)."""
+    cluster = ctx.cluster
+    bands = []
+    for band in range(UTILIZATION_BANDS):
+        low, high = band / UTILIZATION_BANDS, (band + 1) / UTILIZATION_BANDS
+        # The last band includes 100%.
+        within = f"gpu:utilization:ratio >= {low:g}" + (f" < {high:g}" if band < UTILIZATION_BANDS - 1 else "")
+        name = f"{round(low * 100)}-{round(high * 100)}%"
+        bands.append(label_replace(aggregate("count", (cluster,), within), "utilization", "", "", name))
+    util = partial(gpu_utilization, ctx)
+    return Record(
+        "cluster:gpus_by_utilization:count",
+        " or ".join(bands),
+        tests=[
+            Case(
+                "GPUs counted in the band of their utilisation, from [0%, 10%) to [90%, 100%]; empty bands have "
+                "no series",
+                at="5m",
+                series=[
+                    util(f"{value}x10", node="n1", gpu=str(gpu))
+                    for gpu, value in enumerate((0, 0.05, 0.1, 0.3, 0.8, 1))
+                ],
+                expect=[
+                    sample(2, **ctx.cluster_labels, utilization="0-10%"),
+                    sample(1, **ctx.cluster_labels, utilization="10-20%"),
+                    sample(1, **ctx.cluster_labels, utilization="30-40%"),
+                    sample(1, **ctx.cluster_labels, utilization="80-90%"),
+                    sample(1, **ctx.cluster_labels, utilization="90-100%"),
+                ],
+            )
+        ],
+    )

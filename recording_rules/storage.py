@@ -1,5 +1,5 @@
-"""Storage: Lustre bandwidth per job (jobstats) and per filesystem, NFS bandwidth per export, fill ratios
-(docs/recording-rules.md).
+"""Storage: Lustre bandwidth per job (jobstats) and per filesystem, NFS bandwidth per export, fill ratios and
+their forecasts (docs/recording-rules.md).
 
 Lustre jobstats need `jobid_var=SLURM_JOB_ID` on the clients and `?jobstats=true` on the exporter's
 scrape (docs/exporters.md); the job id then joins dcgm-exporter's hpc_job. NFS has no per-job counters:
@@ -8,7 +8,8 @@ off by default), summed over the clients.
 """
 
 from hpcobs.context import Context
-from hpcobs.promql import aggregate, label_replace
+from hpcobs.escape import promql_matcher
+from hpcobs.promql import aggregate, duration_seconds, label_replace
 from hpcobs.rules import Group, Record
 from hpcobs.ruletest import Case, Series, sample
 from hpcobs.synthetic import series
@@ -66,7 +67,8 @@ def groups(ctx: Context) -> list[Group]:
             domain="storage",
             interval=ctx.scrape_interval,
             rules=[*_lustre(ctx), _local_filesystems(ctx), *_nfs(ctx)],
-        )
+        ),
+        Group("hpcobs-storage-forecast", domain="storage", interval=ctx.scrape_interval, rules=_forecasts(ctx)),
     ]
 
 
@@ -211,3 +213,69 @@ def _nfs(ctx: Context) -> list[Record]:
         ],
     )
     return [*rates, retransmissions]
+
+
+def _forecasts(ctx: Context) -> list[Record]:
+    """Fill ratios forecast `storage_fill_horizon` ahead by a linear fit over `storage_fill_window`: local node
+    mounts (shared mountpoints are Lustre's and NFS's own, and every client would repeat them) and Lustre
+    filesystems. The fit reads the whole window of every mount, the largest read of the storage rules: it is
+    done once here for the filling-up alerts and the fill panels, which a panel drawing it over time would
+    otherwise redo at each of its points."""
+    cluster_labels = ctx.cluster_labels
+    thresholds = ctx.thresholds
+    window, horizon = thresholds.storage_fill_window, duration_seconds(thresholds.storage_fill_horizon)
+    local = promql_matcher("mountpoint", "!~", thresholds.storage_shared_mountpoints)
+    # 64 scrapes (a power of two, so the fit's means are exact) of a ratio growing by exactly 2^-15 per
+    # second: the forecast is the last value plus 2^-15 x the horizon, exactly.
+    scrapes, per_second = 64, 2**-15
+    step = duration_seconds(ctx.scrape_interval)
+    at = f"{(scrapes - 1) * step}s"
+    forecast = 0.5 + (scrapes - 1) * step * per_second + horizon * per_second
+
+    def mount(mountpoint: str, growing: bool) -> list[Series]:
+        size = 2**40
+        slope = round(step * per_second * size) if growing else 0
+        labels = dict(node="n1", device="/dev/md0", mountpoint=mountpoint, fstype="ext4")
+        return [
+            series(ctx, "node_exporter", "fs_size", f"{size}x{scrapes}", **labels),
+            series(ctx, "node_exporter", "fs_avail", f"{size // 2}-{slope}x{scrapes}", **labels),
+        ]
+
+    def ost(target: str, growing: bool) -> list[Series]:
+        size = 2**30
+        slope = round(step * per_second * size) if growing else 0
+        labels = dict(node="oss01", component="ost", target=target)
+        return [
+            series(ctx, "lustre", "capacity_kib", f"{size}x{scrapes}", **labels),
+            series(ctx, "lustre", "available_kib", f"{size // 2}-{slope}x{scrapes}", **labels),
+        ]
+
+    return [
+        Record(
+            "node:filesystem_used_forecast:ratio",
+            f"predict_linear(node:filesystem_used:ratio{{{local}}}[{window}], {horizon})",
+            tests=[
+                Case(
+                    "a local mount growing is forecast from its trend, a steady one stays; shared mounts are left out",
+                    at=at,
+                    series=mount("/raid", True) + mount("/", False) + mount("/lustre", True),
+                    expect=[
+                        sample(forecast, **cluster_labels, node="n1", mountpoint="/raid"),
+                        sample(0.5, **cluster_labels, node="n1", mountpoint="/"),
+                    ],
+                )
+            ],
+        ),
+        Record(
+            "fs:lustre_used_forecast:ratio",
+            f"predict_linear(fs:lustre_used:ratio[{window}], {horizon})",
+            tests=[
+                Case(
+                    "the filesystem's used fraction over its OSTs, forecast from its trend",
+                    at=at,
+                    series=ost("scratch-OST0000", True) + ost("scratch-OST0001", True),
+                    expect=[sample(forecast, **cluster_labels, fs="scratch")],
+                )
+            ],
+        ),
+    ]

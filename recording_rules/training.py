@@ -3,7 +3,9 @@
 A rank's step time is the rate of its step-seconds counter over the rate of its step counter (robust to
 scrape timing, unlike a last-step gauge). Per job: fastest, median and slowest rank, the straggler
 ratio median / slowest (nvidia-resiliency-ext scores a rank reference / own time and flags < 0.75),
-the slowest rank's identity, throughput and NCCL collective time per collective.
+the slowest rank's identity, throughput, the loss, and NCCL collective time per collective (and per message
+size). The training dashboard reads these rather than the ranks: a job on 8,192 GPUs has 8,192 ranks, and a
+panel over the ranks reads all of them at every point it draws.
 """
 
 from hpcobs.context import Context
@@ -22,8 +24,19 @@ def groups(ctx: Context) -> list[Group]:
             "hpcobs-training",
             domain="training",
             interval=ctx.scrape_interval,
-            rules=[*_step_times(ctx), *_throughput(ctx), *_collectives(ctx)],
-        )
+            rules=_step_times(ctx),
+        ),
+        # Groups run side by side: progress and NCCL apart from the step times, each well inside its interval
+        # with thousands of ranks (docs/benchmarks.md, Fleet scale).
+        Group(
+            "hpcobs-training-progress",
+            domain="training",
+            interval=ctx.scrape_interval,
+            rules=[*_throughput(ctx), _loss(ctx)],
+        ),
+        Group("hpcobs-training-nccl", domain="training", interval=ctx.scrape_interval, rules=_collectives(ctx)),
+        # From the recorded statistics: the ranks are read once per statistic, not again for the ratio.
+        Group("hpcobs-training-job", domain="training", interval=ctx.scrape_interval, rules=[_straggler(ctx)]),
     ]
 
 
@@ -97,18 +110,6 @@ def _step_times(ctx: Context) -> list[Record]:
             for record, expression, whose, straggling, healthy in statistics
         ),
         Record(
-            "job:training_straggler:ratio",
-            f"{median} / {slowest}",
-            tests=[
-                Case(
-                    "median over slowest: 1 when balanced, below 0.75 with a straggler",
-                    at="5m",
-                    series=_straggling(ctx) + _healthy(ctx),
-                    expect=[sample(0.5, **job42), sample(1, **job43)],
-                )
-            ],
-        ),
-        Record(
             "job:training_slowest_rank:step_seconds",
             f"topk by ({cluster}, hpc_job) (1, {rank_step})",
             tests=[
@@ -121,6 +122,22 @@ def _step_times(ctx: Context) -> list[Record]:
             ],
         ),
     ]
+
+
+def _straggler(ctx: Context) -> Record:
+    job42, job43 = dict(**ctx.cluster_labels, hpc_job="42"), dict(**ctx.cluster_labels, hpc_job="43")
+    return Record(
+        "job:training_straggler:ratio",
+        "job:training_step_seconds:median / job:training_step_seconds:max",
+        tests=[
+            Case(
+                "median over slowest: 1 when balanced, below 0.75 with a straggler",
+                at="5m",
+                series=_straggling(ctx) + _healthy(ctx),
+                expect=[sample(0.5, **job42), sample(1, **job43)],
+            )
+        ],
+    )
 
 
 def _throughput(ctx: Context) -> list[Record]:
@@ -169,6 +186,24 @@ def _throughput(ctx: Context) -> list[Record]:
     ]
 
 
+def _loss(ctx: Context) -> Record:
+    def loss(values: str, rank: str) -> Series:
+        return series(ctx, "training", "loss", values, node="n1", hpc_job="42", rank=rank)
+
+    return Record(
+        "job:training_loss:avg",
+        ctx.select("training", ["loss"], JOB, op="avg"),
+        tests=[
+            Case(
+                "the loss the job's ranks report, averaged over the ranks",
+                at="5m",
+                series=[loss("2.5x20", "0"), loss("2.25x20", "1")],
+                expect=[sample(2.375, **ctx.cluster_labels, hpc_job="42")],
+            )
+        ],
+    )
+
+
 def _collectives(ctx: Context) -> list[Record]:
     job42 = dict(**ctx.cluster_labels, hpc_job="42")
 
@@ -185,6 +220,12 @@ def _collectives(ctx: Context) -> list[Record]:
         *nccl("AllReduce", 3000, 50, "GPU1"),
         *nccl("AllGather", 500, 200, "GPU0"),
     ]
+    small = [
+        nccl_collective(
+            ctx, "coll_exec_time", "100x20", collective="AllReduce", gpu=gpu, message_size="1-2MB", algo_proto="Ring_ll"
+        )
+        for gpu in ("GPU0", "GPU1")
+    ]
     return [
         Record(
             "job:nccl_collective_seconds:avg",
@@ -197,6 +238,22 @@ def _collectives(ctx: Context) -> list[Record]:
                     expect=[
                         sample(0.002, **job42, collective="AllReduce"),
                         sample(0.0005, **job42, collective="AllGather"),
+                    ],
+                )
+            ],
+        ),
+        Record(
+            "job:nccl_collective_seconds_by_size:avg",
+            ctx.select("nccl_inspector", ["coll_exec_time"], (*JOB, "collective", "message_size"), op="avg"),
+            tests=[
+                Case(
+                    "mean collective time per job, collective and message-size bucket, in seconds",
+                    at="5m",
+                    series=collectives + small,
+                    expect=[
+                        sample(0.002, **job42, collective="AllReduce", message_size="1-2GB"),
+                        sample(0.0001, **job42, collective="AllReduce", message_size="1-2MB"),
+                        sample(0.0005, **job42, collective="AllGather", message_size="1-2GB"),
                     ],
                 )
             ],

@@ -55,23 +55,3 @@ def raw_names_read(config, groups) -> set[str]:
     from hpcobs.sources import Sources
 
     return {n for g in groups for r in g.rules for n in lint.metric_names(r.expr)} & Sources(config).metric_names()
-
-
-def recording_layer_files(groups, folder: Path) -> list[list[Path]]:
-    """One rule file per dependency layer, holding that layer's recording rules (for replay/backfill)."""
-    from hpcobs import pipeline
-    from hpcobs.render import yaml_text
-    from hpcobs.rules import Record
-
-    files = []
-    for index, layer in enumerate(pipeline.layers(groups)):
-        recording = [
-            {"name": g.name, "interval": g.interval, "rules": [r.to_dict() for r in g.rules if isinstance(r, Record)]}
-            for g in layer
-            if any(isinstance(r, Record) for r in g.rules)
-        ]
-        if recording:
-            path = folder / f"layer{index}.rules.yaml"
-            path.write_text(yaml_text({"groups": recording}))
-            files.append([path])
-    return files

@@ -14,8 +14,9 @@ from hpcobs.context import Context
 from hpcobs.promql import duration_seconds
 from hpcobs.rules import Alert
 from hpcobs.simulate import Simulation, write
+from hpcobs.workload import recording_layer_files
 
-from .conftest import raw_names_read, recording_layer_files
+from .conftest import raw_names_read
 
 HOURS = 2.5
 STEP = 30

@@ -21,10 +21,11 @@ from hpcobs import lint, pipeline
 from hpcobs.context import Context
 from hpcobs.dashboard import ALL, GRAFANA_VARIABLE, fault_panels, panel_queries
 from hpcobs.simulate import Simulation, kinds, write
+from hpcobs.workload import recording_layer_files
 
 from ..conftest import MEASUREMENT
 from ..test_dashboards import DURATIONS
-from .conftest import raw_names_read, recording_layer_files
+from .conftest import raw_names_read
 from .test_scenarios import HOURS, SCENARIOS
 
 STEP = 30

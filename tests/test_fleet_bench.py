@@ -1,0 +1,79 @@
+"""The fleet benchmark's smoke run (`benchmarks/fleet.py --quick`): a small simulated fleet on a real
+Prometheus, every dashboard loaded as Grafana loads it. Only the direction of the costs is checked, never a
+time: recording rules make each dashboard cheaper than the same panels on raw series, the GPU cluster
+dashboard is cheaper than NVIDIA's (grafana.com 12239) on the same fleet, and no dashboard's cost is one
+query's. docs/benchmarks.md ("Fleet scale") has the numbers at 1k-16k GPUs."""
+
+import json
+import subprocess
+import sys
+
+import pytest
+
+from .conftest import MEASUREMENT, ROOT
+
+HPCOBS = ("hpcobs-gpu-cluster", "hpcobs-network-storage", "hpcobs-training", "hpcobs-slurm-jobs", "hpcobs-security")
+NVIDIA = "nvidia-12239"
+# Above this share of a dashboard's samples, one query is the dashboard's cost (the forecast panel was 97%).
+ONE_QUERY_SHARE = 0.5
+
+
+@pytest.fixture(scope="module")
+def measured(tmp_path_factory):
+    out = tmp_path_factory.mktemp("fleet") / "results.json"
+    done = subprocess.run(
+        [sys.executable, str(ROOT / "benchmarks" / "fleet.py"), "--quick", "--out", str(out)],
+        capture_output=True,
+        text=True,
+        timeout=600,
+        cwd=ROOT,
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    (size,) = json.loads(out.read_text())["sizes"].values()
+    return size
+
+
+def test_recording_rules_make_every_dashboard_cheaper(measured, record_property):
+    dashboards = measured["prometheus"]["dashboards"]
+    assert set(dashboards) == {*HPCOBS, NVIDIA}
+    costs = {uid: (dashboards[uid]["a"]["samples"], dashboards[uid]["b"]["samples"]) for uid in HPCOBS}
+    record_property(
+        MEASUREMENT,
+        f"fleet --quick ({measured['gpus']} GPUs): samples per load, hpcobs / without records: "
+        + ", ".join(f"{uid.removeprefix('hpcobs-')} {own:,} / {raw:,}" for uid, (own, raw) in costs.items())
+        + f"; NVIDIA 12239 {dashboards[NVIDIA]['c']['samples']:,}",
+    )
+    assert all(own < raw for own, raw in costs.values()), costs
+
+
+def test_the_gpu_cluster_dashboard_is_cheaper_than_nvidias(measured):
+    dashboards = measured["prometheus"]["dashboards"]
+    assert dashboards["hpcobs-gpu-cluster"]["a"]["samples"] < dashboards[NVIDIA]["c"]["samples"]
+    assert dashboards["hpcobs-gpu-cluster"]["a"]["series"] < dashboards[NVIDIA]["c"]["series"]
+
+
+def test_no_dashboard_is_one_query(measured):
+    heavy = {}
+    for uid in HPCOBS:
+        own = measured["prometheus"]["dashboards"][uid]["a"]
+        top = max(own["per_query"], key=lambda query: query["samples"])
+        if own["samples"] and top["samples"] > ONE_QUERY_SHARE * own["samples"]:
+            heavy[uid] = f"{top['panel']}: {top['samples']:,} of {own['samples']:,}"
+    assert not heavy, heavy
+
+
+def test_without_records_the_panels_show_the_same(measured):
+    """The raw variant is the same dashboard: each query returns series exactly where the recorded one does
+    (counts differ only where backfilled records linger without staleness markers)."""
+    differ = []
+    for uid in HPCOBS:
+        pair = measured["prometheus"]["dashboards"][uid]
+        for own, raw in zip(pair["a"]["per_query"], pair["b"]["per_query"]):
+            if bool(own["series_returned"]) != bool(raw["series_returned"]):
+                differ.append(f"{uid} / {own['panel']}: {own['series_returned']} vs {raw['series_returned']}")
+    assert not differ, differ
+
+
+def test_every_rule_group_was_measured(measured):
+    groups = measured["prometheus"]["rule_queries"]
+    assert groups and all(group["rules"] and group["interval"] > 0 for group in groups.values())
