@@ -816,7 +816,7 @@ def main() -> None:
     parser.add_argument("--report-only", action="store_true", help="print tables (and --plot) from --out, run nothing")
     args = parser.parse_args()
     # Ended by SIGTERM, still stop the servers and remove the temporary data (the finally blocks).
-    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit("fleet: terminated (SIGTERM); servers stopped, data removed"))
     args.sizes = args.sizes or ([128] if args.quick else list(DEFAULT_SIZES))
     args.loads = args.loads or (1 if args.quick else 3)
     args.live_cycles = args.live_cycles if args.live_cycles is not None else (0 if args.quick else 4)
