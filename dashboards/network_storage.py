@@ -1,8 +1,9 @@
 """Network & storage: InfiniBand across nodes and one node's ports, NCCL bandwidth, Lustre and NFS,
 filesystem fill (docs/dashboards.md).
 
-Fleet panels read recorded series (ports summed per node, only the nodes with errors shown); the
-"Node $node: ports" row reads the raw node_exporter series of ONE node through the catalogue.
+Fleet panels read recorded series (ports summed per node): over time, the spread across the nodes; per node,
+tables of the values now or of the nodes with errors. The "Node $node: ports" row reads the raw node_exporter
+series of ONE node through the catalogue.
 """
 
 from collections.abc import Callable
@@ -11,11 +12,11 @@ from hpcobs.context import Context
 from hpcobs.dashboard import (
     Column,
     DashboardSpec,
+    Panel,
     Query,
     Row,
     Variable,
     bargauge,
-    heatmap,
     stat,
     table,
     timeseries,
@@ -33,6 +34,14 @@ PORT_STATE = ((None, "red"), (4, "green"), (5, "orange"))
 PHYSICAL_STATE = ((None, "red"), (5, "green"), (6, "red"))
 PROBLEM = ((None, "green"), (1, "red"))
 WARNING = ((None, "green"), (1, "orange"))
+# Fleet lines over time draw a recorded spread across the nodes (hpcobs.promql.spread): five series whatever the
+# fleet's size, where a line per node would read every node's series at every point drawn; the Nodes table
+# names the nodes, from one value each.
+SPREAD_LEGEND = "quantile {{quantile}}"
+SPREAD_TEXT = (
+    "the lowest node (quantile 0), the 10th percentile, the median, the 90th percentile and the highest node "
+    "(quantile 1)."
+)
 
 
 def _nominal_gbps(ctx: Context) -> float:
@@ -75,24 +84,49 @@ def _fabric(ctx: Context) -> Row:
                 shows=("ib_port_down", "ib_link_flap"),
                 description="Ports whose link went down at least once in the last hour.",
             ),
-            heatmap(
-                "Transmit by node",
-                f"node:ib_transmit_bytes:rate{{{in_cluster}}}",
-                legend="{{node}}",
+            timeseries(
+                "Transmit per node (spread)",
+                _spread(ctx, "cluster:ib_transmit_bytes_per_node:quantile"),
+                legend=SPREAD_LEGEND,
                 unit="Bps",
                 width=12,
-                description="Bytes per second each node sends over its InfiniBand ports (one row per node): "
-                "a cold row in a busy job is a node the job waits for.",
+                description="Bytes per second a node sends over its InfiniBand ports, across the nodes: "
+                f"{SPREAD_TEXT} A training job's nodes move together; a low line under a busy median is a "
+                "node the job waits for: find it in the Nodes table.",
             ),
-            heatmap(
-                "Receive by node",
-                f"node:ib_receive_bytes:rate{{{in_cluster}}}",
-                legend="{{node}}",
+            timeseries(
+                "Receive per node (spread)",
+                _spread(ctx, "cluster:ib_receive_bytes_per_node:quantile"),
+                legend=SPREAD_LEGEND,
                 unit="Bps",
                 width=12,
-                description="Bytes per second each node receives over its InfiniBand ports (one row per node).",
+                description="Bytes per second a node receives over its InfiniBand ports, across the nodes: "
+                + SPREAD_TEXT,
             ),
+            _nodes_table(ctx),
         ],
+    )
+
+
+def _spread(ctx: Context, record: str) -> str:
+    return f"{record}{{{common.in_cluster(ctx)}}}"
+
+
+def _nodes_table(ctx: Context) -> Panel:
+    in_cluster = common.in_cluster(ctx)
+    return table(
+        "Nodes",
+        [
+            Column(f"node:ib_transmit_bytes:rate{{{in_cluster}}} / 1e9", "Transmit (GB/s)"),
+            Column(f"node:ib_receive_bytes:rate{{{in_cluster}}} / 1e9", "Receive (GB/s)"),
+            Column(f"node:ib_transmit_wait:rate{{{in_cluster}}}", "Transmit wait (ticks/s)"),
+            Column(f"node:nfs_retransmissions:rate{{{in_cluster}}}", "NFS retransmissions/s"),
+        ],
+        labels=["node"],
+        links=(common.node_link(ctx, UID, "Ports"),),
+        description="Per node now: InfiniBand bytes per second sent and received, transmit wait (congestion) "
+        "and NFS retransmissions; sort by a column to find the node behind a spread's low or high line, "
+        "click a node for its ports.",
     )
 
 
@@ -123,13 +157,13 @@ def _errors(ctx: Context) -> Row:
                 "time series would read all of them at every point.",
             ),
             timeseries(
-                "Transmit wait",
-                f"topk(10, node:ib_transmit_wait:rate{{{in_cluster}}})",
-                legend="{{node}}",
+                "Transmit wait per node (spread)",
+                _spread(ctx, "cluster:ib_transmit_wait_per_node:quantile"),
+                legend=SPREAD_LEGEND,
                 unit="cps",
                 width=8,
-                description="Ticks per second with data queued but no credit to send: congestion. "
-                "The ten most waiting nodes.",
+                description="Ticks per second with data queued but no credit to send (congestion), across the "
+                f"nodes: {SPREAD_TEXT} The most waiting nodes now: the Nodes table, sorted by transmit wait.",
             ),
             timeseries(
                 "Link flaps (1h)",
@@ -312,13 +346,13 @@ def _storage(ctx: Context) -> Row:
                 "--collector.mountstats; NFS has no per-job counters).",
             ),
             timeseries(
-                "NFS retransmissions",
-                f"topk(10, node:nfs_retransmissions:rate{{{in_cluster}}})",
-                legend="{{node}}",
+                "NFS retransmissions per client (spread)",
+                _spread(ctx, "cluster:nfs_retransmissions_per_node:quantile"),
+                legend=SPREAD_LEGEND,
                 unit="ops",
                 width=8,
-                description="NFS RPC retransmissions per second on the ten most affected clients (each follows "
-                "a timeout).",
+                description="NFS RPC retransmissions per second (each follows a timeout), across the clients: "
+                f"{SPREAD_TEXT} The most affected clients now: the Nodes table, sorted by retransmissions.",
             ),
         ],
     )

@@ -63,6 +63,20 @@ def label_replace(expr: str, dst: str, src: str, regex: str, replacement: str = 
     return f"label_replace({expr}, {args})"
 
 
+# The quantiles a fleet-wide spread records: the least busy node, the 10th percentile, the median, the 90th
+# percentile and the busiest node. A handful of series per cluster, whatever its size.
+SPREAD_QUANTILES = (0, 0.1, 0.5, 0.9, 1)
+
+
+def spread(labels: tuple[str, ...], expr: str) -> str:
+    """The distribution of `expr` across its series (per node, per GPU) as SPREAD_QUANTILES, each labelled
+    `quantile`: what a panel draws over time in place of one line per node."""
+    return " or ".join(
+        label_replace(aggregate("quantile", labels, f"{q:g}, {expr}"), "quantile", "", "", f"{q:g}")
+        for q in SPREAD_QUANTILES
+    )
+
+
 def rise_within(counter: str, window: str) -> str:
     """How much an event counter rose within the window, counting the whole value of a series that
     appeared within it: event counters (Falco, Tetragon) appear with their first match already at 1 or

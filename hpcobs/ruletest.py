@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from . import promql
 from .escape import promql_matcher
 
 
@@ -47,3 +48,13 @@ def alert(**labels: str) -> Sample:
 def sample(value: float, **labels: str) -> Sample:
     """An expected sample. promtool compares exactly: write values as Prometheus computes them (30 / 100)."""
     return Sample(labels, value)
+
+
+# A spread's test input: series valued 0, 1, 2, 3 and 4 (times a scale), one per node n0..n4.
+SPREAD_RANKS = 5
+
+
+def spread_samples(scale: float, **labels: str) -> list[Sample]:
+    """The expected spread (hpcobs.promql.spread) of SPREAD_RANKS series valued 0, 1, ... times `scale`:
+    Prometheus' quantile interpolates linearly between ranks, so quantile q is q x (SPREAD_RANKS - 1)."""
+    return [sample(q * (SPREAD_RANKS - 1) * scale, **labels, quantile=f"{q:g}") for q in promql.SPREAD_QUANTILES]

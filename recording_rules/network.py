@@ -7,9 +7,9 @@ usually 1-3 since boot) as an increase, so every node_exporter restart would loo
 hour. A port seen for less than an hour, or whose counter reset, is not judged until it has an hour."""
 
 from hpcobs.context import Context
-from hpcobs.promql import aggregate
+from hpcobs.promql import aggregate, spread
 from hpcobs.rules import Group, Record
-from hpcobs.ruletest import Case, Series, sample
+from hpcobs.ruletest import SPREAD_RANKS, Case, Series, sample, spread_samples
 from hpcobs.synthetic import series
 
 PORT = ("node", "device", "port")
@@ -35,6 +35,13 @@ CLUSTER_SUMS = (
     ("cluster:ib_transmit_bytes:rate", "node:ib_transmit_bytes:rate", "fabric-wide bytes per second sent", 150e6),
     ("cluster:ib_ports_not_active:count", "node:ib_ports_not_active:count", "ports not ACTIVE in the cluster", 1),
 )
+# Spreads across nodes of a per-node record (what the fleet panels draw over time): record, per-node record,
+# node_exporter signal of the test's five nodes.
+SPREADS = (
+    ("cluster:ib_transmit_bytes_per_node:quantile", "node:ib_transmit_bytes:rate", "ib_port_xmit_bytes"),
+    ("cluster:ib_receive_bytes_per_node:quantile", "node:ib_receive_bytes:rate", "ib_port_rcv_bytes"),
+    ("cluster:ib_transmit_wait_per_node:quantile", "node:ib_transmit_wait:rate", "ib_port_xmit_wait"),
+)
 
 
 def groups(ctx: Context) -> list[Group]:
@@ -57,9 +64,26 @@ def groups(ctx: Context) -> list[Group]:
                     tests=[Case(description, at="5m", series=fabric, expect=[sample(value, **ctx.cluster_labels)])],
                 )
                 for record, per_node, description, value in CLUSTER_SUMS
-            ],
+            ]
+            + [_spread(ctx, record, per_node, signal) for record, per_node, signal in SPREADS],
         ),
     ]
+
+
+def _spread(ctx: Context, record: str, per_node: str, signal: str) -> Record:
+    nodes = [_port(ctx, signal, f"0+{30e7 * rank:.0f}x20", node=f"n{rank}") for rank in range(SPREAD_RANKS)]
+    return Record(
+        record,
+        spread((ctx.cluster,), per_node),
+        tests=[
+            Case(
+                "least busy node, 10th percentile, median, 90th percentile and busiest node",
+                at="5m",
+                series=nodes,
+                expect=spread_samples(1e7, **ctx.cluster_labels),
+            )
+        ],
+    )
 
 
 def _port(ctx: Context, signal: str, values: str, node: str = "n1", device: str = "mlx5_0") -> Series:

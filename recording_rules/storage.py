@@ -9,9 +9,9 @@ off by default), summed over the clients.
 
 from hpcobs.context import Context
 from hpcobs.escape import promql_matcher
-from hpcobs.promql import aggregate, duration_seconds, label_replace
+from hpcobs.promql import aggregate, duration_seconds, label_replace, spread
 from hpcobs.rules import Group, Record
-from hpcobs.ruletest import Case, Series, sample
+from hpcobs.ruletest import SPREAD_RANKS, Case, Series, sample, spread_samples
 from hpcobs.synthetic import series
 
 OST = {"component": '="ost"'}
@@ -69,7 +69,27 @@ def groups(ctx: Context) -> list[Group]:
             rules=[*_lustre(ctx), _local_filesystems(ctx), *_nfs(ctx)],
         ),
         Group("hpcobs-storage-forecast", domain="storage", interval=ctx.scrape_interval, rules=_forecasts(ctx)),
+        Group("hpcobs-storage-cluster", domain="storage", interval=ctx.scrape_interval, rules=[_nfs_spread(ctx)]),
     ]
+
+
+def _nfs_spread(ctx: Context) -> Record:
+    clients = [
+        series(ctx, "node_exporter", "nfs_rpc_retransmissions", f"0+{30 * rank}x20", node=f"n{rank}")
+        for rank in range(SPREAD_RANKS)
+    ]
+    return Record(
+        "cluster:nfs_retransmissions_per_node:quantile",
+        spread((ctx.cluster,), "node:nfs_retransmissions:rate"),
+        tests=[
+            Case(
+                "least affected client, 10th percentile, median, 90th percentile and most affected client",
+                at="5m",
+                series=clients,
+                expect=spread_samples(1, **ctx.cluster_labels),
+            )
+        ],
+    )
 
 
 def _lustre_series(ctx: Context) -> list[Series]:
