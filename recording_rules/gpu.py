@@ -26,6 +26,13 @@ GPU = ("node", "gpu")
 OWNED = {"hpc_job": '!=""'}
 THROTTLE_EVENTS = '=~"hw_slowdown|sw_thermal|hw_thermal|hw_power_brake"'
 UTILIZATION_BANDS = 10
+# Means of the optional profiling fields over a node's GPUs: record, field, test description, two GPUs' values
+# and their mean.
+NODE_ACTIVITY = (
+    ("node:gpu_sm_active:avg", "sm_active", "SM activity, an optional profiling field, averaged", (0.5, 0.75), 0.625),
+    ("node:gpu_tensor_active:avg", "tensor_active", "tensor pipe activity averaged", (0.25, 0.75), 0.5),
+    ("node:gpu_dram_active:avg", "dram_active", "memory interface activity averaged", (0.125, 0.375), 0.25),
+)
 
 
 class _Unhealthy(NamedTuple):
@@ -276,62 +283,31 @@ def _idle_by_job(ctx: Context) -> Record:
 
 
 def _node_activity(ctx: Context) -> list[Record]:
-    """Means of the optional profiling fields over the node's GPUs."""
-    cluster = ctx.cluster
-    cluster_labels = ctx.cluster_labels
-    gpu_si = partial(gpu_si_series, ctx)
+    """Means of the optional profiling fields over the node's GPUs; none, and no error, where one is not collected."""
+    not_collected = Case(
+        "no series, and no error, where the optional field is not collected",
+        at="5m",
+        series=[gpu_utilization(ctx, "0.5x10", node="n1", gpu="0")],
+        expect=[],
+    )
     return [
         Record(
-            "node:gpu_sm_active:avg",
-            aggregate("avg", (cluster, "node"), ctx.gpu("sm_active")),
+            record,
+            aggregate("avg", (ctx.cluster, "node"), ctx.gpu(field)),
             tests=[
                 Case(
-                    "SM activity, an optional profiling field, averaged",
+                    description,
                     at="5m",
                     series=[
-                        gpu_si("sm_active", "0.5x10", node="n1", gpu="0"),
-                        gpu_si("sm_active", "0.75x10", node="n1", gpu="1"),
+                        gpu_si_series(ctx, field, f"{value:g}x10", node="n1", gpu=str(gpu))
+                        for gpu, value in enumerate(values)
                     ],
-                    expect=[sample(0.625, **cluster_labels, node="n1")],
+                    expect=[sample(mean, **ctx.cluster_labels, node="n1")],
                 ),
-                Case(
-                    "no series, and no error, where the optional field is not collected",
-                    at="5m",
-                    series=[gpu_utilization(ctx, "0.5x10", node="n1", gpu="0")],
-                    expect=[],
-                ),
+                not_collected,
             ],
-        ),
-        Record(
-            "node:gpu_tensor_active:avg",
-            aggregate("avg", (cluster, "node"), ctx.gpu("tensor_active")),
-            tests=[
-                Case(
-                    "tensor pipe activity averaged",
-                    at="5m",
-                    series=[
-                        gpu_si("tensor_active", "0.25x10", node="n1", gpu="0"),
-                        gpu_si("tensor_active", "0.75x10", node="n1", gpu="1"),
-                    ],
-                    expect=[sample(0.5, **cluster_labels, node="n1")],
-                )
-            ],
-        ),
-        Record(
-            "node:gpu_dram_active:avg",
-            aggregate("avg", (cluster, "node"), ctx.gpu("dram_active")),
-            tests=[
-                Case(
-                    "memory interface activity averaged",
-                    at="5m",
-                    series=[
-                        gpu_si("dram_active", "0.125x10", node="n1", gpu="0"),
-                        gpu_si("dram_active", "0.375x10", node="n1", gpu="1"),
-                    ],
-                    expect=[sample(0.25, **cluster_labels, node="n1")],
-                )
-            ],
-        ),
+        )
+        for record, field, description, values, mean in NODE_ACTIVITY
     ]
 
 
