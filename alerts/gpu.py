@@ -88,8 +88,13 @@ class _TestGpu:
         return f"rate({expr}[{self.ctx.rate_window}])"
 
     def summed_rates(self, signals: tuple[str, ...]) -> str:
-        """The sum of the rates of several optional counters of a GPU: each branch tagged so `or` keeps them all."""
-        tagged = [label_replace(self.per_gpu(signal, over=self.rate), "counter", "", "", signal) for signal in signals]
+        """The sum of the rates of several optional counters of a GPU: each branch tagged so `or` keeps them all.
+        Only rising counters are kept before the per-GPU aggregation (a sum of rates loses nothing by it): on a
+        healthy fleet that is almost none, which keeps the group's evaluation small as the fleet grows."""
+        tagged = [
+            label_replace(self.per_gpu(signal, over=lambda e: f"{self.rate(e)} > 0"), "counter", "", "", signal)
+            for signal in signals
+        ]
         return aggregate("sum", (self.cluster, *GPU, *JOB), " or ".join(tagged))
 
     @cached_property
@@ -391,7 +396,11 @@ def _thermal_slowdown(gpus: _TestGpu) -> Alert:
         "GpuThermalSlowdown",
         severity="warning",
         team=Team.GPU_OPS,
-        expr=f"{gpus.per_gpu('clock_events', 'clock_event', where={'clock_event': one_of(THROTTLE_EVENTS)})} > 0",
+        # Filtered before the per-GPU aggregation, like every condition on many raw series per GPU: only the
+        # slowed GPUs are relabelled and aggregated at each evaluation (docs/benchmarks.md, rule groups).
+        expr=gpus.per_gpu(
+            "clock_events", "clock_event", where={"clock_event": one_of(THROTTLE_EVENTS)}, over=lambda e: f"{e} > 0"
+        ),
         for_=throttle_for,
         summary="A GPU is clocked down by a hardware, thermal or power-brake slowdown.",
         description=f"{gpus.where} has been slowed down by {label('clock_event')} for {throttle_for}: check its "
@@ -528,7 +537,7 @@ def _health_fail(gpus: _TestGpu) -> Alert:
         "GpuHealthFail",
         severity="critical",
         team=Team.GPU_OPS,
-        expr=f"{gpus.per_gpu('health_status', 'health_watch', 'health_error_code')} == {HEALTH_FAIL}",
+        expr=gpus.per_gpu("health_status", "health_watch", "health_error_code", over=lambda e: f"{e} == {HEALTH_FAIL}"),
         for_=FLAG_FOR,
         summary="DCGM health checks report a GPU as failed.",
         description=f"DCGM's {label('health_watch')} health watch failed on {gpus.where} with "
