@@ -35,6 +35,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import os
 import resource
 import signal
@@ -636,10 +637,114 @@ def summary(results: dict[str, Any]) -> list[str]:
     return out
 
 
+def _extrapolate(points: list[tuple[int, float]], gpus: int) -> float:
+    """The line through the two largest sizes measured, at `gpus`: growth no faster than linear keeps it an
+    upper bound where the cost grows with nodes and jobs, and it says nothing more than the trend."""
+    (g1, v1), (g2, v2) = points[-2:]
+    return v2 + (v2 - v1) / (g2 - g1) * (gpus - g2)
+
+
+def _goal_values(size: dict[str, Any]) -> dict[str, float | None]:
+    """The issue's goals' quantities for one size (see GOALS)."""
+    dashboards = size["prometheus"]["dashboards"]
+
+    def samples(uid: str, variant: str) -> float | None:
+        return dashboards.get(uid, {}).get(variant, {}).get("samples")
+
+    groups = size["prometheus"].get("live_rules", {}).get("groups", {})
+    return {
+        "gpu_cluster": samples("hpcobs-gpu-cluster", "a"),
+        "gpu_cluster_b": samples("hpcobs-gpu-cluster", "b"),
+        "nvidia": samples(NVIDIA_UID, "c"),
+        "largest": max(samples(uid, "a") or 0 for uid in DASHBOARD_ORDER[:-1]),
+        "network": samples("hpcobs-network-storage", "a"),
+        "network_before": samples("hpcobs-network-storage", "0"),
+        "slowest_group": max((g["seconds"] / g["interval"] for g in groups.values() if g["seconds"]), default=None),
+    }
+
+
+# The issue's goals: label, the quantity from _goal_values' quantities, the bound, at least (True) or at most.
+GOALS: tuple[tuple[str, Callable[[dict[str, Any]], float | None], float, bool], ...] = (
+    ("GPU cluster: 12239 (c) / hpcobs (a) samples", lambda v: v["nvidia"] / v["gpu_cluster"], 50, True),
+    ("GPU cluster: without records (b) / hpcobs (a)", lambda v: v["gpu_cluster_b"] / v["gpu_cluster"], 20, True),
+    ("largest hpcobs dashboard load (a), samples", lambda v: v["largest"], SAMPLES_BUDGET, False),
+    (
+        "network & storage: before (0) / now (a)",
+        lambda v: v["network_before"] / v["network"] if v["network_before"] else None,
+        20,
+        True,
+    ),
+    ("slowest rule group, share of its interval", lambda v: v["slowest_group"], 0.10, False),
+)
+
+
+def goal_lines(results: dict[str, Any], extrapolate_to: int = 16384) -> list[str]:
+    """Each goal at each size measured and, from the two largest sizes with the same range, at `extrapolate_to`
+    GPUs (each quantity extrapolated on its own, then the goal computed)."""
+    sizes = [results["sizes"][key] for key in sorted(results["sizes"], key=int)]
+    measured = [(size["gpus"], _goal_values(size)) for size in sizes]
+    same_range = [m for m, size in zip(measured, sizes) if size["range_hours"] == sizes[-1]["range_hours"]]
+    extrapolated = None
+    if len(same_range) >= 2 and extrapolate_to > same_range[-1][0]:
+        extrapolated = {
+            key: _extrapolate([(gpus, values[key]) for gpus, values in same_range], extrapolate_to)
+            if all(values[key] is not None for _, values in same_range[-2:])
+            else None
+            for key in same_range[-1][1]
+        }
+    head = " | ".join(f"{gpus:,} GPUs" for gpus, _ in measured)
+    extra = f" | {extrapolate_to:,} GPUs (extrapolated) |" if extrapolated else " |"
+    out = [f"| goal | bound | {head}{extra}", "|---|---|" + "---|" * (len(measured) + bool(extrapolated))]
+    for label, quantity, bound, at_least in GOALS:
+        columns = [values for _, values in measured] + ([extrapolated] if extrapolated else [])
+        cells = []
+        for values in columns:
+            try:
+                value = quantity(values)
+            except (TypeError, ZeroDivisionError):
+                value = None
+            if value is None:
+                cells.append("-")
+                continue
+            met = value >= bound if at_least else value <= bound
+            shown = f"{value:,.1f}x" if at_least else (f"{value:.1%}" if bound < 1 else f"{value:,.0f}")
+            cells.append(f"{shown} ({'met' if met else 'NOT met'})")
+        limit = f">= {bound:g}x" if at_least else (f"<= {bound:.0%}" if bound < 1 else f"<= {bound:,.0f}")
+        out.append(f"| {label} | {limit} | {' | '.join(cells)} |")
+    return out
+
+
+def growth_lines(results: dict[str, Any]) -> list[str]:
+    """How samples per load grow between the smallest and the largest size with the same range, against the
+    GPUs: an exponent of 1 is linear in GPUs, 0 constant."""
+    sizes = [results["sizes"][key] for key in sorted(results["sizes"], key=int)]
+    sizes = [size for size in sizes if size["range_hours"] == sizes[-1]["range_hours"]]
+    if len(sizes) < 2:
+        return []
+    first, last = sizes[0], sizes[-1]
+    factor = last["gpus"] / first["gpus"]
+    out = [
+        f"| dashboard | variant | {first['gpus']:,} -> {last['gpus']:,} GPUs (x{factor:g}) | growth exponent |",
+        "|---|---|---|---|",
+    ]
+    for uid in DASHBOARD_ORDER:
+        for variant in VARIANTS:
+            pair = [
+                size["prometheus"]["dashboards"].get(uid, {}).get(variant, {}).get("samples") for size in (first, last)
+            ]
+            if pair[0] and pair[1]:
+                grown = pair[1] / pair[0]
+                out.append(f"| {uid} | ({variant}) | x{grown:,.2f} | {math.log(grown) / math.log(factor):.2f} |")
+    return out
+
+
 def tables(results: dict[str, Any]) -> str:
-    """Markdown: the summary across sizes; per size the dashboards, the ratios, the rule groups, memory and
-    elapsed time."""
+    """Markdown: the summary across sizes, the goals and the growth; per size the dashboards, the ratios, the
+    rule groups, memory and elapsed time."""
     lines = ["### Samples per dashboard load", "", *summary(results), ""]
+    lines += ["### Goals", "", *goal_lines(results), ""]
+    growth = growth_lines(results)
+    lines += ["### Growth", "", *growth, ""] if growth else []
     for key in sorted(results["sizes"], key=int):
         size = results["sizes"][key]
         prometheus = size["prometheus"]

@@ -77,3 +77,52 @@ def test_without_records_the_panels_show_the_same(measured):
 def test_every_rule_group_was_measured(measured):
     groups = measured["prometheus"]["rule_queries"]
     assert groups and all(group["rules"] and group["interval"] > 0 for group in groups.values())
+
+
+def _size(gpus: int, gpu_cluster: int, nvidia: int, network_before: int, slowest_seconds: float) -> dict:
+    def load(samples: int) -> dict:
+        return {"samples": samples}
+
+    dashboards = {uid: {"a": load(1000), "b": load(10**9)} for uid in HPCOBS}
+    dashboards["hpcobs-gpu-cluster"]["a"] = load(gpu_cluster)
+    dashboards["hpcobs-network-storage"]["0"] = load(network_before)
+    dashboards[NVIDIA] = {"c": load(nvidia)}
+    groups = {"slow": {"seconds": slowest_seconds, "interval": 30}, "fast": {"seconds": 0.01, "interval": 30}}
+    return {"gpus": gpus, "range_hours": 6, "prometheus": {"dashboards": dashboards, "live_rules": {"groups": groups}}}
+
+
+def test_goals_are_judged_per_size_and_extrapolated_from_the_two_largest():
+    """The report's goal table (benchmarks/fleet.py goal_lines): each quantity extrapolated on the line through
+    the two largest sizes, then judged; 12239 growing with the GPUs and the GPU cluster dashboard with the nodes
+    and jobs, the ratio crosses 50x between the sizes measured and 16,384."""
+    fleet = _fleet_module()
+    results = {
+        "sizes": {
+            "1024": _size(1024, 200_000, 5_000_000, 100_000_000, 0.6),
+            "2048": _size(2048, 250_000, 10_000_000, 200_000_000, 0.9),
+        }
+    }
+    lines = fleet.goal_lines(results)
+    rows = {line.split(" | ")[0].lstrip("| "): line for line in lines[2:]}
+    assert lines[0].endswith("| 16,384 GPUs (extrapolated) |")
+    # 12239: 5 M + 5 M per 1,024 GPUs -> 80 M at 16,384; hpcobs: 250 k + 50 k per 1,024 GPUs -> 950 k.
+    assert rows["GPU cluster: 12239 (c) / hpcobs (a) samples"].endswith(
+        "| 25.0x (NOT met) | 40.0x (NOT met) | 84.2x (met) |"
+    )
+    # The slowest group: 0.9 s + 0.3 s per 1,024 GPUs -> 5.1 s of 30 s at 16,384.
+    assert rows["slowest rule group, share of its interval"].endswith("| 2.0% (met) | 3.0% (met) | 17.0% (NOT met) |")
+    growth = {
+        line.split(" | ")[0].lstrip("| ") + line.split(" | ")[1]: line for line in fleet.growth_lines(results)[2:]
+    }
+    assert growth["nvidia-12239(c)"].endswith("| x2.00 | 1.00 |")
+    assert growth["hpcobs-gpu-cluster(a)"].endswith("| x1.25 | 0.32 |")
+
+
+def _fleet_module():
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("fleet", ROOT / "benchmarks" / "fleet.py")
+    assert spec and spec.loader
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
