@@ -6,6 +6,7 @@ series, or the labels of the alerts that fire (none for a silent case).
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from . import promql
@@ -50,11 +51,18 @@ def sample(value: float, **labels: str) -> Sample:
     return Sample(labels, value)
 
 
-# A spread's test input: series valued 0, 1, 2, 3 and 4 (times a scale), one per node n0..n4.
+# A spread's test: counters of SPREAD_RANKS nodes n0, n1, ... rising at 0, 1, ... (times a scale) per second.
 SPREAD_RANKS = 5
 
 
-def spread_samples(scale: float, **labels: str) -> list[Sample]:
-    """The expected spread (hpcobs.promql.spread) of SPREAD_RANKS series valued 0, 1, ... times `scale`:
-    Prometheus' quantile interpolates linearly between ranks, so quantile q is q x (SPREAD_RANKS - 1)."""
-    return [sample(q * (SPREAD_RANKS - 1) * scale, **labels, quantile=f"{q:g}") for q in promql.SPREAD_QUANTILES]
+def spread_case(
+    description: str, rank_series: Callable[[str, str], Series], scale: float, scrape_seconds: float, **labels: str
+) -> Case:
+    """The test of a spread (hpcobs.promql.spread) of per-node rates: `rank_series(values, node)` makes a node's
+    counter. Prometheus' quantile interpolates linearly between ranks, so quantile q is q x (SPREAD_RANKS - 1)."""
+    return Case(
+        description,
+        at="5m",
+        series=[rank_series(f"0+{rank * scale * scrape_seconds:.0f}x20", f"n{rank}") for rank in range(SPREAD_RANKS)],
+        expect=[sample(q * (SPREAD_RANKS - 1) * scale, **labels, quantile=f"{q:g}") for q in promql.SPREAD_QUANTILES],
+    )

@@ -7,9 +7,9 @@ usually 1-3 since boot) as an increase, so every node_exporter restart would loo
 hour. A port seen for less than an hour, or whose counter reset, is not judged until it has an hour."""
 
 from hpcobs.context import Context
-from hpcobs.promql import aggregate, spread
+from hpcobs.promql import aggregate, duration_seconds, spread
 from hpcobs.rules import Group, Record
-from hpcobs.ruletest import SPREAD_RANKS, Case, Series, sample, spread_samples
+from hpcobs.ruletest import Case, Series, sample, spread_case
 from hpcobs.synthetic import series
 
 PORT = ("node", "device", "port")
@@ -71,18 +71,15 @@ def groups(ctx: Context) -> list[Group]:
 
 
 def _spread(ctx: Context, record: str, per_node: str, signal: str) -> Record:
-    nodes = [_port(ctx, signal, f"0+{30e7 * rank:.0f}x20", node=f"n{rank}") for rank in range(SPREAD_RANKS)]
+    def node_counter(values: str, node: str) -> Series:
+        return _port(ctx, signal, values, node=node)
+
+    scrape = duration_seconds(ctx.scrape_interval)
+    description = "least busy node, 10th percentile, median, 90th percentile and busiest node"
     return Record(
         record,
         spread((ctx.cluster,), per_node),
-        tests=[
-            Case(
-                "least busy node, 10th percentile, median, 90th percentile and busiest node",
-                at="5m",
-                series=nodes,
-                expect=spread_samples(1e7, **ctx.cluster_labels),
-            )
-        ],
+        tests=[spread_case(description, node_counter, 1e7, scrape, **ctx.cluster_labels)],
     )
 
 

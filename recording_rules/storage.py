@@ -11,7 +11,7 @@ from hpcobs.context import Context
 from hpcobs.escape import promql_matcher
 from hpcobs.promql import aggregate, duration_seconds, label_replace, spread
 from hpcobs.rules import Group, Record
-from hpcobs.ruletest import SPREAD_RANKS, Case, Series, sample, spread_samples
+from hpcobs.ruletest import Case, Series, sample, spread_case
 from hpcobs.synthetic import series
 
 OST = {"component": '="ost"'}
@@ -74,21 +74,15 @@ def groups(ctx: Context) -> list[Group]:
 
 
 def _nfs_spread(ctx: Context) -> Record:
-    clients = [
-        series(ctx, "node_exporter", "nfs_rpc_retransmissions", f"0+{30 * rank}x20", node=f"n{rank}")
-        for rank in range(SPREAD_RANKS)
-    ]
+    def client_counter(values: str, node: str) -> Series:
+        return series(ctx, "node_exporter", "nfs_rpc_retransmissions", values, node=node)
+
+    scrape = duration_seconds(ctx.scrape_interval)
+    description = "least affected client, 10th percentile, median, 90th percentile and most affected client"
     return Record(
         "cluster:nfs_retransmissions_per_node:quantile",
         spread((ctx.cluster,), "node:nfs_retransmissions:rate"),
-        tests=[
-            Case(
-                "least affected client, 10th percentile, median, 90th percentile and most affected client",
-                at="5m",
-                series=clients,
-                expect=spread_samples(1, **ctx.cluster_labels),
-            )
-        ],
+        tests=[spread_case(description, client_counter, 1, scrape, **ctx.cluster_labels)],
     )
 
 
