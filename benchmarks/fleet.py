@@ -872,7 +872,7 @@ def plot(results: dict[str, Any], path: Path) -> None:
     axes.set_xlabel("GPUs (nodes of 8)")
     axes.set_ylabel("samples touched per dashboard load")
     hours = sorted({s["range_hours"] for s in sizes})
-    axes.set_title(
+    figure.suptitle(
         "Dashboard load cost: (a) hpcobs, (b) same panels without recording rules, (c) NVIDIA 12239\n"
         f"Prometheus stats=all, variables at All, {'/'.join(f'{h:g}' for h in hours)} h range, step for 1,000 px; "
         "security (a) reads nothing on a healthy fleet",
