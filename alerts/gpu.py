@@ -1,8 +1,10 @@
 """GPU health alerts. Xid classes (drain, application, warning) are the catalogue's (hpcobs/catalogue/dcgm.yaml
 `xid_classes`, from NVIDIA's Xid catalog).
 
-Per-GPU health conditions read the raw signal of one GPU through ctx.gpu / ctx.select (one series per GPU,
-filtered); idleness and GPU counts read the recorded series of recording_rules/gpu.py and jobs.py.
+Per-GPU health conditions read the raw signal of one GPU through ctx.gpu / ctx.select (one series per GPU),
+compared before it is relabelled and aggregated (`when`): on a healthy fleet almost nothing passes, so an
+evaluation costs little more than reading the series (docs/benchmarks.md, Fleet scale). Idleness and GPU
+counts read the recorded series of recording_rules/gpu.py and jobs.py.
 Optional dcgm-exporter fields (ECC, NVLink errors, clock events, health) that a site's CSV does not
 collect simply produce no series: those alerts stay silent, they never fire on absence.
 Runbooks: docs/runbooks/gpu.md, one section per alert.
@@ -14,7 +16,7 @@ from functools import cached_property, partial
 from hpcobs.alert_cases import Timing, standard_cases, timing
 from hpcobs.context import Context
 from hpcobs.names import DashboardUid, Team
-from hpcobs.promql import aggregate, duration_seconds, label_replace, one_of
+from hpcobs.promql import ABOVE_ZERO, aggregate, duration_seconds, label_replace, one_of
 from hpcobs.rules import Alert, Group, alerts_of, label
 from hpcobs.ruletest import Case, Sample, Series, alert
 from hpcobs.synthetic import dcgm, gpu_si_series, gpu_utilization, job_info, series
@@ -42,12 +44,28 @@ FLAG_ONSET, FLAG_SETTLE = 2, 180
 
 def groups(ctx: Context) -> list[Group]:
     gpus = _TestGpu(ctx)
-    nvidia = _nvidia(gpus) if ctx.sources["dcgm"].enabled else []
-    amd = [_amd_unhealthy(gpus)] if ctx.sources["amd"].enabled else []
+    nvidia = ctx.sources["dcgm"].enabled
+    # A group's rules run one after the other, groups side by side: the alerts on raw per-GPU series are split
+    # by what they watch into groups of about the same cost, each well inside its interval on a large fleet
+    # (docs/benchmarks.md, Fleet scale).
+    by_topic = {
+        "hpcobs-gpu-alerts-errors": [
+            *([_fell_off_bus(gpus), *_xid_classes(gpus), *_memory_repair(gpus)] if nvidia else []),
+            _uncorrectable_ecc(gpus),
+        ],
+        "hpcobs-gpu-alerts-thermal": _thermal(gpus) if nvidia else [],
+        "hpcobs-gpu-alerts-links": [*([_nvlink_errors(gpus)] if nvidia else []), _pcie_replay_rate(gpus)],
+        "hpcobs-gpu-alerts": [
+            *([_health_fail(gpus)] if nvidia else []),
+            *([_amd_unhealthy(gpus)] if ctx.sources["amd"].enabled else []),
+            _allocated_idle(gpus),
+            _series_missing(gpus),
+        ],
+    }
     return [
-        Group(
-            "hpcobs-gpu-alerts", domain="gpu", interval=ctx.scrape_interval, rules=[*nvidia, *_any_vendor(gpus), *amd]
-        )
+        Group(name, domain="gpu", interval=ctx.scrape_interval, rules=rules)
+        for name, rules in by_topic.items()
+        if rules
     ]
 
 
@@ -80,9 +98,9 @@ class _TestGpu:
     def flag(self, for_: str = FLAG_FOR) -> Timing:
         return timing(self.ctx, for_, FLAG_ONSET, settle=FLAG_SETTLE)
 
-    def per_gpu(self, signal: str, *keep: str, over=None, where: dict[str, str] | None = None) -> str:
-        """A dcgm-exporter signal per GPU (and job), the highest of its copies."""
-        return self.ctx.select("dcgm", [signal], (*GPU, *JOB, *keep), over=over, where=where)
+    def per_gpu(self, signal: str, *keep: str, over=None, where: dict[str, str] | None = None, when=None) -> str:
+        """A dcgm-exporter signal per GPU (and job), the highest of its copies (of those meeting `when`)."""
+        return self.ctx.select("dcgm", [signal], (*GPU, *JOB, *keep), over=over, where=where, when=when)
 
     def rate(self, expr: str) -> str:
         return f"rate({expr}[{self.ctx.rate_window}])"
@@ -92,7 +110,7 @@ class _TestGpu:
         Only rising counters are kept before the per-GPU aggregation (a sum of rates loses nothing by it): on a
         healthy fleet that is almost none, which keeps the group's evaluation small as the fleet grows."""
         tagged = [
-            label_replace(self.per_gpu(signal, over=lambda e: f"{self.rate(e)} > 0"), "counter", "", "", signal)
+            label_replace(self.per_gpu(signal, over=self.rate, when=ABOVE_ZERO), "counter", "", "", signal)
             for signal in signals
         ]
         return aggregate("sum", (self.cluster, *GPU, *JOB), " or ".join(tagged))
@@ -108,24 +126,12 @@ class _TestGpu:
         return alerts_of("gpu", DashboardUid.GPU_CLUSTER, self.cluster, "node")
 
 
-def _nvidia(gpus: _TestGpu) -> list[Alert]:
-    """Alerts on dcgm-exporter fields (Xid, row remapping, clock events, NVLink, DCGM health)."""
-    return [
-        _fell_off_bus(gpus),
-        *_xid_classes(gpus),
-        *_memory_repair(gpus),
-        *_thermal(gpus),
-        _nvlink_errors(gpus),
-        _health_fail(gpus),
-    ]
-
-
 def _fell_off_bus(gpus: _TestGpu) -> Alert:
     ctx = gpus.ctx
     (fell_off_bus,) = ctx.sources["dcgm"].exporter.xids("fell_off_bus")
     # The Xid value is sticky and the GPU's series may vanish right after Xid 79: look back over a
     # window so the alert survives the series going stale.
-    last_xid = ctx.gpu("xid", keep=JOB, over=lambda raw: f"last_over_time({raw}[5m])")
+    last_xid_79 = ctx.gpu("xid", keep=JOB, over=lambda raw: f"last_over_time({raw}[5m])", when=("==", fell_off_bus))
 
     def xid79(gpu: str, values: str, **labels: str) -> Series:
         return dcgm(
@@ -136,7 +142,7 @@ def _fell_off_bus(gpus: _TestGpu) -> Alert:
         "GpuFellOffBus",
         severity="critical",
         team=Team.GPU_OPS,
-        expr=f"({last_xid}) == {fell_off_bus}",
+        expr=last_xid_79,
         for_=ctx.thresholds.gpu_fell_off_bus_for,
         summary="A GPU has fallen off the bus.",
         description=f"{gpus.where} reported Xid 79 and stopped answering; drain the node and reboot it.",
@@ -356,7 +362,7 @@ def _memory_repair(gpus: _TestGpu) -> list[Alert]:
             flag.alert,
             severity=flag.severity,
             team=Team.GPU_OPS,
-            expr=f"{gpus.per_gpu(flag.signal)} > 0",
+            expr=gpus.per_gpu(flag.signal, when=ABOVE_ZERO),
             for_=FLAG_FOR,
             summary=flag.summary,
             description=f"{gpus.where} {flag.problem}",
@@ -396,10 +402,8 @@ def _thermal_slowdown(gpus: _TestGpu) -> Alert:
         "GpuThermalSlowdown",
         severity="warning",
         team=Team.GPU_OPS,
-        # Filtered before the per-GPU aggregation, like every condition on many raw series per GPU: only the
-        # slowed GPUs are relabelled and aggregated at each evaluation (docs/benchmarks.md, rule groups).
         expr=gpus.per_gpu(
-            "clock_events", "clock_event", where={"clock_event": one_of(THROTTLE_EVENTS)}, over=lambda e: f"{e} > 0"
+            "clock_events", "clock_event", where={"clock_event": one_of(THROTTLE_EVENTS)}, when=ABOVE_ZERO
         ),
         for_=throttle_for,
         summary="A GPU is clocked down by a hardware, thermal or power-brake slowdown.",
@@ -433,7 +437,7 @@ def _thermal_violation(gpus: _TestGpu) -> Alert:
         "GpuThermalViolation",
         severity="warning",
         team=Team.GPU_OPS,
-        expr=f"{gpus.per_gpu('thermal_violation', over=gpus.rate)} > {violation}",
+        expr=gpus.per_gpu("thermal_violation", over=gpus.rate, when=(">", violation)),
         for_=throttle_for,
         summary="A GPU spends a large share of its time throttled by thermal limits.",
         description=f"{gpus.where} has been clocked down by thermal constraints for more than "
@@ -462,7 +466,7 @@ def _temperature_high(gpus: _TestGpu) -> Alert:
         "GpuTemperatureHigh",
         severity="warning",
         team=Team.GPU_OPS,
-        expr=f"{gpus.ctx.select('dcgm', temperature, (*GPU, *JOB))} > {limit}",
+        expr=gpus.ctx.select("dcgm", temperature, (*GPU, *JOB), when=(">", limit)),
         for_=throttle_for,
         summary="A GPU runs hotter than its configured limit.",
         description=f"{gpus.where} has been above {limit} C for {throttle_for}: it is close to its slowdown "
@@ -537,7 +541,7 @@ def _health_fail(gpus: _TestGpu) -> Alert:
         "GpuHealthFail",
         severity="critical",
         team=Team.GPU_OPS,
-        expr=gpus.per_gpu("health_status", "health_watch", "health_error_code", over=lambda e: f"{e} == {HEALTH_FAIL}"),
+        expr=gpus.per_gpu("health_status", "health_watch", "health_error_code", when=("==", HEALTH_FAIL)),
         for_=FLAG_FOR,
         summary="DCGM health checks report a GPU as failed.",
         description=f"DCGM's {label('health_watch')} health watch failed on {gpus.where} with "
@@ -563,11 +567,6 @@ def _health_fail(gpus: _TestGpu) -> Alert:
     )
 
 
-def _any_vendor(gpus: _TestGpu) -> list[Alert]:
-    """Alerts on canonical quantities every GPU exporter has, and on recorded series."""
-    return [_uncorrectable_ecc(gpus), _pcie_replay_rate(gpus), _allocated_idle(gpus), _series_missing(gpus)]
-
-
 def _simulated(gpus: _TestGpu, *scenarios: str) -> tuple[str, ...]:
     """The simulator's scenarios fault NVIDIA GPUs only."""
     return scenarios if gpus.ctx.sources["dcgm"].enabled else ()
@@ -583,7 +582,7 @@ def _uncorrectable_ecc(gpus: _TestGpu) -> Alert:
         "GpuUncorrectableEcc",
         severity="critical",
         team=Team.GPU_OPS,
-        expr=f"{ctx.gpu('ecc_uncorrectable', keep=JOB, over=lambda e: f'increase({e}[{ECC_WINDOW}])')} > 0",
+        expr=ctx.gpu("ecc_uncorrectable", keep=JOB, over=lambda e: f"increase({e}[{ECC_WINDOW}])", when=ABOVE_ZERO),
         for_=None,
         no_for_reason="an uncorrectable ECC error is a single event the counter records once; increase() over "
         f"{ECC_WINDOW} already holds it, a for: would only delay the page",
@@ -618,7 +617,7 @@ def _pcie_replay_rate(gpus: _TestGpu) -> Alert:
         "GpuPcieReplayRate",
         severity="warning",
         team=Team.GPU_OPS,
-        expr=f"{ctx.gpu('pcie_replay', keep=JOB, over=gpus.rate)} * 60 > {replays}",
+        expr=ctx.gpu("pcie_replay", keep=JOB, over=lambda e: f"{gpus.rate(e)} * 60", when=(">", replays)),
         for_=link_for,
         summary="A GPU's PCIe link retries transfers more often than DCGM recommends.",
         description=f"{gpus.where} has replayed more than {replays} PCIe transfers a minute for {link_for}: the "
@@ -734,7 +733,7 @@ def _amd_unhealthy(gpus: _TestGpu) -> Alert:
         "GpuAmdUnhealthy",
         severity="critical",
         team=Team.GPU_OPS,
-        expr=f"{gpus.ctx.select('amd', ['health'], (*GPU, *JOB))} == 0",
+        expr=gpus.ctx.select("amd", ["health"], (*GPU, *JOB), when=("==", 0)),
         for_=FLAG_FOR,
         summary="The AMD Device Metrics Exporter reports a GPU as unhealthy.",
         description=f"{gpus.where} is reported unhealthy (gpu_health 0): drain the node, check amd-smi and the "

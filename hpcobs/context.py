@@ -77,14 +77,18 @@ class Context:
         over: Callable[[str], str] | None = None,
         op: str = "max",
         where: dict[str, str] | None = None,
+        when: tuple[str, float] | None = None,
     ) -> str:
         """One canonical expression for some signals of an exporter, across its deployed versions.
 
         Each distinct raw spelling contributes a branch: the raw name with the exporter's selector and
         `where` matchers (canonical label -> `op"value"`), optionally wrapped by `over` (e.g. a range
-        function), raw labels copied to their canonical names (host label -> node, job label ->
-        hpc_job, gpu_id -> gpu), aggregated `op by (cluster, *by)` and scaled to SI units. Branches are
-        joined with `or`, so a target scraped under two spellings during an upgrade is counted once.
+        function), kept only where it meets `when` (a comparison with a threshold in SI units, scaled to the
+        raw unit: a condition that holds for few series drops the others before any relabelling or
+        aggregation, which keeps per-GPU alerts cheap on a large fleet), raw labels copied to their canonical
+        names (host label -> node, job label -> hpc_job, gpu_id -> gpu), aggregated `op by (cluster, *by)`
+        and scaled to SI units. Branches are joined with `or`, so a target scraped under two spellings during
+        an upgrade is counted once.
         """
         source = self.sources[exporter_id]
         branches: dict[tuple[str, str], list[dict[str, str | dict]]] = {}
@@ -102,6 +106,7 @@ class Context:
             raw_where = [_raw_matcher(variants[0].get(label, label), cond) for label, cond in (where or {}).items()]
             expr = name + source.selector(*raw_where)
             expr = over(expr) if over else expr
+            expr = promql.compare_raw(expr, when, unit) if when else expr
             for mapping in variants:
                 for label in by:
                     raw = mapping.get(label, label)
@@ -122,6 +127,7 @@ class Context:
         over: Callable[[str], str] | None = None,
         op: str = "max",
         where: dict[str, str] | None = None,
+        when: tuple[str, float] | None = None,
     ) -> str:
         """A canonical per-GPU quantity (catalogue `canonical:`) over every enabled GPU exporter.
 
@@ -132,7 +138,9 @@ class Context:
             source = self.sources[exporter_id]
             signals = source.exporter.signals_for(canonical)
             if source.enabled and signals and any(source.metric(s, v) for s in signals for v in source.versions):
-                parts.append(self.select(exporter_id, signals, (*GPU_KEY, *keep), over=over, op=op, where=where))
+                parts.append(
+                    self.select(exporter_id, signals, (*GPU_KEY, *keep), over=over, op=op, where=where, when=when)
+                )
         if not parts:
             raise ValueError(f"no enabled GPU exporter measures {canonical}")
         return either(parts)

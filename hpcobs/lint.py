@@ -14,6 +14,7 @@ from functools import cache
 import promql_parser
 
 from .dashboard import GRAFANA_VARIABLE
+from .promql import COMPARISONS
 
 _STRING = re.compile(r'"(?:[^"\\]|\\.)*"|\'(?:[^\'\\]|\\.)*\'|`[^`]*`')
 _TEMPLATE_QUERY = re.compile(r"\s*(label_values|query_result)\((.*)\)\s*", re.S)
@@ -57,7 +58,6 @@ def _metric_names(expr: str) -> frozenset[str]:
     return frozenset(names)
 
 
-_COMPARISONS = {"==", "!=", ">", "<", ">=", "<="}
 _EXCLUDING = (promql_parser.MatchOp.NotEqual, promql_parser.MatchOp.NotRe)
 
 
@@ -80,13 +80,66 @@ def _counts_a_condition(node: promql_parser.Expr) -> bool:
     conditions = []
 
     def visit(inner) -> None:
-        if isinstance(inner, promql_parser.BinaryExpr) and str(inner.op) in _COMPARISONS:
+        if isinstance(inner, promql_parser.BinaryExpr) and str(inner.op) in COMPARISONS:
             conditions.append(not (inner.modifier and inner.modifier.return_bool))
         elif isinstance(inner, promql_parser.VectorSelector):
             conditions.extend(m.op in _EXCLUDING for m in inner.matchers.matchers)
 
     promql_parser.walk(node.expr, visit)
     return any(conditions)
+
+
+def compared_after_aggregating(expr: str) -> set[str]:
+    """Raw metrics (no `:` in the name) that are aggregated and only then compared with a number, with no
+    comparison or value matcher before the aggregation: `max by (gpu) (label_replace(x, ...)) > 85`. Every
+    series is relabelled and aggregated at each evaluation to keep the few that pass; comparing first
+    (`max by (gpu) (label_replace(x > 85, ...))`) gives the same result and leaves almost nothing to aggregate
+    on a healthy fleet."""
+    found: set[str] = set()
+
+    def visit(node) -> None:
+        if isinstance(node, promql_parser.BinaryExpr) and str(node.op) in COMPARISONS:
+            for side, other in ((node.lhs, node.rhs), (node.rhs, node.lhs)):
+                aggregation = _unscaled(side)
+                if isinstance(other, promql_parser.NumberLiteral) and isinstance(
+                    aggregation, promql_parser.AggregateExpr
+                ):
+                    found.update(_raw_read_unfiltered(aggregation.expr))
+
+    promql_parser.walk(_tree(expr), visit)
+    return found
+
+
+def _unscaled(node: promql_parser.Expr) -> promql_parser.Expr:
+    """The expression under parentheses, label_replace and a scaling by a number (a unit conversion)."""
+    while True:
+        if isinstance(node, promql_parser.ParenExpr):
+            node = node.expr
+        elif isinstance(node, promql_parser.Call) and node.func.name == "label_replace":
+            node = node.args[0]
+        elif (
+            isinstance(node, promql_parser.BinaryExpr)
+            and str(node.op) in ("*", "/")
+            and isinstance(node.rhs, promql_parser.NumberLiteral)
+        ):
+            node = node.lhs
+        else:
+            return node
+
+
+def _raw_read_unfiltered(node: promql_parser.Expr) -> set[str]:
+    names: set[str] = set()
+    filtered = []
+
+    def visit(inner) -> None:
+        if isinstance(inner, promql_parser.BinaryExpr) and str(inner.op) in COMPARISONS:
+            filtered.append(True)
+        elif isinstance(inner, promql_parser.VectorSelector) and inner.name and ":" not in inner.name:
+            names.add(inner.name)
+            filtered.extend(m.op == promql_parser.MatchOp.Re for m in inner.matchers.matchers)
+
+    promql_parser.walk(node, visit)
+    return set() if any(filtered) else names
 
 
 def _plain_regexes(promql: str) -> str:

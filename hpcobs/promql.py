@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import re
+from decimal import Decimal
 
 from . import escape
 from .catalogue import UNITS
@@ -43,6 +44,23 @@ def to_si(expr: str, unit: str) -> str:
         # Dividing by the exact inverse keeps results correctly rounded (50 / 100 is 0.5; 70 * 0.01 is not 0.7).
         return f"({expr} / {_number(round(1 / factor))})"
     return f"({expr} * {_number(factor)})"
+
+
+COMPARISONS = ("==", "!=", ">", "<", ">=", "<=")
+ABOVE_ZERO = (">", 0)  # a flag set, a counter that moved: Context.select's `when`
+
+
+def compare_raw(expr: str, comparison: tuple[str, float], unit: str) -> str:
+    """Keep the samples of `expr` (in `unit`) that meet a comparison against a threshold given in SI units:
+    the threshold is scaled to `unit`, so a filter can run on the raw series before they are aggregated."""
+    op, threshold = comparison
+    if op not in COMPARISONS:
+        raise ValueError(f"{op!r} is not a PromQL comparison; use one of {', '.join(COMPARISONS)}")
+    factor = si_factor(unit)
+    # In decimal, so that 0.85 in percent is 85, not 85.00000000000001.
+    exact = Decimal(repr(threshold))
+    raw = exact * round(1 / factor) if factor < 1 else exact / Decimal(repr(factor))
+    return f"{expr} {op} {_number(float(raw))}"
 
 
 def _number(value: float) -> str:

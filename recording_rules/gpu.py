@@ -17,7 +17,7 @@ from functools import partial
 from typing import NamedTuple
 
 from hpcobs.context import Context
-from hpcobs.promql import aggregate, label_replace, one_of
+from hpcobs.promql import ABOVE_ZERO, aggregate, label_replace, one_of
 from hpcobs.rules import Group, Record
 from hpcobs.ruletest import Case, Series, sample
 from hpcobs.synthetic import amd, dcgm, first_gpu_exporter, gpu_si_series, gpu_utilization
@@ -361,7 +361,7 @@ def _node_throttled(ctx: Context) -> list[Record]:
             aggregate(
                 "count",
                 (ctx.cluster, "node"),
-                ctx.select("dcgm", ["clock_events"], GPU, where={"clock_event": THROTTLE_EVENTS}) + " > 0",
+                ctx.select("dcgm", ["clock_events"], GPU, where={"clock_event": THROTTLE_EVENTS}, when=ABOVE_ZERO),
             ),
             tests=[
                 Case(
@@ -386,7 +386,7 @@ def _unhealthy_causes(ctx: Context) -> list[_Unhealthy]:
         drain_xid = {"err_code": one_of(ctx.sources["dcgm"].exporter.xids("drain"))}
         causes.append(
             _Unhealthy(
-                f"({ctx.gpu('xid', where=drain_xid)}) or ({ctx.gpu('row_remap_failure')} > 0)",
+                f"({ctx.gpu('xid', where=drain_xid)}) or ({ctx.gpu('row_remap_failure', when=ABOVE_ZERO)})",
                 [
                     dcgm(ctx, "xid", "48x10", node="n1", gpu="0", err_code="48", err_msg="Double Bit ECC Error"),
                     dcgm(ctx, "xid", "13x10", node="n1", gpu="1", err_code="13", err_msg="Graphics Engine Exception"),
@@ -436,7 +436,7 @@ def _node_ecc(ctx: Context) -> Record:
         aggregate(
             "count",
             (ctx.cluster, "node"),
-            ctx.gpu("ecc_uncorrectable", over=lambda e: f"increase({e}[1h])") + " > 0",
+            ctx.gpu("ecc_uncorrectable", over=lambda e: f"increase({e}[1h])", when=ABOVE_ZERO),
         ),
         tests=[
             Case(

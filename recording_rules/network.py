@@ -7,7 +7,7 @@ usually 1-3 since boot) as an increase, so every node_exporter restart would loo
 hour. A port seen for less than an hour, or whose counter reset, is not judged until it has an hour."""
 
 from hpcobs.context import Context
-from hpcobs.promql import aggregate, duration_seconds, spread
+from hpcobs.promql import ABOVE_ZERO, aggregate, duration_seconds, spread
 from hpcobs.rules import Group, Record
 from hpcobs.ruletest import Case, Series, sample, spread_case
 from hpcobs.synthetic import series
@@ -135,7 +135,9 @@ def _port_states(ctx: Context, fabric: list[Series]) -> list[Record]:
             aggregate(
                 "count",
                 (cluster, "node"),
-                ctx.select("node_exporter", ["ib_link_downed"], PORT, over=lambda e: f"{e} - {e} offset 1h") + " > 0",
+                ctx.select(
+                    "node_exporter", ["ib_link_downed"], PORT, over=lambda e: f"{e} - {e} offset 1h", when=ABOVE_ZERO
+                ),
             ),
             tests=[
                 Case(

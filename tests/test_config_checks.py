@@ -208,6 +208,15 @@ def test_duration_helpers_agree_with_the_check():
             promql.duration_seconds(text)
 
 
+def test_a_threshold_in_si_units_is_compared_in_the_raw_unit():
+    assert promql.compare_raw("rate(x[2m])", (">", 0.1), "nanoseconds") == "rate(x[2m]) > 100000000"
+    assert promql.compare_raw("x", (">=", 0.85), "percent") == "x >= 85"
+    assert promql.compare_raw("x", ("<", 2147483648), "mebibytes") == "x < 2048"
+    assert promql.compare_raw("x", ("==", 20), "celsius") == "x == 20"
+    with pytest.raises(ValueError, match="not a PromQL comparison"):
+        promql.compare_raw("x", ("=~", 1), "celsius")
+
+
 # --- numbers: finite, in range ----------------------------------------------------------------------------
 
 

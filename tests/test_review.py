@@ -83,23 +83,21 @@ def test_a_changed_threshold(generated, tmp_path):
         "\n"
         "### Rule groups\n"
         "\n"
-        "#### `hpcobs-gpu-alerts` (`gpu.rules.yaml`)\n"
+        "#### `hpcobs-gpu-alerts-thermal` (`gpu.rules.yaml`)\n"
         "\n"
         "- warning alert `GpuTemperatureHigh`:\n"
         "  - expr:\n"
         "    ```diff\n"
-        "       max by (cluster, node, gpu, hpc_job) (\n"
-        "         label_replace(\n"
-        '           DCGM_FI_DEV_GPU_TEMP{job="dcgm-exporter"},\n'
-        '           "node",\n'
-        '           "$1",\n'
-        '           "hostname",\n'
-        '           "(.+)"\n'
-        "         )\n"
+        "     max by (cluster, node, gpu, hpc_job) (\n"
+        "       label_replace(\n"
+        '    -    DCGM_FI_DEV_GPU_TEMP{job="dcgm-exporter"} > 85,\n'
+        '    +    DCGM_FI_DEV_GPU_TEMP{job="dcgm-exporter"} > 80,\n'
+        '         "node",\n'
+        '         "$1",\n'
+        '         "hostname",\n'
+        '         "(.+)"\n'
         "       )\n"
-        "     >\n"
-        "    -  85\n"
-        "    +  80\n"
+        "     )\n"
         "    ```\n"
         "  - annotations.description `…}}) has been above 85 C for 5m: it is close…` → "
         "`…}}) has been above 80 C for 5m: it is close…`\n"
@@ -197,7 +195,7 @@ def test_a_renamed_alert_is_a_rename(generated, config, monkeypatch):
         "\n"
         "### Rule groups\n"
         "\n"
-        "#### `hpcobs-gpu-alerts` (`gpu.rules.yaml`)\n"
+        "#### `hpcobs-gpu-alerts-thermal` (`gpu.rules.yaml`)\n"
         "\n"
         "- renamed warning alert `GpuTemperatureHigh` → `GpuTooHot`:\n"
         f"  - annotations.runbook_url `{runbooks}#gputemperaturehigh` → `{runbooks}#gputoohot`\n"
@@ -461,7 +459,7 @@ def test_a_site_build_at_a_ref_is_built_by_that_revision_in_a_worktree(source_re
         "\n"
         "### Rule groups\n"
         "\n"
-        "#### `hpcobs-gpu-alerts` (`gpu.rules.yaml`)\n"
+        "#### `hpcobs-gpu-alerts-thermal` (`gpu.rules.yaml`)\n"
         "\n"
         "- renamed warning alert `GpuTooHot` → `GpuTemperatureHigh`:\n"
         f"  - annotations.runbook_url `{runbooks}#gputoohot` → `{runbooks}#gputemperaturehigh`\n",

@@ -124,6 +124,31 @@ def test_each_test_file_loads_its_rule_and_only_what_it_reads(generated):
     }
 
 
+def test_conditions_on_per_gpu_series_are_met_before_aggregating(groups, config):
+    """A comparison on a GPU exporter's raw series runs before they are relabelled and aggregated: on a healthy
+    fleet almost none pass, so the rule costs little more than reading them (docs/benchmarks.md, Fleet scale).
+    `max by (gpu) (label_replace(x, ...)) > 0` would relabel and aggregate every GPU at every evaluation."""
+    sources = Context(config).sources
+    per_gpu = {metric.name for exporter in ("dcgm", "amd") for metric in sources[exporter].metrics()}
+    late = {
+        rule.record if isinstance(rule, Record) else rule.alert: sorted(lint.compared_after_aggregating(rule.expr))
+        for group in groups
+        for rule in group.rules
+        if lint.compared_after_aggregating(rule.expr) & per_gpu
+    }
+    assert late == {}
+
+
+def test_the_late_comparison_check_sees_the_pattern():
+    assert lint.compared_after_aggregating('max by (gpu) (label_replace(t{job="d"}, "a", "$1", "b", "(.+)")) > 85') == {
+        "t"
+    }
+    assert lint.compared_after_aggregating("(max by (gpu) (rate(c[2m])) / 1000) > 0.1") == {"c"}
+    assert lint.compared_after_aggregating("max by (gpu) (t > 85)") == set()
+    assert lint.compared_after_aggregating('count by (node) (x{code=~"48|79"}) > 0') == set()
+    assert lint.compared_after_aggregating("node:gpus:count < 8") == set()
+
+
 def test_alert_conventions(groups, config):
     for alert in (r for g in groups for r in g.rules if isinstance(r, Alert)):
         rendered = alert.to_dict(LinkBases.of(config))
