@@ -399,11 +399,12 @@ class Bench:
             "hours": hours,
             "range_hours": hours,
             "phases": [],
+            "date": datetime.now(UTC).strftime("%Y-%m-%d"),
         }
         range_load = workload.Load(last - hours * 3600 + sim.window.step, last, self.scrape)
         result["step"] = range_load.interval_seconds
         result["prometheus"] = self._prometheus(sim, first, last, range_load, preferred, result)
-        if "victoriametrics" in self.args.backends:
+        if "victoriametrics" in self.args.backends and not self.args.rules_only:
             result["victoriametrics"] = self._victoria(sim, first, last, range_load, preferred, result)
         result["elapsed"] = time.monotonic() - began
         result["benchmark_peak_mib"] = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
@@ -448,9 +449,10 @@ class Bench:
                 began = time.monotonic()
                 out["live_rules"] = self._live_rules(prometheus, first, last)
                 self._phase(result, "live rule evaluation", began)
-            began = time.monotonic()
-            out["dashboards"] = self._dashboards(Measurer(prometheus, stats=True), load, preferred)
-            self._phase(result, "dashboard loads (Prometheus)", began)
+            if not self.args.rules_only:
+                began = time.monotonic()
+                out["dashboards"] = self._dashboards(Measurer(prometheus, stats=True), load, preferred)
+                self._phase(result, "dashboard loads (Prometheus)", began)
             began = time.monotonic()
             out["rule_queries"] = self._rule_queries(Measurer(prometheus, stats=True), last)
             self._phase(result, "rules as queries", began)
@@ -568,6 +570,16 @@ class Bench:
         return out
 
 
+def with_rules_of(earlier: dict[str, Any], measured: dict[str, Any]) -> dict[str, Any]:
+    """A size's results with the rule groups of a --rules-only run: the dashboards stay those of the full run
+    (rules do not change what a dashboard reads), the run that measured the rules is named beside them."""
+    prometheus = {**earlier["prometheus"]}
+    for key in ("live_rules", "rule_queries"):
+        prometheus[key] = measured["prometheus"][key]
+    remeasured = {key: measured[key] for key in ("date", "elapsed", "phases")}
+    return {**earlier, "prometheus": prometheus, "rules_remeasured": remeasured}
+
+
 def _settle(prometheus: Prometheus, quiet: float = 70.0, limit: float = 3600.0) -> dict[str, Any]:
     """Wait until Prometheus has merged the overlapping backfilled blocks (vertical compaction starts within a
     minute of start and runs in the background): the block count and compactions stay unchanged for `quiet`
@@ -660,6 +672,9 @@ def _goal_values(size: dict[str, Any]) -> dict[str, float | None]:
         "network": samples("hpcobs-network-storage", "a"),
         "network_before": samples("hpcobs-network-storage", "0"),
         "slowest_group": max((g["seconds"] / g["interval"] for g in groups.values() if g["seconds"]), default=None),
+        "slowest_group_alone": max(
+            (g["seconds"] / g["interval"] for g in size["prometheus"].get("rule_queries", {}).values()), default=None
+        ),
     }
 
 
@@ -675,6 +690,9 @@ GOALS: tuple[tuple[str, Callable[[dict[str, Any]], float | None], float, bool], 
         True,
     ),
     ("slowest rule group, share of its interval", lambda v: v["slowest_group"], 0.10, False),
+    # The same group's own cost: its rules run one after the other as queries, no other group contending for
+    # the cores (the live figure above includes waiting for one of this machine's cores).
+    ("slowest rule group alone (as queries), share", lambda v: v["slowest_group_alone"], 0.10, False),
 )
 
 
@@ -735,7 +753,23 @@ def growth_lines(results: dict[str, Any]) -> list[str]:
             if pair[0] and pair[1]:
                 grown = pair[1] / pair[0]
                 out.append(f"| {uid} | ({variant}) | x{grown:,.2f} | {math.log(grown) / math.log(factor):.2f} |")
+    for label, total in RULE_TOTALS.items():
+        pair = [total(size["prometheus"]) for size in (first, last)]
+        if pair[0] and pair[1]:
+            grown = pair[1] / pair[0]
+            out.append(f"| {label} | | x{grown:,.2f} | {math.log(grown) / math.log(factor):.2f} |")
     return out
+
+
+# Seconds of rule evaluation per cycle, every group together: live, and each group's rules run as queries.
+RULE_TOTALS: dict[str, Callable[[dict[str, Any]], float]] = {
+    "all rule groups, live s per cycle": lambda prometheus: sum(
+        g["seconds"] or 0 for g in prometheus.get("live_rules", {}).get("groups", {}).values()
+    ),
+    "all rule groups as queries, s per cycle": lambda prometheus: sum(
+        g["seconds"] for g in prometheus.get("rule_queries", {}).values()
+    ),
+}
 
 
 def tables(results: dict[str, Any]) -> str:
@@ -778,10 +812,21 @@ def tables(results: dict[str, Any]) -> str:
             )
             + f". Elapsed: {size['elapsed'] / 60:.0f} min ("
             + ", ".join(f"{name} {seconds:.0f} s" for name, seconds in size["phases"])
-            + ").",
+            + ")."
+            + _remeasured_note(size),
             "",
         ]
     return "\n".join(lines)
+
+
+def _remeasured_note(size: dict[str, Any]) -> str:
+    again = size.get("rules_remeasured")
+    if not again:
+        return ""
+    return (
+        f" The rule groups were measured again after a rule change ({again['date']}, --rules-only, same data and "
+        f"method, no dashboard loads: {again['elapsed'] / 60:.0f} min); the dashboards are the full run's."
+    )
 
 
 def ratio_lines(dashboards: dict[str, Any]) -> list[str]:
@@ -917,6 +962,11 @@ def main() -> None:
         help="a folder of hpcobs dashboards (another build's grafana/dashboards/HPC) to load as variant (0)",
     )
     parser.add_argument("--out", type=Path, help="results JSON, merged with the sizes already in it")
+    parser.add_argument(
+        "--rules-only",
+        action="store_true",
+        help="after a rule change: measure the rule groups again for sizes already in --out, keep their dashboards",
+    )
     parser.add_argument("--plot", type=Path, help="PNG of samples per load against fleet size (needs matplotlib)")
     parser.add_argument("--report-only", action="store_true", help="print tables (and --plot) from --out, run nothing")
     args = parser.parse_args()
@@ -930,12 +980,17 @@ def main() -> None:
     results: dict[str, Any] = {"sizes": {}}
     if args.out and args.out.exists():
         results = json.loads(args.out.read_text())
+    missing = [gpus for gpus in args.sizes if str(gpus) not in results["sizes"]]
+    if args.rules_only and not args.report_only and (not args.out or missing):
+        parser.error(f"--rules-only measures sizes already in --out again; run {missing or args.sizes} in full first")
     if not args.report_only:
         results["machine"] = _machine()
         with tempfile.TemporaryDirectory(prefix="hpcobs-fleet-") as scratch:
             bench = Bench(args, Path(scratch))
             for gpus in args.sizes:
-                results["sizes"][str(gpus)] = bench.run(gpus)
+                measured = bench.run(gpus)
+                key = str(gpus)
+                results["sizes"][key] = with_rules_of(results["sizes"][key], measured) if args.rules_only else measured
                 if args.out:
                     args.out.write_text(json.dumps(results, indent=1, sort_keys=True) + "\n")
     print(tables(results))

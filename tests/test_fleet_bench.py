@@ -118,6 +118,38 @@ def test_goals_are_judged_per_size_and_extrapolated_from_the_two_largest():
     assert growth["hpcobs-gpu-cluster(a)"].endswith("| x1.25 | 0.32 |")
 
 
+def test_rules_only_replaces_the_rule_groups_and_keeps_the_dashboards():
+    """`--rules-only` after a rule change: the rule groups of the new run, the dashboards of the full run, and
+    the report says which run measured what."""
+    fleet = _fleet_module()
+    earlier = _size(1024, 200_000, 5_000_000, 100_000_000, 0.6)
+    again = {"slow": {"seconds": 0.3, "interval": 30}}
+    measured = {
+        "date": "2026-12-04",
+        "elapsed": 840.0,
+        "phases": [["live rule evaluation", 120.0]],
+        "prometheus": {"live_rules": {"groups": again}, "rule_queries": {"slow": {"seconds": 0.2, "interval": 30}}},
+    }
+    merged = fleet.with_rules_of(earlier, measured)
+    assert merged["prometheus"]["dashboards"] == earlier["prometheus"]["dashboards"]
+    assert merged["prometheus"]["live_rules"]["groups"] == again
+    assert earlier["prometheus"]["live_rules"]["groups"]["slow"]["seconds"] == 0.6
+    assert "(2026-12-04, --rules-only" in fleet._remeasured_note(merged)
+    assert fleet._goal_values(merged)["slowest_group"] == 0.01
+
+
+def test_rules_only_refuses_a_size_never_measured_in_full(tmp_path):
+    done = subprocess.run(
+        [sys.executable, str(ROOT / "benchmarks" / "fleet.py"), "--rules-only", "--sizes", "1024"]
+        + ["--out", str(tmp_path / "none.json")],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        cwd=ROOT,
+    )
+    assert done.returncode == 2 and "run [1024] in full first" in done.stderr, done.stderr
+
+
 def _fleet_module():
     import importlib.util
 
