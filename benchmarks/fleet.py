@@ -742,7 +742,8 @@ def growth_lines(results: dict[str, Any]) -> list[str]:
     first, last = sizes[0], sizes[-1]
     factor = last["gpus"] / first["gpus"]
     out = [
-        f"| dashboard | variant | {first['gpus']:,} -> {last['gpus']:,} GPUs (x{factor:g}) | growth exponent |",
+        f"| dashboard (or rules) | variant | {first['gpus']:,} -> {last['gpus']:,} GPUs (x{factor:g}) "
+        "| growth exponent |",
         "|---|---|---|---|",
     ]
     for uid in DASHBOARD_ORDER:
@@ -825,7 +826,8 @@ def _remeasured_note(size: dict[str, Any]) -> str:
         return ""
     return (
         f" The rule groups were measured again after a rule change ({again['date']}, --rules-only, same data and "
-        f"method, no dashboard loads: {again['elapsed'] / 60:.0f} min); the dashboards are the full run's."
+        f"method, no dashboard loads: {again['elapsed'] / 60:.0f} min); the dashboards, memory and series are the "
+        "full run's."
     )
 
 
