@@ -98,7 +98,14 @@ class _TestGpu:
     def flag(self, for_: str = FLAG_FOR) -> Timing:
         return timing(self.ctx, for_, FLAG_ONSET, settle=FLAG_SETTLE)
 
-    def per_gpu(self, signal: str, *keep: str, over=None, where: dict[str, str] | None = None, when=None) -> str:
+    def per_gpu(
+        self,
+        signal: str,
+        *keep: str,
+        over=None,
+        where: dict[str, str] | None = None,
+        when: tuple[str, float] | None = None,
+    ) -> str:
         """A dcgm-exporter signal per GPU (and job), the highest of its copies (of those meeting `when`)."""
         return self.ctx.select("dcgm", [signal], (*GPU, *JOB, *keep), over=over, where=where, when=when)
 

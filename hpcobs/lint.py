@@ -91,10 +91,10 @@ def _counts_a_condition(node: promql_parser.Expr) -> bool:
 
 def compared_after_aggregating(expr: str) -> set[str]:
     """Raw metrics (no `:` in the name) that are aggregated and only then compared with a number, with no
-    comparison or value matcher before the aggregation: `max by (gpu) (label_replace(x, ...)) > 85`. Every
-    series is relabelled and aggregated at each evaluation to keep the few that pass; comparing first
-    (`max by (gpu) (label_replace(x > 85, ...))`) gives the same result and leaves almost nothing to aggregate
-    on a healthy fleet."""
+    comparison or regex matcher (a chosen set of values, such as Xid codes) before the aggregation:
+    `max by (gpu) (label_replace(x, ...)) > 85`. Every series is relabelled and aggregated at each evaluation
+    to keep the few that pass; comparing first (`max by (gpu) (label_replace(x > 85, ...))`) gives the same
+    result and leaves almost nothing to aggregate on a healthy fleet."""
     found: set[str] = set()
 
     def visit(node) -> None:

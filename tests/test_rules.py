@@ -130,13 +130,12 @@ def test_conditions_on_per_gpu_series_are_met_before_aggregating(groups, config)
     `max by (gpu) (label_replace(x, ...)) > 0` would relabel and aggregate every GPU at every evaluation."""
     sources = Context(config).sources
     per_gpu = {metric.name for exporter in ("dcgm", "amd") for metric in sources[exporter].metrics()}
-    late = {
-        rule.record if isinstance(rule, Record) else rule.alert: sorted(lint.compared_after_aggregating(rule.expr))
+    compared_late = {
+        rule.record if isinstance(rule, Record) else rule.alert: lint.compared_after_aggregating(rule.expr)
         for group in groups
         for rule in group.rules
-        if lint.compared_after_aggregating(rule.expr) & per_gpu
     }
-    assert late == {}
+    assert {name: sorted(metrics) for name, metrics in compared_late.items() if metrics & per_gpu} == {}
 
 
 def test_the_late_comparison_check_sees_the_pattern():
