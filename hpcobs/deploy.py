@@ -22,6 +22,8 @@ import hashlib
 import ipaddress
 import json
 import os
+import shlex
+import stat
 import subprocess
 import sys
 from collections import Counter
@@ -157,6 +159,10 @@ class Endpoint:
         port = f":{self.port}" if self.port is not None else ""
         return f"{self.scheme}://{host}{port}/{self.sub_path}".rstrip("/")
 
+    @property
+    def on_this_machine(self) -> bool:
+        return _loopback(self.host)
+
     @classmethod
     def parse(cls, url: str | None, insecure: bool) -> Endpoint:
         """--url, refused in one line (exit 2) before any connection when it would leak the token."""
@@ -202,16 +208,7 @@ def read_token(token_file: str | None, token_env: str | None) -> str:
     """The service account token from a file or an environment variable; never echoed, even in part."""
     if token_file:
         source = f"--token-file {token_file}"
-        try:
-            text = Path(token_file).read_bytes().decode("utf-8")
-        except FileNotFoundError:
-            raise UserError(
-                f"deploy error: {source}: file not found; write the token to it (docs/deploy.md#token)"
-            ) from None
-        except UnicodeDecodeError:
-            raise UserError(f"deploy error: {source}: not UTF-8 text; it must hold only the token") from None
-        except OSError as exc:
-            raise UserError(f"deploy error: {source}: cannot read it ({exc.strerror}); make it readable") from None
+        text = _read_token_file(token_file, source)
     elif token_env:
         source = f"--token-env {token_env}"
         text = os.environ.get(token_env, "")
@@ -229,6 +226,39 @@ def read_token(token_file: str | None, token_env: str | None) -> str:
             "keep only the token"
         )
     return token
+
+
+def _read_token_file(token_file: str, source: str) -> str:
+    """The file's text, if it is a regular file that only its owner can read or change. A symlink is followed and
+    the file it names is checked: a link's own mode means nothing on Linux."""
+    try:
+        # O_NONBLOCK: opening a FIFO must not wait for a writer; it is refused below. The checks look at the open
+        # file (fstat), so it cannot be swapped for another between the check and the read.
+        fd = os.open(token_file, os.O_RDONLY | os.O_NONBLOCK)
+        try:
+            mode = os.fstat(fd).st_mode
+            if not stat.S_ISREG(mode):
+                raise UserError(
+                    f"deploy error: {source}: not a regular file; write the token to a file only you can read "
+                    "(chmod 600), or pass it with --token-env"
+                )
+            if mode & 0o077:
+                raise UserError(
+                    f"deploy error: {source}: mode {stat.S_IMODE(mode):04o} lets other users read or change the "
+                    f"token; run chmod 600 {shlex.quote(token_file)}"
+                )
+            with open(fd, "rb", closefd=False) as handle:
+                return handle.read().decode("utf-8")
+        finally:
+            os.close(fd)
+    except FileNotFoundError:
+        raise UserError(
+            f"deploy error: {source}: file not found; write the token to it (docs/deploy.md#token)"
+        ) from None
+    except UnicodeDecodeError:
+        raise UserError(f"deploy error: {source}: not UTF-8 text; it must hold only the token") from None
+    except OSError as exc:
+        raise UserError(f"deploy error: {source}: cannot read it ({exc.strerror}); make it readable") from None
 
 
 def source_revision() -> str:

@@ -74,6 +74,10 @@ class Grafana:
             timeout=timeout,
             user_agent="hpcobs-deploy",
         )
+        if endpoint.on_this_machine:
+            # An http(s)_proxy from the environment would receive the token, unless no_proxy happens to list this
+            # host, and could only reach its own loopback, not this machine's. Other hosts keep the proxy.
+            self.api.client.s.trust_env = False
 
     # Each call: the method and path grafana-client requests (for error lines), the RBAC action Grafana checks
     # (the HTTP API reference lists it per endpoint), and whether Grafana's JSON 404 means "absent".

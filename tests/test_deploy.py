@@ -5,11 +5,14 @@ converges, and that the token never shows. tests/test_grafana_real.py runs the s
 from __future__ import annotations
 
 import json
+import os
 import re
 import socket
 import subprocess
 import sys
+import threading
 from dataclasses import dataclass
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
 
@@ -50,11 +53,16 @@ def grafana():
         yield fake
 
 
+def secret_file(path, text: str, mode: int = 0o600):
+    """A token file as its owner should keep it: only they can read it (deploy refuses anything looser)."""
+    path.write_text(text)
+    path.chmod(mode)
+    return path
+
+
 @pytest.fixture
 def token_file(tmp_path):
-    path = tmp_path / "grafana-token"
-    path.write_text(TOKEN + "\n")
-    return path
+    return secret_file(tmp_path / "grafana-token", TOKEN + "\n")
 
 
 @dataclass
@@ -219,8 +227,7 @@ def test_prune_deletes_only_owned_dashboards_the_build_no_longer_makes(run, graf
 
 
 def test_a_bad_token_stops_at_the_first_call_with_one_line(run, grafana, tmp_path):
-    wrong = tmp_path / "wrong-token"
-    wrong.write_text("glsa_expired_0000000000000000\n")
+    wrong = secret_file(tmp_path / "wrong-token", "glsa_expired_0000000000000000\n")
     result = run(token=("--token-file", str(wrong)))
     assert result.code == 1 and grafana.writes() == []
     assert result.row("hpcobs") == (
@@ -481,17 +488,15 @@ def test_plain_http_is_allowed_to_loopback_and_with_insecure(run, grafana):
 def test_the_token_comes_from_a_file_or_a_variable_never_the_command_line(run, grafana, tmp_path, monkeypatch):
     monkeypatch.setenv("HPCOBS_TEST_GRAFANA_TOKEN", TOKEN)
     assert run(token=("--token-env", "HPCOBS_TEST_GRAFANA_TOKEN")).code == 0
-    two_lines = tmp_path / "two-lines"
-    two_lines.write_text(f"{TOKEN}\nglsa_another\n")
-    empty = tmp_path / "empty"
-    empty.write_text("\n")
+    two_lines = secret_file(tmp_path / "two-lines", f"{TOKEN}\nglsa_another\n")
+    empty = secret_file(tmp_path / "empty", "\n")
     monkeypatch.setenv("HPCOBS_TEST_EMPTY", "")
     for token, problem in [
         ((), "deploy error: no token; pass --token-file FILE or --token-env VAR"),
         (("--token-file", str(tmp_path / "missing")), "missing: file not found; write the token to it"),
         (("--token-file", str(empty)), "empty: empty or unset; it must hold the service account token"),
         (("--token-file", str(two_lines)), "two-lines: holds more than one token"),
-        (("--token-file", str(tmp_path)), ": cannot read it (Is a directory)"),
+        (("--token-file", str(tmp_path)), ": not a regular file"),
         (("--token-env", "HPCOBS_TEST_UNSET_VARIABLE"), "HPCOBS_TEST_UNSET_VARIABLE: empty or unset"),
         (("--token-env", "HPCOBS_TEST_EMPTY"), "HPCOBS_TEST_EMPTY: empty or unset"),
     ]:
@@ -500,6 +505,116 @@ def test_the_token_comes_from_a_file_or_a_variable_never_the_command_line(run, g
         assert len(result.err.splitlines()) == 1 and problem in result.err, (token, result.err)
     assert not grafana.writes()
     assert "--token " not in cli.parser().format_help()
+
+
+@pytest.mark.parametrize(
+    ("mode", "accepted"),
+    [
+        pytest.param(mode, accepted, id=f"{mode:04o}")
+        for mode, accepted in [
+            (0o600, True),
+            (0o400, True),
+            (0o640, False),
+            (0o644, False),
+            (0o620, False),
+            (0o604, False),
+        ]
+    ],
+)
+def test_a_token_file_other_users_can_read_or_write_is_refused(run, grafana, tmp_path, mode, accepted):
+    path = secret_file(tmp_path / "grafana-token", TOKEN + "\n", mode)
+    result = run(token=("--token-file", str(path)))
+    if accepted:
+        assert result.code == 0, result.out + result.err
+    else:
+        assert (result.code, result.out) == (2, "") and grafana.requests == []
+        assert result.err == (
+            f"deploy error: --token-file {path}: mode {mode:04o} lets other users read or change the token; "
+            f"run chmod 600 {path}\n"
+        )
+
+
+def test_a_token_file_must_be_a_regular_file_and_a_link_to_one_is_followed(run, grafana, tmp_path):
+    secret = secret_file(tmp_path / "secret", TOKEN + "\n")
+    readable = secret_file(tmp_path / "readable", TOKEN + "\n", 0o644)
+    (tmp_path / "link").symlink_to(secret)
+    (tmp_path / "link-to-readable").symlink_to(readable)
+    assert run(token=("--token-file", str(tmp_path / "link"))).code == 0
+    refused = run(token=("--token-file", str(tmp_path / "link-to-readable")))
+    assert refused.code == 2 and "link-to-readable: mode 0644 lets other users read or change the token" in refused.err
+    fifo = tmp_path / "fifo"
+    os.mkfifo(fifo, 0o600)
+    # The FIFO comes last: read as a file, it would wait for a writer forever.
+    for path in (tmp_path, "/dev/null", fifo):
+        result = run(token=("--token-file", str(path)))
+        assert (result.code, result.out) == (2, ""), path
+        assert result.err == (
+            f"deploy error: --token-file {path}: not a regular file; write the token to a file only you can read "
+            "(chmod 600), or pass it with --token-env\n"
+        )
+    assert not grafana.writes()
+
+
+@dataclass
+class EnvironmentProxy:
+    """A proxy on a loopback port that records each request it receives and answers 502, and an environment
+    naming it in every proxy variable, no_proxy unset, as on a machine behind a corporate proxy."""
+
+    seen: list[str]
+    environment: dict[str, str]
+
+
+@pytest.fixture
+def environment_proxy():
+    seen: list[str] = []
+
+    class Proxy(BaseHTTPRequestHandler):
+        def record(self) -> None:
+            seen.append(f"{self.command} {self.path} {self.headers.get('Authorization')}")
+            self.send_error(502)
+
+        do_GET = do_POST = do_PUT = do_DELETE = do_CONNECT = record
+
+        def log_message(self, format, *args):
+            pass
+
+    server = ThreadingHTTPServer(("127.0.0.1", 0), Proxy)
+    threading.Thread(target=server.serve_forever, args=(0.02,), daemon=True).start()
+    address = f"http://127.0.0.1:{server.server_address[1]}"
+    environment = {name: value for name, value in os.environ.items() if name.lower() != "no_proxy"}
+    for name in ("http_proxy", "https_proxy", "all_proxy"):
+        environment |= {name: address, name.upper(): address}
+    yield EnvironmentProxy(seen, environment)
+    server.shutdown()
+    server.server_close()
+
+
+def deploy_process(url: str, token_file, environment: dict[str, str], *extra: str) -> subprocess.CompletedProcess:
+    """`build.py deploy` in a process of its own: niquests reads the proxy variables once per process."""
+    command = [sys.executable, "build.py", "deploy", "--url", url, "--token-file", str(token_file), *extra]
+    done = subprocess.run(command, cwd=ROOT, env=environment, capture_output=True, text=True, timeout=300)
+    assert TOKEN not in done.stdout + done.stderr
+    return done
+
+
+def test_a_grafana_on_this_machine_is_reached_directly_never_through_an_environment_proxy(
+    grafana, token_file, environment_proxy
+):
+    for url in (grafana.url, f"http://localhost:{grafana.port}"):
+        done = deploy_process(url, token_file, environment_proxy.environment)
+        assert environment_proxy.seen == [], url
+        assert done.returncode == 0, done.stdout + done.stderr
+    assert grafana.requests and all(request.authorization == f"Bearer {TOKEN}" for request in grafana.requests)
+    assert environment_proxy.seen == []
+
+
+def test_another_host_is_still_reached_through_the_environment_proxy(grafana, token_file, environment_proxy):
+    done = deploy_process(
+        "http://grafana.example.org", token_file, environment_proxy.environment, "--insecure", "--retries", "0"
+    )
+    assert done.returncode == 1
+    assert environment_proxy.seen == [f"GET http://grafana.example.org/api/health Bearer {TOKEN}"]
+    assert grafana.requests == []
 
 
 def test_datasources_are_upserted_by_uid_keeping_what_the_build_does_not_set(run, grafana):
