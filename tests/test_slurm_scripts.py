@@ -43,13 +43,18 @@ hpcobs_slurm = _module()
 
 
 class Node:
-    """A fake compute node: the script's directories under `root`, a config file, and a way to run the scripts
-    with the environment slurmd would give them."""
+    """A fake compute node: the scripts installed under `root` as docs/slurm.md installs them, with their
+    configuration beside them, the directories they write, and a way to run them with the environment slurmd
+    would give them."""
 
     def __init__(self, root: Path) -> None:
         self.root = root
-        self.textfile, self.dcgm, self.amd, self.state = (root / name for name in ("textfile", "dcgm", "amd", "state"))
-        self.config = root / "hpcobs-slurm.conf"
+        self.textfile, self.dcgm, self.amd, self.state, self.jobs = (
+            root / name for name in ("textfile", "dcgm", "amd", "state", "jobs")
+        )
+        self.scripts = root / "hpcobs"
+        install_scripts(self.scripts)
+        self.config = self.scripts / "hpcobs-slurm.conf"
         self.configure()
 
     def configure(self, **settings: str) -> None:
@@ -58,28 +63,27 @@ class Node:
             "textfile_dir": str(self.textfile),
             "dcgm_mapping_dir": str(self.dcgm),
             "amd_mapping_dir": str(self.amd),
+            "job_metrics_dir": str(self.jobs),
             "state_dir": str(self.state),
             **settings,
         }
         self.config.write_text("".join(f"{key} = {value}\n" for key, value in values.items()))
 
-    def run(self, action: str, job: str | None, *arguments: str, user: str | None = None, **slurm: str):
-        """The script for `job` (SLURM_JOB_ID; None: unset) with SLURM_<KEY>=value for each keyword."""
-        environment = {"HPCOBS_SLURM_CONF": str(self.config), **{f"SLURM_{k.upper()}": v for k, v in slurm.items()}}
+    def run(
+        self, action: str, job: str | None, *arguments: str, timeout: float = 60, environ: dict | None = None, **slurm
+    ):
+        """The installed script for `job` (SLURM_JOB_ID; None: unset) of uid 1001, with SLURM_<KEY>=value for
+        each keyword."""
+        slurm = {"job_uid": "1001", "job_gid": "1001", **slurm}
+        environment = {**(environ or {}), **{f"SLURM_{k.upper()}": v for k, v in slurm.items()}}
         if job is not None:
             environment["SLURM_JOB_ID"] = job
         return subprocess.run(
-            [str(SLURM / action), *arguments],
-            env=environment,
-            capture_output=True,
-            text=True,
-            timeout=60,
-            user=user,
-            group=NOGROUP if user else None,
+            [str(self.scripts / action), *arguments], env=environment, capture_output=True, text=True, timeout=timeout
         )
 
     def prolog(self, job: str, gpus: str = "", **slurm: str) -> str:
-        """Run the prolog (it must exit 0) for a job of alice in account ml; its stderr."""
+        """Run the prolog (it must exit 0) for a job of alice (uid 1001) in account ml; its stderr."""
         owner = {"job_user": "alice", "job_account": "ml", "job_partition": "gpu", "cluster_name": "c1"}
         done = self.run("prolog", job, **{**owner, "job_gpus": gpus, **slurm})
         assert done.returncode == 0, done.stderr
@@ -103,15 +107,23 @@ class Node:
         return [path.name for path in entries(self.textfile)]
 
     def job_info(self, job: str) -> str:
-        return (self.textfile / f"hpcobs_job_{job}.prom").read_text()
+        return (self.textfile / f"hpcobs_job_{job}.prom").read_bytes().decode()
 
     def files(self) -> dict[str, bytes]:
         """Every file under the node's directories, by relative path: to compare states."""
         return {
             str(path.relative_to(self.root)): path.read_bytes()
             for path in sorted(self.root.rglob("*"))
-            if path.is_file()
+            if path.is_file() and self.scripts not in path.parents
         }
+
+
+def install_scripts(directory: Path) -> None:
+    """As docs/slurm.md installs them: root's directory, the scripts 0755, the module and configuration 0644."""
+    directory.mkdir(mode=0o755)
+    for name, mode in (("prolog", 0o755), ("epilog", 0o755), ("hpcobs_slurm.py", 0o644)):
+        shutil.copy(SLURM / name, directory / name)
+        (directory / name).chmod(mode)
 
 
 def entries(directory: Path) -> list[Path]:
@@ -162,7 +174,7 @@ def test_label_values_are_escaped_and_the_file_passes_promtool(node):
     assert done.returncode == 0, done.stdout + done.stderr
 
 
-def test_files_and_directories_are_world_readable_and_temporaries_are_never_left(node):
+def test_what_exporters_read_is_world_readable_what_root_keeps_is_private_and_no_temporary_is_left(node):
     previous = os.umask(0o077)
     try:
         node.prolog("7", "0")
@@ -170,8 +182,13 @@ def test_files_and_directories_are_world_readable_and_temporaries_are_never_left
         os.umask(previous)
     written = [node.textfile / "hpcobs_job_7.prom", node.dcgm / "0", node.amd / "0"]
     assert {stat.S_IMODE(path.stat().st_mode) for path in written} == {0o644}
-    created = [node.textfile, node.dcgm, node.amd, node.state / "jobs"]
+    created = [node.textfile, node.dcgm, node.amd, node.jobs]
     assert {stat.S_IMODE(path.stat().st_mode) for path in created} == {0o755}
+    # The job records name every job's user, account and job name: root's alone, as the lock.
+    assert {stat.S_IMODE(path.stat().st_mode) for path in (node.state, node.state / "jobs")} == {0o700}
+    assert {stat.S_IMODE(path.stat().st_mode) for path in (node.state / "lock", node.state / "jobs" / "7.json")} == {
+        0o600
+    }
     assert not [path for path in node.root.rglob(".*") if path.is_file()]
 
 
@@ -248,13 +265,13 @@ def test_the_prolog_and_epilog_import_nothing_slow(node):
     node.configure(amd_mapping_dir="")
     code = (
         "import os, sys\n"
-        f"sys.path.insert(0, {str(SLURM)!r})\n"
+        f"sys.path.insert(0, {str(node.scripts)!r})\n"
         "import hpcobs_slurm\n"
         "for action in ('prolog', 'epilog'):\n"
         "    assert hpcobs_slurm.main(action, []) == 0\n"
         "print(sorted(set(sys.modules) & {'re', 'json', 'subprocess', 'argparse', 'enum', 'typing', 'collections'}))\n"
     )
-    environment = {"HPCOBS_SLURM_CONF": str(node.config), "SLURM_JOB_ID": "7", "SLURM_JOB_GPUS": "0,1"}
+    environment = {"SLURM_JOB_ID": "7", "SLURM_JOB_GPUS": "0,1", "SLURM_JOB_UID": "1001", "SLURM_JOB_GID": "1001"}
     done = subprocess.run(["/usr/bin/python3", "-IS", "-c", code], env=environment, capture_output=True, text=True)
     assert (done.stdout, done.stderr) == ("[]\n", "")
     assert node.mapping() == {"0": [], "1": []}
@@ -313,33 +330,17 @@ def test_a_job_without_gpus_gets_its_job_info_only(node):
     assert 'user="alice"' in node.job_info("7")
 
 
-@pytest.fixture
-def unwritable_textfile_node() -> Iterator[tuple[Node, str | None]]:
-    """A node whose textfile directory its scripts cannot write, and the user to run them as. Root writes
-    anywhere, so as root the scripts run as nobody, in a tree nobody can reach (pytest's is private to root)."""
-    with tempfile.TemporaryDirectory(prefix="hpcobs-slurm-") as root:
-        node = Node(Path(root))
-        for directory in (node.dcgm, node.amd, node.state, node.textfile):
-            directory.mkdir()
-        node.textfile.chmod(0o555)
-        user = None
-        if os.geteuid() == 0:
-            user = NOBODY
-            Path(root).chmod(0o755)
-            for directory in (node.dcgm, node.amd, node.state):
-                shutil.chown(directory, NOBODY, NOGROUP)
-        yield node, user
-
-
-def test_an_unwritable_directory_is_reported_and_the_other_files_still_written(unwritable_textfile_node):
-    node, user = unwritable_textfile_node
-    done = node.run("prolog", "7", job_gpus="0", user=user)
+def test_an_unwritable_directory_is_reported_and_the_other_files_still_written(node):
+    # Root writes anywhere a path leads: a textfile directory below a regular file cannot be made.
+    (node.root / "not-a-directory").write_text("")
+    node.configure(textfile_dir=str(node.root / "not-a-directory" / "textfile"))
+    done = node.run("prolog", "7", job_gpus="0")
     assert done.returncode == 0
-    assert done.stderr.startswith(f"hpcobs prolog: job 7: job info: {node.textfile}/.hpcobs_job_7.prom.hpcobs-")
-    assert "Permission denied; fix: check that the directory set in hpcobs-slurm.conf is on a writable" in done.stderr
+    assert done.stderr.startswith(f"hpcobs prolog: job 7: job info: {node.root}/not-a-directory/textfile: Not a dir")
+    assert done.stderr.count("\n") == 1
     assert node.mapping() == {"0": ["7"]}
-    node.configure(strict="yes")
-    strict = node.run("prolog", "8", job_gpus="1", user=user)
+    node.configure(textfile_dir=str(node.root / "not-a-directory" / "textfile"), strict="yes")
+    strict = node.run("prolog", "8", job_gpus="1")
     assert strict.returncode == 1 and "job info:" in strict.stderr
     assert node.mapping() == {"0": ["7"], "1": ["8"]}
 
@@ -404,12 +405,12 @@ def test_the_epilog_of_a_job_it_never_saw_is_quiet(node):
     assert node.mapping() == {"0": ["7"]}
 
 
-def test_the_epilog_removes_the_training_metrics_of_its_job_only(node):
+def test_the_epilog_removes_the_job_info_of_its_job_only(node):
     node.prolog("7", "0")
-    for name in ("hpcobs_training_7_rank0.prom", "hpcobs_training_70_rank0.prom", "other.prom"):
-        (node.textfile / name).write_text("")
+    node.prolog("70", "1")
+    (node.textfile / "other.prom").write_text("")
     node.epilog("7")
-    assert node.textfiles() == ["hpcobs_training_70_rank0.prom", "other.prom"]
+    assert node.textfiles() == ["hpcobs_job_70.prom", "other.prom"]
 
 
 def fake_slurm_command(directory: Path, name: str, script: str) -> None:
@@ -466,21 +467,61 @@ def test_the_sweep_removes_nothing_when_slurm_does_not_answer(node):
     assert node.mapping() == {"0": ["7"]}
 
 
-def test_scontrol_fills_the_job_name_and_qos_when_asked(node):
+def scontrol_record(name: str, comment: str = "", account: str = "ml") -> str:
+    """A job as Slurm 22.05's `scontrol show job -o` prints it: the fields in their order, free text unquoted."""
+    return (
+        f"JobId=7 JobName={name} UserId=alice(1001) GroupId=ml(1001) MCS_label=N/A Priority=4294901757 Nice=0 "
+        f"Account={account} QOS=high JobState=RUNNING Reason=None Dependency=(null) Comment={comment} "
+        "WorkDir=/home/alice NumNodes=1\n"
+    )
+
+
+@pytest.fixture
+def scontrol(node) -> Iterator:
+    """Install a fake scontrol printing what it is given, byte for byte."""
     bin_dir = node.root / "bin"
     bin_dir.mkdir()
     node.configure(slurm_bin_dir=str(bin_dir), query_scontrol="yes")
-    # A job name that imitates the fields after it: the greedy match still ends at the real ones.
-    fake_slurm_command(
-        bin_dir,
-        "scontrol",
-        "echo 'JobId=7 JobName=x UserId=a(1) GroupId=b(2) QOS=fake UserId=alice(1001) GroupId=ml(1001) "
-        "MCS_label=N/A Priority=1 Account=ml QOS=high JobState=RUNNING'\n",
-    )
+
+    def answer(output: str) -> None:
+        (bin_dir / "record").write_text(output)
+        fake_slurm_command(bin_dir, "scontrol", f"cat {bin_dir / 'record'}\n")
+
+    return answer
+
+
+@pytest.mark.parametrize(
+    ("name", "comment"),
+    [
+        ("plain", ""),
+        # Separators a user may put in free text: none moves the fields after it.
+        ("a b\nJobId=8 JobName=c\u2028d\u0085e\rf", ""),
+        ("x UserId=a(1) GroupId=b(2) QOS=fake Account=physics", " Account=physics QOS=low"),
+        ("w", "x UserId=alice(1001) GroupId=ml(1001) MCS_label=N/A Priority=1 Nice=0 Account=physics"),
+    ],
+)
+def test_scontrol_fills_job_name_and_qos_and_free_text_forges_nothing(node, scontrol, name, comment):
+    scontrol(scontrol_record(name, comment))
     node.prolog("7", "0", job_account="")
-    assert 'account="ml",partition="gpu",job_name="x UserId=a(1) GroupId=b(2) QOS=fake",qos="high"' in info_line(
-        node.job_info("7")
+    text = node.job_info("7")
+    escaped = name.replace("\n", "\\n")
+    assert f'account="ml",partition="gpu",job_name="{escaped}",qos="high"}} 1\n' in text
+
+
+def test_scontrol_output_whose_free_text_imitates_the_owner_fields_is_refused_not_guessed(node, scontrol):
+    imitation = " UserId=alice(1001) GroupId=ml(1001) MCS_label=N/A Priority=1 Nice=0 Account=physics QOS=top "
+    scontrol(scontrol_record("w", comment=imitation))
+    problems = node.prolog("7", "0", job_account="ml")
+    assert problems == (
+        "hpcobs prolog: job 7: scontrol: scontrol show job 7: 2 sequences of owner fields, where a job has one: a "
+        "job name, comment or directory imitates them, so job name and QOS are left empty; fix: none needed (only "
+        "this job's labels are affected), or rename the job\n"
     )
+    assert 'account="ml",partition="gpu",job_name="",qos=""' in info_line(node.job_info("7"))
+
+
+def test_scontrol_errors_are_one_line(node, scontrol):
+    bin_dir = node.root / "bin"
     fake_slurm_command(bin_dir, "scontrol", "echo 'slurm_load_jobs error: Invalid job id specified' >&2; exit 1\n")
     problems = node.prolog("8", "1")
     assert problems == (
@@ -488,3 +529,244 @@ def test_scontrol_fills_the_job_name_and_qos_when_asked(node):
         "fix: check slurmctld, or set query_scontrol = no\n"
     )
     assert 'hpc_job="8",user="alice",account="ml"' in node.job_info("8")
+
+
+# The threat: a local user with a shell on a compute node (docs/slurm.md#security). Each test below runs the attack
+# as `nobody`, for real, against the scripts run as root.
+
+
+@pytest.fixture
+def public_node() -> Iterator[Node]:
+    """A node in a tree that nobody can reach (pytest's own temporary tree is root's alone), as on a real node."""
+    if os.geteuid() != 0:
+        pytest.skip("the scripts run as root and the attacks as another user: root is needed")
+    with tempfile.TemporaryDirectory(prefix="hpcobs-slurm-") as root:
+        Path(root).chmod(0o755)
+        yield Node(Path(root))
+
+
+def as_nobody(code: str, **popen: object) -> subprocess.Popen:
+    """Python `code` run by the user nobody: what any local user could do."""
+    return subprocess.Popen(
+        ["/usr/bin/python3", "-I", "-c", code], user=NOBODY, group=NOGROUP, stdout=subprocess.PIPE, text=True, **popen
+    )
+
+
+def nobody_says(code: str) -> str:
+    attacker = as_nobody(code)
+    output, _ = attacker.communicate(timeout=30)
+    return output.strip()
+
+
+@pytest.mark.parametrize(
+    ("directory", "prepare", "problem"),
+    [
+        ("textfile", lambda path: path.chmod(0o1777), "writable by others than root (mode 1777); fix: chmod go-w"),
+        ("textfile", lambda path: path.chmod(0o777), "writable by others than root (mode 0777); fix: chmod go-w"),
+        ("textfile", lambda path: shutil.chown(path, NOBODY), "owned by uid 65534, not root; fix: chown root:"),
+        ("dcgm", lambda path: path.chmod(0o775), "writable by others than root (mode 0775); fix: chmod go-w"),
+    ],
+)
+def test_a_directory_another_user_may_change_is_refused_and_root_writes_nothing_there(
+    public_node, directory, prepare, problem
+):
+    node = public_node
+    target = getattr(node, directory)
+    target.mkdir(mode=0o755)
+    prepare(target)
+    victim = node.root / "victim"
+    victim.write_text("root's\n")
+    # What the user would plant: a link under the final name, and files under every temporary name root could use.
+    planted = f"""
+import os
+os.symlink({str(victim)!r}, {str(target / "hpcobs_job_7.prom")!r})
+for pid in range(1, 4096):
+    open(os.path.join({str(target)!r}, f".hpcobs_job_7.prom.hpcobs-{{pid}}.tmp"), "w").close()
+print("planted")
+"""
+    if directory == "textfile" and target.stat().st_mode & 0o002:
+        assert nobody_says(planted) == "planted"
+    done = node.run("prolog", "7", job_gpus="0", job_user="alice")
+    assert done.returncode == 0
+    assert f"{target}: {problem}" in done.stderr and done.stderr.count("\n") == 1
+    assert victim.read_text() == "root's\n"
+    assert not [path for path in target.iterdir() if path.stat(follow_symlinks=False).st_uid == 0]
+    # The other outputs are still written.
+    assert (node.amd / "0").exists() and (node.jobs / "7").is_dir()
+
+
+def test_no_user_can_open_the_lock_so_none_can_hold_it(public_node):
+    node = public_node
+    node.configure(lock_timeout_seconds="1")
+    node.prolog("6", "0")
+    holder = as_nobody(
+        f"""
+import fcntl, time
+try:
+    lock = open({str(node.state / "lock")!r})
+    fcntl.flock(lock, fcntl.LOCK_EX)
+    print("held", flush=True)
+    time.sleep(30)
+except OSError as error:
+    print(error.strerror, flush=True)
+"""
+    )
+    try:
+        assert holder.stdout and holder.stdout.readline().strip() == "Permission denied"
+        done = node.run("prolog", "7", job_gpus="1")
+    finally:
+        holder.kill()
+        holder.wait()
+    assert (done.returncode, done.stderr) == (0, "")
+    assert node.mapping() == {"0": ["6"], "1": ["7"]}
+
+
+def test_an_older_installation_s_open_state_directory_is_made_root_s_alone(node):
+    node.state.mkdir(mode=0o755)
+    (node.state / "lock").touch(mode=0o644)
+    node.prolog("7", "0")
+    assert stat.S_IMODE(node.state.stat().st_mode) == 0o700
+    assert stat.S_IMODE((node.state / "lock").stat().st_mode) == 0o600
+
+
+def make_fifo(path: Path) -> None:
+    os.mkfifo(path)
+
+
+def make_sparse(path: Path) -> None:
+    with path.open("wb") as file:
+        file.truncate(64 << 30)
+
+
+@pytest.mark.parametrize(
+    ("where", "plant", "problem"),
+    [
+        ("textfile/hpcobs_job_7.prom", make_fifo, "not a regular file; fix: remove it"),
+        ("textfile/hpcobs_job_7.prom", Path.mkdir, "not a regular file; fix: remove it"),
+        ("dcgm/0", make_sparse, "68719476736 bytes, more than the scripts write (65536); fix: remove it"),
+        ("amd/0", lambda path: path.symlink_to("/dev/zero"), "a symbolic link; fix: remove it"),
+        ("state/jobs/7.json", make_fifo, "not a regular file; fix: remove it"),
+    ],
+)
+def test_a_planted_file_never_hangs_nor_crashes_a_run_and_the_other_files_are_written(node, where, plant, problem):
+    """Defence in depth: no user can write these directories any more, but whatever stands under a name the
+    scripts read is opened without waiting or following, checked, and refused alone."""
+    path = node.root / where
+    path.parent.mkdir(parents=True, exist_ok=True)
+    plant(path)
+    done = node.run("prolog", "7", job_gpus="0", job_user="alice", timeout=20)
+    assert done.returncode == 0
+    assert f"{path}: {problem}" in done.stderr
+    written = {"textfile": lambda: node.job_info("7"), "dcgm": lambda: node.mapping()["0"], "amd": node.amd_files}
+    for name, read in written.items():
+        if not where.startswith(name):
+            assert read(), name
+
+
+def test_each_job_writes_its_metrics_in_its_own_directory_and_nowhere_root_writes(public_node):
+    node = public_node
+    node.prolog("7", "0", job_uid="65534", job_gid="65534")
+    job_dir = node.jobs / "7"
+    status = job_dir.stat()
+    assert (status.st_uid, status.st_gid, stat.S_IMODE(status.st_mode)) == (65534, 65534, 0o755)
+    sentinel = node.root / "kept"
+    sentinel.mkdir()
+    (sentinel / "file").write_text("root's\n")
+    said = nobody_says(
+        f"""
+import os
+for directory in ({str(node.textfile)!r}, {str(node.dcgm)!r}, {str(node.jobs)!r}):
+    try:
+        open(os.path.join(directory, "x.prom"), "w")
+        print("wrote", directory)
+    except OSError as error:
+        print(error.strerror)
+os.makedirs({str(job_dir / "a" / "b")!r})
+open({str(job_dir / "a" / "b" / "rank0.prom")!r}, "w").write("hpcobs_training_steps_total 1\\n")
+os.symlink({str(sentinel)!r}, {str(job_dir / "a" / "link")!r})
+os.symlink({str(sentinel / "file")!r}, {str(job_dir / "file.prom")!r})
+print("done")
+"""
+    )
+    assert said.splitlines() == ["Permission denied"] * 3 + ["done"]
+    node.epilog("7")
+    assert not job_dir.exists()
+    assert (sentinel / "file").read_text() == "root's\n"
+
+
+def test_the_configuration_is_the_installed_file_whatever_the_environment(node):
+    elsewhere = node.root / "elsewhere.conf"
+    elsewhere.write_text(f"textfile_dir = {node.root / 'chosen'}\n")
+    node.prolog("7", environ={"HPCOBS_SLURM_CONF": str(elsewhere)})
+    assert node.textfiles() == ["hpcobs_job_7.prom"]
+    assert not (node.root / "chosen").exists()
+
+
+@pytest.mark.parametrize(
+    ("change", "problem"),
+    [
+        (lambda node: node.config.chmod(0o666), "{config}: writable by others than root (mode 0666); fix: chmod go-w"),
+        (lambda node: shutil.chown(node.config, NOBODY), "{config}: owned by uid 65534, not root; fix: chown root:"),
+        (
+            lambda node: node.scripts.chmod(0o777),
+            "{config}: in {scripts}, writable by others than its owner (mode 0777); fix: chmod go-w {scripts}",
+        ),
+    ],
+)
+def test_a_configuration_another_user_may_change_is_refused_and_nothing_written(node, change, problem):
+    change(node)
+    done = node.run("prolog", "7", job_gpus="0")
+    assert done.returncode == 0
+    expected = problem.format(config=node.config, scripts=node.scripts)
+    assert done.stderr.startswith(f"hpcobs prolog: job 7: config error: {expected}")
+    assert done.stderr.count("\n") == 1
+    assert node.files() == {}
+
+
+def test_slurm_commands_another_user_may_change_are_never_run(node, scontrol):
+    scontrol(scontrol_record("x"))
+    marker = node.root / "ran"
+    fake_slurm_command(node.root / "bin", "scontrol", f"touch {marker}\n")
+    (node.root / "bin" / "scontrol").chmod(0o777)
+    problems = node.prolog("7", "0", job_account="")
+    assert f"scontrol: {node.root}/bin/scontrol: writable by others than root (mode 0777)" in problems
+    assert not marker.exists()
+    assert 'hpc_job="7",user="alice"' in node.job_info("7")
+
+
+def test_the_sweep_lists_each_directory_a_fixed_number_of_times_whatever_the_jobs(tmp_path, monkeypatch):
+    """Its cost is linear in the files it finds: listing a directory per job made it quadratic."""
+    listings: dict[int, dict[str, int]] = {}
+    for planted in (5, 200):
+        (tmp_path / str(planted)).mkdir()
+        node = Node(tmp_path / str(planted))
+        fake_slurm_command(node.root, "squeue", "true\n")
+        settings = hpcobs_slurm.Settings(
+            str(node.config), hpcobs_slurm.read_config(str(node.config)) | {"slurm_bin_dir": str(node.root)}
+        )
+        node.prolog("7", "0")
+        for job in range(1000, 1000 + planted):
+            (node.textfile / f"hpcobs_job_{job}.prom").write_text("")
+        counted: dict[str, int] = {}
+        real_scandir, real_listdir = os.scandir, os.listdir
+
+        def scandir(path=".", count=counted, real=real_scandir):
+            count[str(path)] = count.get(str(path), 0) + 1
+            return real(path)
+
+        def listdir(path=".", count=counted, real=real_listdir):
+            count[str(path)] = count.get(str(path), 0) + 1
+            return real(path)
+
+        with monkeypatch.context() as patched:
+            patched.setattr(os, "scandir", scandir)
+            patched.setattr(os, "listdir", listdir)
+            swept, problems = hpcobs_slurm.sweep(settings, "n1")
+        assert (len(swept), problems) == (planted + 1, [])
+        assert node.textfiles() == []
+        listings[planted] = {
+            str(Path(path).relative_to(node.root)) if path.startswith("/") else "by descriptor": n
+            for path, n in counted.items()
+        }
+    assert listings[5] == listings[200]
+    assert max(listings[200].values()) <= 2
