@@ -17,6 +17,7 @@ import ctypes
 import http.server
 import os
 import re
+import shlex
 import shutil
 import signal
 import socket
@@ -89,11 +90,13 @@ class Daemons:
         self.logs = logs
         self.started: list[tuple[str, subprocess.Popen]] = []
 
-    def start(self, name: str, command: list[str], env: dict[str, str] | None = None) -> subprocess.Popen:
+    def start(
+        self, name: str, command: list[str], env: dict[str, str] | None = None, user: str | None = None
+    ) -> subprocess.Popen:
         with open(self.logs / f"{name}.log", "ab") as log:
             process = subprocess.Popen(
                 command, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT, env=env,
-                preexec_fn=_die_with_parent,
+                preexec_fn=_die_with_parent, user=user, group="nogroup" if user else None,
             )  # fmt: skip
         self.started.append((name, process))
         return process
@@ -121,6 +124,7 @@ class Slurm:
         self.node = socket.gethostname().split(".")[0]
         self.etc, self.scripts, self.release_dir = root / "etc", root / "hpcobs", root / "release"
         self.textfile, self.mapping_dir, self.state = root / "textfile", root / "dcgm-job-map", root / "hpcobs-state"
+        self.job_metrics = root / "hpcobs-jobs"
         self.ready_seconds = 0.0
         self.env = {**os.environ, "SLURM_CONF": str(self.etc / "slurm.conf")}
 
@@ -158,18 +162,23 @@ class Slurm:
                 pytest.skip(f"slurmd cannot start here: its GPU device files need mknod ({error.strerror})")
 
     def _install_scripts(self) -> None:
-        """As docs/slurm.md installs them: the three files in one directory, the configuration beside them."""
-        self.scripts.mkdir()
-        for name in ("prolog", "epilog", "hpcobs_slurm.py"):
-            shutil.copy2(ROOT / "slurm" / name, self.scripts / name)
+        """As docs/slurm.md installs them: the three files in a directory of root's, the configuration beside them,
+        the directories left for the scripts to make (and check)."""
+        self.scripts.mkdir(mode=0o755)
+        for name, mode in (("prolog", 0o755), ("epilog", 0o755), ("hpcobs_slurm.py", 0o644)):
+            shutil.copy(ROOT / "slurm" / name, self.scripts / name)
+            (self.scripts / name).chmod(mode)
         settings = {
             "textfile_dir": self.textfile,
             "dcgm_mapping_dir": self.mapping_dir,
             "amd_mapping_dir": "",
+            "job_metrics_dir": self.job_metrics,
             "state_dir": self.state,
             "query_scontrol": "yes",
         }
-        (self.scripts / "hpcobs-slurm.conf").write_text("".join(f"{k} = {v}\n" for k, v in settings.items()))
+        config = self.scripts / "hpcobs-slurm.conf"
+        config.write_text("".join(f"{k} = {v}\n" for k, v in settings.items()))
+        config.chmod(0o644)
 
     def _write_config(self) -> None:
         root, ctld_port, slurmd_port = self.root, free_port(), free_port()
@@ -230,10 +239,11 @@ PartitionName={PARTITION} Nodes={self.node} Default=YES MaxTime=INFINITE State=U
             pytest.fail(f"{' '.join(command)} failed (exit {done.returncode}): {done.stderr.strip()}", pytrace=False)
         return done.stdout.strip()
 
-    def submit(self, tag: str, *options: str, exit_code: int = 0) -> str:
-        """A batch job that runs until `release(tag)`, then exits with `exit_code`; its job id."""
+    def submit(self, tag: str, *options: str, exit_code: int = 0, first: str = "") -> str:
+        """A batch job that runs the shell commands `first`, then waits until `release(tag)` and exits with
+        `exit_code`; its job id."""
         marker = self.release_dir / tag
-        script = f"while [ ! -e '{marker}' ]; do sleep 0.1; done; exit {exit_code}"
+        script = f"{first}while [ ! -e '{marker}' ]; do sleep 0.1; done; exit {exit_code}"
         return self.run("sbatch", "--parsable", "--output=/dev/null", "--chdir=/tmp", *options, "--wrap", script)
 
     def release(self, tag: str) -> None:
@@ -479,22 +489,29 @@ def fast_rule_files(config, folder: Path) -> list[Path]:
 
 @pytest.fixture(scope="module")
 def monitoring(slurm, config, tmp_path_factory) -> Iterator[ScrapingPrometheus]:
-    """node_exporter on the textfile directory, the dcgm-exporter stand-in on the mapping directory, and
-    Prometheus scraping both with the generated recording rules.
+    """node_exporter on the textfile directory, a second one (as nobody) on the jobs' own metrics directories,
+    the dcgm-exporter stand-in on the mapping directory, and Prometheus scraping them with the generated recording
+    rules, as docs/slurm.md sets them up.
 
     Scrape labels as in a deployment: the cluster label, the job names the config's selectors expect, and an
     `instance` of `<node>:<port>` (node_exporter's job-info series name their host by it, dcgm-exporter's by
     its hostname label)."""
     began = time.monotonic()
     sources = Sources(config)
-    dcgm, job_info = sources["dcgm"], sources["job_info"]
+    dcgm, job_info, training = sources["dcgm"], sources["job_info"], sources["training"]
     version = config.get("exporters", "dcgm", "versions")[0]
-    port = free_port()
+    port, jobs_port = free_port(), free_port()
     daemons = Daemons(tmp_path_factory.mktemp("node-exporter"))
     daemons.start(
         "node_exporter",
         [NODE_EXPORTER, "--collector.disable-defaults", "--collector.textfile",
          f"--collector.textfile.directory={slurm.textfile}", f"--web.listen-address=127.0.0.1:{port}"],
+    )  # fmt: skip
+    daemons.start(
+        "node_exporter_jobs",
+        [NODE_EXPORTER, "--collector.disable-defaults", "--collector.textfile",
+         f"--collector.textfile.directory={slurm.job_metrics}/*", f"--web.listen-address=127.0.0.1:{jobs_port}"],
+        user=NOBODY,
     )  # fmt: skip
     cluster_labels = Context(config).cluster_labels
 
@@ -511,13 +528,14 @@ def monitoring(slurm, config, tmp_path_factory) -> Iterator[ScrapingPrometheus]:
                 fast_rule_files(config, tmp_path_factory.mktemp("rules")),
                 [
                     scrape(job_info.scrape_labels(), f"127.0.0.1:{port}", 9100),
+                    scrape(training.scrape_labels(), f"127.0.0.1:{jobs_port}", 9101),
                     scrape(dcgm.scrape_labels(), stand_in.address, 9400),
                 ],
                 evaluation_interval=RULE_INTERVAL,
             )
             try:
                 prometheus.start()
-                wait_until(lambda: _up(prometheus) == 2, "Prometheus scraping node_exporter and the stand-in")
+                wait_until(lambda: _up(prometheus) == 3, "Prometheus scraping both node_exporters and the stand-in")
                 prometheus.ready_seconds = time.monotonic() - began
                 yield prometheus
             finally:
@@ -538,7 +556,21 @@ def test_recording_rules_count_the_gpus_of_each_job_user_and_account(slurm, moni
     record_property(MEASUREMENT, f"slurm: node_exporter, stand-in and Prometheus up in {monitoring.ready_seconds:.1f}s")
     began = time.monotonic()
     two_gpus = slurm.submit("two GPUs", "--gres=gpu:2", "--account=ml_lab", f"--job-name={JOB_NAME}")
-    one_gpu = slurm.submit("one GPU", "--gres=gpu:1", "--account=vision", f"--uid={NOBODY}", "--gid=nogroup")
+    # The job of nobody attacks: it tries to write job info where root does, and forges job info claiming the
+    # other job in its own metrics directory, with the scrape job label of the trusted node_exporter.
+    forged = (
+        "# HELP hpcobs_slurm_job_info forged\n# TYPE hpcobs_slurm_job_info gauge\n"
+        f'hpcobs_slurm_job_info{{hpc_job="{two_gpus}",user="mallory",account="stolen",partition="{PARTITION}",'
+        'job_name="",qos="",job="node"} 1\n'
+    )
+    own = f"{slurm.job_metrics}/$SLURM_JOB_ID"
+    attack = (
+        f"if printf x > {slurm.textfile}/hpcobs_job_$SLURM_JOB_ID.prom 2>/dev/null; then r=wrote; else r=refused; fi; "
+        f"echo $r > {own}/attempt; printf {shlex.quote(forged)} > {own}/forged.prom; "
+    )
+    one_gpu = slurm.submit(
+        "one GPU", "--gres=gpu:1", "--account=vision", f"--uid={NOBODY}", "--gid=nogroup", first=attack
+    )
     other_account = slurm.submit("other account", "--gres=gpu:1", "--account=vision")
     jobs = (two_gpus, one_gpu, other_account)
     slurm.wait_running(*jobs)
@@ -565,7 +597,15 @@ def test_recording_rules_count_the_gpus_of_each_job_user_and_account(slurm, moni
     # Each record's group evaluates on its own schedule: wait until all agree.
     assert settled(counted, expected) == expected
     # The job name went through Slurm, the prolog's escaping, node_exporter and Prometheus unchanged.
-    assert by(monitoring, f'hpcobs_slurm_job_info{{hpc_job="{two_gpus}"}}', "job_name") == {(JOB_NAME,): 1}
+    assert by(monitoring, f'hpcobs_slurm_job_info{{hpc_job="{two_gpus}",job="node"}}', "job_name") == {(JOB_NAME,): 1}
+    # The forgery was scraped, from the jobs' node_exporter, its `job` label kept aside by Prometheus: the rules,
+    # which read job info from job="node" alone, never saw it.
+    forgery = 'hpcobs_slurm_job_info{user="mallory"}'
+    assert wait_until(lambda: by(monitoring, forgery, "job", "exported_job", "hpc_job"), "the forged series") == {
+        ("training", "node", two_gpus): 1
+    }
+    assert (slurm.job_metrics / one_gpu / "attempt").read_text() == "refused\n"
+    assert settled(counted, expected) == expected
     for tag in ("two GPUs", "one GPU", "other account"):
         slurm.release(tag)
     for job in jobs:
