@@ -12,6 +12,7 @@ import fcntl
 import glob
 import os
 import shutil
+import stat
 import sys
 import tempfile
 from collections.abc import Callable, Iterator
@@ -88,12 +89,19 @@ def _remove_debris(target: Path) -> None:
     """Remove what a killed build left beside out/ (run under the lock, so no live build owns it). A build
     killed between the two renames of the fallback swap left no out/ but its previous tree aside: restore it."""
     name = glob.escape(target.name)
-    news = list(target.parent.glob(f".{name}.new-*"))
-    olds = sorted(target.parent.glob(f".{name}.old-*"), key=lambda p: p.stat().st_mtime)
+    news = [path for path in target.parent.glob(f".{name}.new-*") if _left_by_a_build(path)]
+    olds = [path for path in target.parent.glob(f".{name}.old-*") if _left_by_a_build(path)]
+    olds.sort(key=lambda path: path.lstat().st_mtime)
     if olds and not os.path.lexists(target):
         os.rename(olds.pop(), target)
     for path in news + olds:
         _remove(path)
+
+
+def _left_by_a_build(path: Path) -> bool:
+    """A real directory, as every build makes. A symlink or a file under a debris name was put there by someone
+    else: it is neither followed (lstat), nor restored as out/, nor removed."""
+    return stat.S_ISDIR(path.lstat().st_mode)
 
 
 def staged(out: Path, files: dict[str, str], validate: Callable[[Path], None]) -> Path:

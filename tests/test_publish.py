@@ -253,6 +253,55 @@ def test_a_build_killed_at_any_step_is_repaired_by_the_next(tmp_path, monkeypatc
         assert tree(out) == published(NEW) and siblings(out) == [], step
 
 
+def plant(path: Path, kind: str, elsewhere: Path) -> None:
+    """Something under a debris name that no build made, dated later than any build's tree so that it would be
+    the one restored."""
+    if kind == "link to a directory":
+        path.symlink_to(elsewhere, target_is_directory=True)
+    elif kind == "dangling link":
+        path.symlink_to(elsewhere / "nowhere")
+    else:
+        path.write_text("not a build\n")
+    later = time.time() + 3600
+    os.utime(path, (later, later), follow_symlinks=False)
+
+
+def as_found(path: Path) -> tuple:
+    """What a planted entry is, without following it."""
+    info = os.lstat(path)
+    if stat.S_ISLNK(info.st_mode):
+        return "link", os.readlink(path)
+    return "file", path.read_text()
+
+
+@pytest.mark.parametrize("out_was", ["in place", "left aside by a killed build"])
+@pytest.mark.parametrize("planted", ["link to a directory", "dangling link", "file"])
+def test_what_no_build_left_under_a_debris_name_is_never_followed_restored_or_removed(tmp_path, planted, out_was):
+    """Only a real directory is a killed build's debris: a `.out.old-*` or `.out.new-*` symlink or file beside
+    out/ is left as it is and never becomes out/, and the directory a link points to is not touched, also when
+    the build restores the tree a killed build left aside."""
+    out = tmp_path / "out"
+    outdir.publish(out, OLD, no_check)
+    if out_was == "left aside by a killed build":  # between the two renames of the fallback swap
+        os.rename(out, tmp_path / ".out.old-0123456789ab")
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    (elsewhere / "sentinel").write_text("keep\n")
+    later = time.time() + 3600
+    os.utime(elsewhere, (later, later))
+    planted_paths = [tmp_path / ".out.old-ffffffffffff", tmp_path / ".out.new-planted"]
+    for path in planted_paths:
+        plant(path, planted, elsewhere)
+    found = [as_found(path) for path in planted_paths]
+    during = []
+    outdir.publish(out, NEW, lambda staging: during.append((out.is_symlink(), tree(out))))
+    assert during == [(False, published(OLD))]
+    assert not out.is_symlink() and tree(out) == published(NEW)
+    assert os.listdir(elsewhere) == ["sentinel"] and (elsewhere / "sentinel").read_text() == "keep\n"
+    assert [as_found(path) for path in planted_paths] == found
+    assert siblings(out) == sorted(["elsewhere", *(path.name for path in planted_paths)])
+
+
 # --- the filesystem refuses -----------------------------------------------------------------------------------
 
 
