@@ -935,6 +935,7 @@ def check_directories(settings: Settings) -> None:
     for key in ("textfile_dir", "dcgm_mapping_dir", "amd_mapping_dir", "job_metrics_dir"):
         if settings.values[key]:
             trusted_directory(settings.values[key])
+    trusted_directory(settings.state_dir, PRIVATE)
     trusted_directory(settings.records_dir, PRIVATE)
     if settings.gpu_map:
         read_gpu_map(settings.gpu_map)
