@@ -181,19 +181,22 @@ def _explain(error: jsonschema.ValidationError) -> list[tuple[list[Any], list[An
 
 def validate(doc: Any, sources: list[tuple[Path, Any]]) -> None:
     """Raise UserError listing every problem, schema and config_checks alike, blaming the last file that sets
-    the key. A key the schema already refuses gets no second line from the checks that assume it valid."""
+    the key (for a conflict between keys, any of them: the site file that set one is where to fix it).
+    A key the schema already refuses gets no second line from the checks that assume it valid."""
     schema = json.loads(SCHEMA.read_text(encoding="utf-8"))
     validator = jsonschema.Draft7Validator(schema, format_checker=config_checks.FORMATS)
-    found = [explained for error in validator.iter_errors(doc) for explained in _explain(error)]
+    found = [(path, [held], message) for error in validator.iter_errors(doc) for path, held, message in _explain(error)]
     refused = [path for path, _, _ in found]
+    checked = [(path, [path], message) for path, message in config_checks.problems(doc)]
+    checked += [(path, [path, *others], message) for path, others, message in config_checks.conflicts(doc)]
     found += [
-        (path, path, message)
-        for path, message in config_checks.problems(doc)
-        if not any(path[: len(r)] == r for r in refused)
+        (path, held, message)
+        for path, held, message in checked
+        if not any(key[: len(r)] == r for key in held for r in refused)
     ]
     lines = []
     for path, held, message in sorted(found, key=lambda f: (list(map(str, f[0])), f[2])):
-        blamed = next((p for p, d in reversed(sources) if _holds(d, held)), sources[-1][0])
+        blamed = next((p for p, d in reversed(sources) if any(_holds(d, key) for key in held)), sources[-1][0])
         lines.append(f"config error: {blamed}: {_key_path(path)}: {message}")
     if lines:
         raise UserError(sorted(set(lines), key=lines.index))

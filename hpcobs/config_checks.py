@@ -4,9 +4,11 @@ FORMATS checks single values against the grammar of the language they end up in;
 the grammar of each key with `"format"` (duration, re2, label-name, promql-selector, text, path-segment,
 http-url, base-url, webhook-url, secret-file, email, email-list, host-port; sensor-path, cidr and cgroup-fragment
 from hpcobs.security_content). problems() checks what
-relates several keys or needs the catalogue, and numbers YAML can make non-finite.
+relates several keys or needs the catalogue, and numbers YAML can make non-finite; conflicts() what keys get wrong
+together, which the file setting any of them can fix.
 
-Every failure reads "problem; fix" for one key path; hpcobs.config names the file that set the key.
+Every failure reads "problem; fix" for one key path; hpcobs.config names the file that set the key (for a
+conflict, the last file that sets any of its keys).
 """
 
 from __future__ import annotations
@@ -26,7 +28,7 @@ import jsonschema
 
 from . import catalogue, escape, promql, promregex, security_content
 from .names import DashboardUid, Team
-from .sources import parse_selector, scrape_labels
+from .sources import Matcher, parse_selector, scrape_labels
 
 KeyPath = list[Any]
 FORMATS = jsonschema.FormatChecker(formats=())
@@ -322,7 +324,15 @@ def problems(doc: Any) -> list[tuple[KeyPath, str]]:
         *_datasource_uids(doc),
         *_folder_uid(doc),
         *_shipped_policy_name(doc),
+        *_job_info_names_its_scrape_job(doc),
     ]
+
+
+def conflicts(doc: Any) -> list[tuple[KeyPath, list[KeyPath], str]]:
+    """What keys get wrong together: (key reported, the other keys, "problem; fix") each."""
+    if not isinstance(doc, dict):
+        return []
+    return [*_job_info_apart_from_job_written(doc)]
 
 
 def _non_finite_numbers(node: Any, path: KeyPath) -> Iterator[tuple[KeyPath, str]]:
@@ -494,6 +504,65 @@ def _shipped_policy_name(doc: dict) -> Iterator[tuple[KeyPath, str]]:
         problem = security_content.object_name_problem(policies[0])
         if problem:
             yield ["thresholds", "security_checkpoint_policies", 0], problem
+
+
+# The prolog's job-info series says who owns a job, and the rules attribute GPUs to users and accounts through it, so
+# it is trusted only from the root-written textfile directory. Jobs write the series of these roles themselves
+# (files in their own metrics directory, their own endpoints): they are told apart by the scrape job, which a file
+# cannot set (Prometheus renames a `job` label it writes to exported_job). docs/slurm.md#security.
+_JOB_WRITTEN = ("training", "nccl_inspector")
+_SECURITY = "see docs/slurm.md#security"
+
+
+def _enabled_matchers(doc: dict, role: str) -> frozenset[Matcher] | None:
+    """The matchers of an enabled role's selector; None when the role is off or the selector is refused (the
+    schema's format check reports it)."""
+    selector = _get(doc, "exporters", role, "selector")
+    if _get(doc, "exporters", role, "enabled") is not True or not isinstance(selector, str):
+        return None
+    try:
+        return frozenset(parse_selector(selector))
+    except ValueError:
+        return None
+
+
+def _prolog_job_info(doc: dict) -> frozenset[Matcher] | None:
+    return _enabled_matchers(doc, "job_info") if _get(doc, "exporters", "job_info", "source") == "prolog" else None
+
+
+def _names_its_scrape_job(matchers: frozenset[Matcher]) -> bool:
+    return any(m.label == "job" and m.op == "=" for m in matchers)
+
+
+def _job_info_names_its_scrape_job(doc: dict) -> Iterator[tuple[KeyPath, str]]:
+    """Only a selector naming its scrape job keeps out the job-info series a job forges in its own files."""
+    job_info = _prolog_job_info(doc)
+    if job_info is not None and not _names_its_scrape_job(job_info):
+        yield (
+            ["exporters", "job_info", "selector"],
+            f'{doc["exporters"]["job_info"]["selector"]!r} has no job="..." matcher, so it can select job-info '
+            "series that a job forges in its own metric files; select the job of the node_exporter that reads the "
+            f'root-only textfile directory (e.g. job="node"), {_SECURITY}',
+        )
+
+
+def _job_info_apart_from_job_written(doc: dict) -> Iterator[tuple[KeyPath, list[KeyPath], str]]:
+    """The job-info selector must not be the selector of a role whose series jobs write: matchers compared as
+    parsed, so spacing, quotes and order make no difference. A selector without its scrape job has its own line."""
+    job_info = _prolog_job_info(doc)
+    if job_info is None or not _names_its_scrape_job(job_info):
+        return
+    same = [role for role in _JOB_WRITTEN if _enabled_matchers(doc, role) == job_info]
+    if same:
+        named = " and ".join(f"exporters.{role}.selector ({doc['exporters'][role]['selector']!r})" for role in same)
+        yield (
+            ["exporters", "job_info", "selector"],
+            [["exporters", role, "selector"] for role in same],
+            f"{doc['exporters']['job_info']['selector']!r} selects the same series as {named}, written by the jobs "
+            "themselves, so a job could forge job-info series naming another user or account; select the job of "
+            'the node_exporter that reads the root-only textfile directory here (e.g. job="node") and the job of '
+            f'the one that reads the jobs\' own directories there (e.g. job="training"), {_SECURITY}',
+        )
 
 
 def _get(doc: Any, *path: str) -> Any:

@@ -132,6 +132,100 @@ def test_regex_job_selector_builds(tmp_path):
     assert ',instance="n1:9400",job="dcgm",' in tests  # the synthetic series carry the invented value
 
 
+# --- job info: trusted only from the files root writes -----------------------------------------------------
+
+JOB_INFO_FORGEABLE = (
+    'select the job of the node_exporter that reads the root-only textfile directory here (e.g. job="node") and '
+    'the job of the one that reads the jobs\' own directories there (e.g. job="training"), see '
+    "docs/slurm.md#security"
+)
+
+
+@pytest.mark.parametrize(
+    "site, same",
+    [
+        # The old default: NCCL Inspector's dumps beside the prolog's file. The site set the other key, and is blamed.
+        (
+            "exporters:\n  nccl_inspector: {selector: 'job=\"node\"'}\n",
+            "exporters.nccl_inspector.selector ('job=\"node\"')",
+        ),
+        (
+            "exporters:\n  training: {selector: \"job='node'\"}\n",  # other quotes, same matcher
+            "exporters.training.selector (\"job='node'\")",
+        ),
+        (
+            'exporters:\n  job_info: {selector: \'env="prod", job="node"\'}\n'
+            '  nccl_inspector: {selector: \'job = "node",env="prod"\'}\n',  # other order and spacing
+            'exporters.nccl_inspector.selector (\'job = "node",env="prod"\')',
+        ),
+    ],
+)
+def test_job_info_selector_differs_from_the_job_written_roles(tmp_path, site, same):
+    job_info = yaml.safe_load(site)["exporters"].get("job_info", {}).get("selector", 'job="node"')
+    assert refused(tmp_path, site) == [
+        f"config error: SITE: exporters.job_info.selector: {job_info!r} selects the same series as {same}, written by "
+        "the jobs themselves, so a job could forge job-info series naming another user or account; "
+        + JOB_INFO_FORGEABLE
+    ]
+
+
+def test_job_info_selector_shared_with_both_job_written_roles_is_one_line(tmp_path):
+    assert refused(tmp_path, "exporters:\n  job_info: {selector: 'job = \"training\"'}\n") == [
+        "config error: SITE: exporters.job_info.selector: 'job = \"training\"' selects the same series as "
+        "exporters.training.selector ('job=\"training\"') and exporters.nccl_inspector.selector ('job=\"training\"'), "
+        "written by the jobs themselves, so a job could forge job-info series naming another user or account; "
+        + JOB_INFO_FORGEABLE
+    ]
+
+
+@pytest.mark.parametrize("selector", ['instance=~".+:9100"', 'job=~"node"', 'job!="training", instance=~".+"'])
+def test_job_info_selector_names_its_scrape_job(tmp_path, selector):
+    """Only the scrape job tells the root-written textfiles from the jobs' own: a file cannot set it."""
+    assert refused(
+        tmp_path, "exporters:\n  job_info:\n    selector: " + yaml.safe_dump(selector).removesuffix("\n...\n")
+    ) == [
+        f'config error: SITE: exporters.job_info.selector: {selector!r} has no job="..." matcher, so it can select '
+        "job-info series that a job forges in its own metric files; select the job of the node_exporter that reads "
+        'the root-only textfile directory (e.g. job="node"), see docs/slurm.md#security'
+    ]
+
+
+@pytest.mark.parametrize(
+    "site",
+    [
+        # kube-prometheus' job names; the jobs' node_exporter under a job of its own
+        "exporters:\n  job_info: {selector: 'job=\"node-exporter\"'}\n"
+        "  training: {selector: 'job=\"hpcobs-jobs\"'}\n  nccl_inspector: {selector: 'job=\"hpcobs-jobs\"'}\n",
+        # one scrape job for both node_exporters, told apart by the port Prometheus puts in `instance`
+        'exporters:\n  job_info: {selector: \'job="node", instance=~".+:9100"\'}\n'
+        '  nccl_inspector: {selector: \'job="node", instance=~".+:9101"\'}\n',
+        # a role that is off reads nothing; jontk's job info comes from slurmrestd, not from a file on the node
+        "exporters:\n  nccl_inspector: {enabled: false, selector: 'job=\"node\"'}\n",
+        "exporters:\n  job_info: {source: jontk, selector: 'job=\"training\"'}\n",
+        "exporters:\n  job_info: {enabled: false, selector: 'instance=~\".+\"'}\n",
+    ],
+)
+def test_job_info_selector_near_misses(tmp_path, site):
+    load(tmp_path, site)
+
+
+def test_job_info_selector_not_judged_while_the_schema_refuses_the_other(tmp_path):
+    """One mistake, one line: a broken selector is reported, not the conflict it might have been."""
+    assert refused(tmp_path, "exporters:\n  training: {selector: 'job=\"node\"} or up{'}\n") == [
+        "config error: SITE: exporters.training.selector: 'job=\"node\"} or up{' is not a list of label matchers; "
+        'write e.g. job="dcgm-exporter"'
+    ]
+
+
+def test_forgeable_job_info_exits_2_before_anything_is_written(tmp_path):
+    site = tmp_path / "site.yaml"
+    site.write_text("exporters:\n  nccl_inspector: {selector: 'job=\"node\"'}\n")
+    out = tmp_path / "out"
+    result = run_build("--no-tool-checks", "--config", str(site), "--out", str(out))
+    assert result.returncode == 2 and result.stdout == "" and not out.exists()
+    assert result.stderr.startswith(f"config error: {site}: exporters.job_info.selector: 'job=\"node\"' selects ")
+
+
 # --- metric names and prefixes ----------------------------------------------------------------------------
 
 
