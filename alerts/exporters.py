@@ -44,7 +44,7 @@ TARGETS = (
         "NodeExporter",
         "node_exporter",
         Team.GPU_OPS,
-        "InfiniBand, filesystem, textfile (job-info, NCCL Inspector) and host metrics of this node",
+        "InfiniBand, filesystem, job-info (textfile) and host metrics of this node",
     ),
     Target("slurm", "Slurm", "Slurm exporter", Team.SLURM_ADMINS, "node states, queue depth and partition allocations"),
     Target("lustre", "Lustre", "Lustre exporter", Team.STORAGE, "Lustre client or server statistics of this host"),
@@ -55,7 +55,7 @@ TARGETS = (
         "Training",
         "training metrics",
         Team.ML_PLATFORM,
-        "the training progress series of the jobs on this node",
+        "the training progress and NCCL Inspector series of the jobs on this node",
     ),
 )
 # Scenarios of hpcobs.simulate whose default data take a target down: exporter_down stops one
@@ -123,8 +123,9 @@ def _node_series(ctx: Context, signal: str, values: str, **labels: str) -> Serie
 
 
 def _targets_down(ctx: Context) -> list[Alert]:
-    """One alert per enabled exporter role; roles scraped by the same job (job_info, nccl_inspector ride on
-    node_exporter's textfile collector) share its `up` and are not repeated."""
+    """One alert per enabled exporter role; roles scraped by the same job share its `up` and are not repeated
+    (job_info rides on node_exporter's textfile collector, nccl_inspector on the jobs' own node_exporter, scraped
+    with the training metrics)."""
     down_for = ctx.thresholds.exporter_down_for
     first_by_selector: dict[str, Target] = {}
     for target in TARGETS:
@@ -170,8 +171,7 @@ def _textfile_scrape_error(ctx: Context) -> list[Alert]:
             for_="5m",
             summary="node_exporter cannot read a file of its textfile directory.",
             description=f"node_exporter on {label('node')} (cluster {label(ctx.cluster)}) fails to open or parse a "
-            ".prom file of its textfile directory: the job-info series of our prolog and NCCL Inspector "
-            "metrics may be stale or missing there.",
+            ".prom file of its textfile directory: the job-info series of our prolog may be stale or missing.",
             **standard_cases(
                 timing(ctx, "5m", 2),
                 fault="a malformed .prom file",
