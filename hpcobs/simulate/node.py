@@ -6,6 +6,7 @@ textfile collector (docs/contracts.md#job-info).
 from __future__ import annotations
 
 from collections.abc import Callable, Iterator
+from itertools import chain
 
 from ..exporter_labels import gpu_uuid
 from .core import Family, accumulate, seeded, to_unit, where, window_mask
@@ -43,8 +44,10 @@ COLLECTORS = (
 # which docs/exporters.md asks for); mlx5 hw_counters stay off.
 OPTIONAL_COLLECTED = ("nfs_mount_read_bytes", "nfs_mount_write_bytes")
 NFS_METHODS = ("Access", "Getattr", "Lookup", "Read", "Write")
-TEXTFILE_DIR = "/var/lib/node_exporter/textfile"
-NCCL_DIR = "/var/lib/node_exporter/nccl_inspector"
+# slurm/hpcobs-slurm.conf's defaults: root's textfile directory, and the jobs' own metrics directories, read
+# by two node_exporters (docs/slurm.md#security); node_exporter 1.5 names each file by its full path.
+TEXTFILE_DIR = "/var/lib/prometheus/node-exporter"
+JOB_METRICS_DIR = "/run/hpcobs-jobs"
 BOOT_AGO = 12 * 86400
 
 
@@ -270,17 +273,7 @@ def _per_node(sim, signal: str) -> Callable[[Node], Iterator[tuple[dict, list]]]
             yield {"method": method, "proto": "4"}, accumulate([step * r.uniform(2, 8)] * n, r.uniform(1e5, 1e7))
 
     def textfile_mtime(node: Node):
-        """One series per .prom file: the prolog's job-info file (written once) and NCCL Inspector's
-        per-GPU dumps (rewritten every 30 s while the job runs)."""
-        for job in sim.cluster.jobs_on(node.index):
-            if job.nccl and sim.enabled("nccl_inspector"):
-                running = sim.activity.running(job)
-                r = rng(node, job.id)
-                for gpu in job.gpus_on(node.index):
-                    yield (
-                        {"file": f"{NCCL_DIR}/nccl_inspector_metrics_{gpu_uuid(node.name, gpu)}.prom"},
-                        where(running, [sim.window.time(i) - r.randrange(30) for i in range(n)]),
-                    )
+        """One series per .prom file of root's textfile directory: the prolog's job-info file (written once)."""
         if not sim.enabled("job_info") or sim.job_info_source != "prolog":
             return
         for job in sim.cluster.jobs_on(node.index):
@@ -293,7 +286,7 @@ def _per_node(sim, signal: str) -> Callable[[Node], Iterator[tuple[dict, list]]]
             ]
             if any(mask):
                 yield (
-                    {"file": f"{TEXTFILE_DIR}/hpcobs_slurm_job_{job.id}.prom"},
+                    {"file": f"{TEXTFILE_DIR}/hpcobs_job_{job.id}.prom"},
                     where(mask, [sim.window.start + max(job.start, 0)] * n),
                 )
 
@@ -389,8 +382,33 @@ def node_exporter_families(sim) -> Iterator[Family]:
         if metric.optional and signal not in OPTIONAL_COLLECTED:
             continue
         per_node = _per_node(sim, signal)
-        if per_node is not None:
-            yield Family(metric.name, metric.type, metric.help, _node_series(sim, "node_exporter", metric, per_node))
+        if per_node is None:
+            continue
+        series = _node_series(sim, "node_exporter", metric, per_node)
+        if signal == "textfile_mtime":
+            series = chain(series, _node_series(sim, "training", metric, _job_metrics_mtime(sim)))
+        yield Family(metric.name, metric.type, metric.help, series)
+
+
+def _job_metrics_mtime(sim):
+    """The jobs' node_exporter's files: NCCL Inspector's per-GPU dumps in each job's own directory, rewritten
+    every 30 s while the job runs."""
+    n = sim.window.steps
+
+    def series(node: Node):
+        if not sim.enabled("nccl_inspector"):
+            return
+        for job in sim.cluster.jobs_on(node.index):
+            if job.nccl:
+                running = sim.activity.running(job)
+                r = seeded(sim.seed, "node", "textfile_mtime", node.name, job.id)
+                for gpu in job.gpus_on(node.index):
+                    yield (
+                        {"file": f"{JOB_METRICS_DIR}/{job.id}/nccl_inspector_metrics_{gpu_uuid(node.name, gpu)}.prom"},
+                        where(running, [sim.window.time(i) - r.randrange(30) for i in range(n)]),
+                    )
+
+    return series
 
 
 def _node_series(sim, exporter: str, metric, per_node, nodes=None):

@@ -26,8 +26,10 @@ from .formats import promtool_series
 from .model import Job
 from .scenarios import Spec, resolve
 
-# Exporters whose series node_exporter serves from its textfile directory (same target, same `up`).
-TEXTFILE = {"nccl_inspector"}
+# Exporters whose series another exporter's target serves from its textfile directory (same target, same `up`):
+# NCCL Inspector's dumps are written by the job, into its own metrics directory, read by the jobs' node_exporter
+# that also serves the training metrics (docs/slurm.md#security).
+SERVED_BY = {"nccl_inspector": "training"}
 
 
 class Simulation:
@@ -62,7 +64,9 @@ class Simulation:
     def port(self, exporter: str) -> int:
         if exporter == "slurm":
             return EXPORTER_PORTS[f"slurm_{self.config['exporters']['slurm']['flavour']}"]
-        if exporter in TEXTFILE or (exporter == "job_info" and self.job_info_source == "prolog"):
+        if exporter in SERVED_BY:
+            return self.port(SERVED_BY[exporter])
+        if exporter == "job_info" and self.job_info_source == "prolog":
             return EXPORTER_PORTS["node_exporter"]
         if exporter == "job_info":
             return EXPORTER_PORTS["slurm_jontk"]
@@ -88,7 +92,7 @@ class Simulation:
 
     def scraped(self, exporter: str, node_index: int) -> list[bool] | None:
         """Scrapes at which the exporter on that node answers; None = all of them."""
-        served_by = "node_exporter" if exporter in TEXTFILE or exporter == "job_info" else exporter
+        served_by = "node_exporter" if exporter == "job_info" else SERVED_BY.get(exporter, exporter)
         down = self.faults.windows("host_down", node_index) + self.faults.windows(
             "exporter_down", served_by, node_index
         )
@@ -152,9 +156,9 @@ class Simulation:
             yield "slurm", None, SLURM_CONTROLLER, None
         if self.enabled("job_info") and self.job_info_source == "jontk":
             yield "job_info", None, SLURM_CONTROLLER, None
-        if self.enabled("training"):
+        if self.enabled("training") or self.enabled("nccl_inspector"):
             for n in self.cluster.nodes:
-                runs = [self.activity.span(j) for j in self.cluster.jobs_on(n.index) if j.training]
+                runs = [self.activity.span(j) for j in self.cluster.jobs_on(n.index) if j.training or j.nccl]
                 if runs:
                     yield "training", n.index, n.name, window_mask(self.window.steps, runs)
 
