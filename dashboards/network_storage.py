@@ -8,6 +8,8 @@ series of ONE node through the catalogue.
 
 from collections.abc import Callable
 
+from hpcobs.dashboards import common
+
 from hpcobs.context import Context
 from hpcobs.dashboard import (
     Column,
@@ -22,8 +24,6 @@ from hpcobs.dashboard import (
     timeseries,
 )
 from hpcobs.names import DashboardUid
-
-from . import common
 
 UID = DashboardUid.NETWORK_STORAGE
 FILL = ((None, "green"), (0.8, "orange"), (0.95, "red"))

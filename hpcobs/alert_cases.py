@@ -13,9 +13,9 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import TypedDict
 
-from .context import Context
-from .promql import duration, duration_seconds
-from .ruletest import Case, Sample, Series
+from hpcobs.context import Context
+from hpcobs.promql import duration, duration_seconds
+from hpcobs.ruletest import Case, Sample, Series
 
 
 class Proof(TypedDict):

@@ -14,10 +14,10 @@ from __future__ import annotations
 from dataclasses import dataclass
 from math import prod
 
-from . import lint
-from .catalogue import Metric
-from .rules import Group, Record
-from .sources import Sources
+from hpcobs import lint
+from hpcobs.catalogue import Metric
+from hpcobs.rules import Group, Record
+from hpcobs.sources import Sources
 
 REFERENCE = {
     "nodes": 2048,

@@ -12,12 +12,12 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
-from . import cache as cache_module
-from . import config as config_module
-from . import deploy, outdir, pipeline, review, validate
-from .cache import Cache
-from .errors import UserError
-from .timing import Timings
+from hpcobs import cache as cache_module
+from hpcobs import config as config_module
+from hpcobs import deploy, outdir, pipeline, review, validate
+from hpcobs.cache import Cache
+from hpcobs.errors import UserError
+from hpcobs.timing import Timings
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -189,8 +189,8 @@ def simulate(args: argparse.Namespace) -> int:
     import json
     import time
 
-    from . import simulate as sim_module
-    from .simulate import arguments, output
+    from hpcobs import simulate as sim_module
+    from hpcobs.simulate import arguments, output
 
     # Options given before `simulate` (--config) stay; its parser reports its own mistakes in one line.
     args = arguments.parser("build.py simulate").parse_args(args.simulate_arguments, namespace=args)

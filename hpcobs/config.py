@@ -16,8 +16,8 @@ from typing import Any
 import jsonschema
 import yaml
 
-from . import config_checks
-from .errors import UserError
+from hpcobs import config_checks
+from hpcobs.errors import UserError
 
 ROOT = Path(__file__).resolve().parent.parent
 DEFAULT_CONFIG = ROOT / "config" / "default.yaml"

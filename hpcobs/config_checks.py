@@ -26,9 +26,9 @@ from urllib.parse import unquote, urlsplit
 
 import jsonschema
 
-from . import catalogue, escape, promql, promregex, security_content
-from .names import DashboardUid, Team
-from .sources import Matcher, parse_selector, scrape_labels
+from hpcobs import catalogue, escape, promql, promregex, security_content
+from hpcobs.names import DashboardUid, Team
+from hpcobs.sources import Matcher, parse_selector, scrape_labels
 
 KeyPath = list[Any]
 FORMATS = jsonschema.FormatChecker(formats=())

@@ -8,10 +8,10 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from functools import cached_property
 
-from . import escape, promql
-from .config import Config
-from .sources import Sources
-from .thresholds import Thresholds
+from hpcobs import escape, promql
+from hpcobs.config import Config
+from hpcobs.sources import Sources
+from hpcobs.thresholds import Thresholds
 
 # Labels every per-GPU canonical series keeps: a GPU is its node and its index there, whatever the exporter calls them.
 GPU_KEY = ("node", "gpu")

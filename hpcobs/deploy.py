@@ -35,13 +35,13 @@ from urllib.parse import urlsplit
 
 import yaml
 
-from . import config as config_module
-from . import pipeline
-from .config import Config
-from .errors import UserError
+from hpcobs import config as config_module
+from hpcobs import pipeline
+from hpcobs.config import Config
+from hpcobs.errors import UserError
 
 if TYPE_CHECKING:
-    from .grafana_api import Grafana
+    from hpcobs.grafana_api import Grafana
 
 ROOT = Path(__file__).resolve().parent.parent
 OWNER_TAG = "hpcobs"
@@ -131,7 +131,7 @@ def run(args: argparse.Namespace) -> int:
     build = Build.of(config, pipeline.generate(config))
     if args.skip_datasources:
         build = dataclasses.replace(build, datasources=[])
-    from . import grafana_api
+    from hpcobs import grafana_api
 
     grafana = grafana_api.Grafana(endpoint, token, args.timeout, args.retries, args.backoff)
     output = Output(token)
@@ -666,6 +666,6 @@ def _datasource_update(found: dict, wanted: dict) -> dict:
 
 
 def _semantic_diff(old: dict, new: dict) -> list[str]:
-    from .review import compare_dashboards
+    from hpcobs.review import compare_dashboards
 
     return compare_dashboards(old, new)

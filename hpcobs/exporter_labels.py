@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import hashlib
 
-from .sources import Source
+from hpcobs.sources import Source
 
 # Listen ports of the exporters (label values of `instance`; defaults of each project).
 EXPORTER_PORTS = {

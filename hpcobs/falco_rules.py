@@ -20,10 +20,10 @@ from __future__ import annotations
 
 from typing import Any
 
-from . import security_content
-from .context import Context
-from .render import GENERATED, yaml_text
-from .security_content import FalcoRule
+from hpcobs import security_content
+from hpcobs.context import Context
+from hpcobs.render import GENERATED, yaml_text
+from hpcobs.security_content import FalcoRule
 
 PATH = f"falco/{security_content.FALCO_RULES_FILE}"
 # Falco 0.41.0's engine: the schema (schemas/falco) and field list the rules are checked against are its own.

@@ -26,7 +26,7 @@ from grafana_client.client import (
     GrafanaUnauthorizedError,
 )
 
-from .deploy import Endpoint, Failure
+from hpcobs.deploy import Endpoint, Failure
 
 Result = TypeVar("Result")
 # Waits between attempts double from --backoff up to this: a Grafana restart takes seconds, and a deploy that

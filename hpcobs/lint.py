@@ -13,8 +13,8 @@ from functools import cache
 
 import promql_parser
 
-from .dashboard import GRAFANA_VARIABLE
-from .promql import COMPARISONS
+from hpcobs.dashboard import GRAFANA_VARIABLE
+from hpcobs.promql import COMPARISONS
 
 _STRING = re.compile(r'"(?:[^"\\]|\\.)*"|\'(?:[^\'\\]|\\.)*\'|`[^`]*`')
 _TEMPLATE_QUERY = re.compile(r"\s*(label_values|query_result)\((.*)\)\s*", re.S)

@@ -19,12 +19,12 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
-from . import escape, promql, promregex
-from .config import Config
-from .render import GENERATED, yaml_text
-from .rules import Alert, Group, LinkBases, Record
-from .ruletest import Case, Series
-from .sources import Matcher, parse_selector
+from hpcobs import escape, promql, promregex
+from hpcobs.config import Config
+from hpcobs.render import GENERATED, yaml_text
+from hpcobs.rules import Alert, Group, LinkBases, Record
+from hpcobs.ruletest import Case, Series
+from hpcobs.sources import Matcher, parse_selector
 
 RULES_FILE = "loki/rules/hpcobs.yaml"
 # Loki's ruler scans every line of a rule's window at each evaluation: once a minute (its default evaluation

@@ -19,7 +19,7 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
-from .errors import UserError
+from hpcobs.errors import UserError
 
 # hpcobs only ever replaces a directory that holds this file, so it never deletes what it did not write.
 MARKER = ".hpcobs-output"

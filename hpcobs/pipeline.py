@@ -8,7 +8,7 @@ from dataclasses import replace
 
 # mypy reads the source tree, where the content folders sit at the top, and cannot follow setuptools' package-dir
 # mapping that installs them as hpcobs.*: it checks them as the packages alerts, dashboards and recording_rules.
-from . import (  # type: ignore[attr-defined]
+from hpcobs import (
     alerts,
     dashboards,
     falco_rules,
@@ -19,13 +19,13 @@ from . import (  # type: ignore[attr-defined]
     recording_rules,
     tetragon_policies,
 )
-from . import dashboard as dashboard_engine
-from .alerts import alertmanager, logs  # type: ignore[import-not-found]
-from .config import Config
-from .context import Context
-from .render import GENERATED, json_text, yaml_text
-from .rule_targets import files as rule_target_files
-from .rules import Alert, Group, LinkBases, Record
+from hpcobs import dashboard as dashboard_engine
+from hpcobs.alerts import alertmanager, logs  # type: ignore[import-not-found]
+from hpcobs.config import Config
+from hpcobs.context import Context
+from hpcobs.render import GENERATED, json_text, yaml_text
+from hpcobs.rule_targets import files as rule_target_files
+from hpcobs.rules import Alert, Group, LinkBases, Record
 
 RULES_DIR = "prometheus/rules"
 # prometheus/tests/<domain>/<rule>.tests.yaml, each loading <rule>.rules.yaml beside it.
@@ -139,7 +139,7 @@ def layers(groups: list[Group]) -> list[list[Group]]:
 
 def budget_report(config: Config) -> list[str]:
     """The cardinality budget of the recording rules on the reference cluster (hpcobs.cardinality)."""
-    from . import cardinality
+    from hpcobs import cardinality
 
     ctx = Context(config)
     groups = [g for domain_groups in rule_groups(ctx).values() for g in domain_groups]

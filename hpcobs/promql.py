@@ -5,8 +5,8 @@ from __future__ import annotations
 import re
 from decimal import Decimal
 
-from . import escape
-from .catalogue import UNITS
+from hpcobs import escape
+from hpcobs.catalogue import UNITS
 
 # Factor that turns a value in the given unit into the canonical SI unit of its dimension.
 _TO_SI = {

@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from .rules import Alert, LinkBases, Record, render_template
-from .ruletest import Case, selector_text
+from hpcobs.rules import Alert, LinkBases, Record, render_template
+from hpcobs.ruletest import Case, selector_text
 
 
 def _input(case: Case) -> list[dict]:

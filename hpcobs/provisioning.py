@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from .config import Config
-from .escape import grafana_provisioning
+from hpcobs.config import Config
+from hpcobs.escape import grafana_provisioning
 
 DASHBOARDS_MOUNT = "/var/lib/grafana/dashboards/hpcobs"
 

@@ -18,10 +18,10 @@ import tarfile
 import tempfile
 from pathlib import Path
 
-from . import config as config_module
-from . import outdir, pipeline, semantic_diff
-from .errors import UserError
-from .semantic_diff import Side, compare_dashboards
+from hpcobs import config as config_module
+from hpcobs import outdir, pipeline, semantic_diff
+from hpcobs.errors import UserError
+from hpcobs.semantic_diff import Side, compare_dashboards
 
 __all__ = ["add_arguments", "run", "compare_dashboards"]
 

@@ -7,8 +7,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from .config import Config
-from .render import GENERATED, load_yaml, yaml_text
+from hpcobs.config import Config
+from hpcobs.render import GENERATED, load_yaml, yaml_text
 
 PROMETHEUS_RULE = "kubernetes/prometheusrule.yaml"
 MIMIR_DIR = "mimir"

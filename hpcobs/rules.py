@@ -7,11 +7,11 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from functools import partial
 
-from .config import Config
-from .escape import go_template_text, url_query
-from .names import DashboardUid, Team
-from .promql import duration_seconds
-from .ruletest import Case
+from hpcobs.config import Config
+from hpcobs.escape import go_template_text, url_query
+from hpcobs.names import DashboardUid, Team
+from hpcobs.promql import duration_seconds
+from hpcobs.ruletest import Case
 
 SEVERITIES = ("critical", "warning", "info")
 _RECORD_NAME = re.compile(

@@ -9,8 +9,8 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from . import promql
-from .escape import promql_matcher
+from hpcobs import promql
+from hpcobs.escape import promql_matcher
 
 
 @dataclass(frozen=True)

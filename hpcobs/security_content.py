@@ -18,7 +18,7 @@ import posixpath
 import re
 from dataclasses import dataclass
 
-from .thresholds import Thresholds
+from hpcobs.thresholds import Thresholds
 
 # The rules file's name, in out/falco/ and where Falco loads it from (a rules.d directory of its config).
 FALCO_RULES_FILE = "hpcobs_rules.yaml"

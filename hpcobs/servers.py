@@ -25,8 +25,8 @@ from typing import NamedTuple
 
 import yaml
 
-from . import tools
-from .errors import ToolError
+from hpcobs import tools
+from hpcobs.errors import ToolError
 
 # (env var, binary, Debian package, minimum version), as in tools.find
 PROMETHEUS = ("PROMETHEUS", "prometheus", "prometheus", (2, 42))

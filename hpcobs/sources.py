@@ -13,11 +13,11 @@ from typing import TYPE_CHECKING
 
 import promql_parser
 
-from . import catalogue, escape, promregex
-from .catalogue import Exporter, Metric
+from hpcobs import catalogue, escape, promregex
+from hpcobs.catalogue import Exporter, Metric
 
 if TYPE_CHECKING:  # config validation imports this module to check selectors
-    from .config import Config
+    from hpcobs.config import Config
 
 # promql_parser's MatchOp is not hashable: looked up by equality.
 _OPS = (

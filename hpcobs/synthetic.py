@@ -9,10 +9,10 @@ from __future__ import annotations
 
 import re
 
-from .context import Context
-from .exporter_labels import EXPORTER_PORTS, SLURM_CONTROLLER, amd_gpu_labels, dcgm_gpu_labels
-from .promql import si_factor
-from .ruletest import Series
+from hpcobs.context import Context
+from hpcobs.exporter_labels import EXPORTER_PORTS, SLURM_CONTROLLER, amd_gpu_labels, dcgm_gpu_labels
+from hpcobs.promql import si_factor
+from hpcobs.ruletest import Series
 
 
 def dcgm(

@@ -18,10 +18,10 @@ from __future__ import annotations
 
 from typing import Any
 
-from . import security_content
-from .context import Context
-from .render import GENERATED, yaml_text
-from .security_content import TetragonPolicy
+from hpcobs import security_content
+from hpcobs.context import Context
+from hpcobs.render import GENERATED, yaml_text
+from hpcobs.security_content import TetragonPolicy
 
 FOLDER = "tetragon"
 EPERM = -1

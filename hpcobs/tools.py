@@ -20,10 +20,10 @@ from pathlib import Path
 
 import yaml
 
-from . import promql
-from .cache import Cache, digest
-from .errors import ToolError
-from .render import load_yaml
+from hpcobs import promql
+from hpcobs.cache import Cache, digest
+from hpcobs.errors import ToolError
+from hpcobs.render import load_yaml
 
 # (env var, binary, Debian package, minimum version)
 Tool = tuple[str, str, str, tuple[int, int]]

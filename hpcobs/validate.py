@@ -15,12 +15,12 @@ from typing import Any
 
 import jsonschema
 
-from . import rule_targets, tools
-from .cache import Cache, digest
-from .errors import UserError
-from .render import load_yaml
-from .security_content import OBJECT_NAME
-from .timing import Timings
+from hpcobs import rule_targets, tools
+from hpcobs.cache import Cache, digest
+from hpcobs.errors import UserError
+from hpcobs.render import load_yaml
+from hpcobs.security_content import OBJECT_NAME
+from hpcobs.timing import Timings
 
 SCHEMAS = Path(__file__).resolve().parent.parent / "schemas"
 RULES_SCHEMA = "schemastore/prometheus.rules.json"

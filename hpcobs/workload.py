@@ -26,14 +26,14 @@ from typing import Protocol
 
 import promql_parser
 
-from . import escape, lint, pipeline
-from .config import Config
-from .context import _raw_matcher
-from .dashboard import GRAFANA_VARIABLE
-from .promql import duration, duration_seconds
-from .render import yaml_text
-from .rules import Group, Record
-from .sources import Sources
+from hpcobs import escape, lint, pipeline
+from hpcobs.config import Config
+from hpcobs.context import _raw_matcher
+from hpcobs.dashboard import GRAFANA_VARIABLE
+from hpcobs.promql import duration, duration_seconds
+from hpcobs.render import yaml_text
+from hpcobs.rules import Group, Record
+from hpcobs.sources import Sources
 
 MAX_DATA_POINTS = 1000  # a panel 1,000 pixels wide
 # Grafana's roundInterval: (below this many milliseconds, round to this many), in order.

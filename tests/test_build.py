@@ -6,8 +6,7 @@ import pytest
 
 from hpcobs import cli, outdir, pipeline, validate
 from hpcobs.errors import UserError
-
-from .conftest import ROOT, run_build
+from tests.conftest import ROOT, run_build
 
 
 def tree(root):

@@ -66,7 +66,7 @@ def test_record_levels_match_their_labels(groups, ctx):
 
 
 def test_the_build_prints_the_budget(tmp_path):
-    from .conftest import run_build
+    from tests.conftest import run_build
 
     result = run_build("--no-tool-checks", "--out", str(tmp_path / "out"))
     assert result.returncode == 0, result.stderr

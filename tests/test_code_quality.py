@@ -6,7 +6,7 @@ import sys
 
 import pytest
 
-from .conftest import ROOT
+from tests.conftest import ROOT
 
 # Paths and rules come from pyproject.toml ([tool.ruff], [tool.mypy]); --no-cache and a temporary mypy cache
 # keep the checks from writing into the repository. One line per finding: the file, the line and the rule.

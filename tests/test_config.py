@@ -4,8 +4,7 @@ import pytest
 
 from hpcobs import config as config_module
 from hpcobs.errors import UserError
-
-from .conftest import run_build
+from tests.conftest import run_build
 
 
 def errors_for(tmp_path, text):

@@ -9,8 +9,7 @@ from hpcobs import promql
 from hpcobs.errors import UserError
 from hpcobs.names import Team
 from hpcobs.sources import Sources, parse_selector, scrape_labels
-
-from .conftest import run_build
+from tests.conftest import run_build
 
 
 def load(tmp_path, text):

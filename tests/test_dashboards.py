@@ -9,8 +9,7 @@ import yaml
 from hpcobs import dashboard as engine
 from hpcobs import lint, tools, validate
 from hpcobs.names import DashboardUid
-
-from .test_catalogue import recorded_names
+from tests.test_catalogue import recorded_names
 
 DASHBOARDS = "grafana/dashboards/"
 UIDS = {str(uid) for uid in DashboardUid}

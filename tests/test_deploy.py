@@ -19,9 +19,8 @@ import pytest
 from hpcobs import cli, deploy, pipeline
 from hpcobs import config as config_module
 from hpcobs.errors import UserError
-
-from .conftest import ROOT
-from .grafana_fake import FakeGrafana, forbidden
+from tests.conftest import ROOT
+from tests.grafana_fake import FakeGrafana, forbidden
 
 TOKEN = "glsa_q7Tz0kP2mN4vB6cD8eF1gH3iJ5kL7mN9_4f2a9c1e"
 REVISION = "0123456789ab (clean)"

@@ -26,8 +26,7 @@ from hpcobs import config as config_module
 from hpcobs import escape, pipeline
 from hpcobs.errors import UserError
 from hpcobs.rules import render_template
-
-from .test_dashboards import prometheus_expressions, substitute
+from tests.test_dashboards import prometheus_expressions, substitute
 
 SEED = 20240610
 SAMPLES = 50

@@ -10,7 +10,7 @@ import sys
 
 import pytest
 
-from .conftest import MEASUREMENT, ROOT
+from tests.conftest import MEASUREMENT, ROOT
 
 HPCOBS = ("hpcobs-gpu-cluster", "hpcobs-network-storage", "hpcobs-training", "hpcobs-slurm-jobs", "hpcobs-security")
 NVIDIA = "nvidia-12239"

@@ -21,8 +21,7 @@ import pytest
 
 from hpcobs import config as config_module
 from hpcobs import deploy, pipeline
-
-from .conftest import run_build
+from tests.conftest import run_build
 
 pytestmark = pytest.mark.grafana
 

@@ -4,7 +4,7 @@ independent of the build's context."""
 import subprocess
 import sys
 
-from .conftest import ROOT
+from tests.conftest import ROOT
 
 
 def run_python(code: str, cwd) -> str:

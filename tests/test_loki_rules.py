@@ -22,10 +22,9 @@ from hpcobs.context import Context
 from hpcobs.loki_rules import NODE, RULES_FILE, STREAMS, LogCase, LogMetric, LogQuery, LogRule, LogStreams
 from hpcobs.promql import duration_seconds
 from hpcobs.rules import Alert, Record
+from tests.conftest import ROOT
 from tests.test_logql import parse
 from tests.test_runbooks import anchors
-
-from .conftest import ROOT
 
 LINES = yaml.safe_load((Path(__file__).parent / "data" / "log_lines.yaml").read_text(encoding="utf-8"))["lines"]
 PATTERNS = {pattern.name: pattern for pattern in logs.PATTERNS}

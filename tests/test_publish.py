@@ -19,8 +19,7 @@ from pathlib import Path
 import pytest
 
 from hpcobs import cli, outdir, pipeline
-
-from .conftest import ROOT
+from tests.conftest import ROOT
 
 OLD = {"a.txt": "old a\n", "gone/b.txt": "old b\n"}
 NEW = {"a.txt": "new a\n", "d/e/c.txt": "new c\n"}

@@ -23,8 +23,7 @@ from hpcobs import config as config_module
 from hpcobs.dashboard import stat
 from hpcobs.render import GENERATED, load_yaml, yaml_text
 from hpcobs.semantic_diff import Side, compare_dashboards, queries
-
-from .conftest import ROOT
+from tests.conftest import ROOT
 
 BASE = Side("abc1234", "main")
 TRAINING = "grafana/dashboards/HPC/hpcobs-training.json"

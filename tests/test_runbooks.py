@@ -4,7 +4,7 @@ import re
 
 import yaml
 
-from .conftest import ROOT
+from tests.conftest import ROOT
 
 
 def anchors(markdown):

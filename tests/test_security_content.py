@@ -19,8 +19,7 @@ from hpcobs import falco_rules, lint, pipeline, security_content, validate
 from hpcobs.render import load_yaml
 from hpcobs.simulate import Simulation
 from hpcobs.thresholds import Thresholds
-
-from .conftest import ROOT
+from tests.conftest import ROOT
 
 FIELDS = ROOT / "schemas" / "falco" / "fields.txt"
 BPFTRACE = ROOT / "tools" / "bpftrace"

@@ -7,7 +7,7 @@ Facts taken from such notes are written here in our own words, or cite docs/ or 
 import subprocess
 from pathlib import Path
 
-from .conftest import ROOT
+from tests.conftest import ROOT
 
 # The notes the project was first written from, by path and by file name; none of them ships with the repository.
 OUTSIDE_REFERENCES = (

@@ -21,8 +21,7 @@ from hpcobs.promql import duration
 from hpcobs.simulate import UP, Simulation, Spec, compress, expand, kinds, write
 from hpcobs.simulate.scenarios import LLAMA3_CAUSES, Scene, realistic_week
 from hpcobs.thresholds import Thresholds
-
-from .conftest import ROOT, run_build
+from tests.conftest import ROOT, run_build
 
 EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 MIXED = {

@@ -23,8 +23,7 @@ import pytest
 import yaml
 
 from hpcobs import tools
-
-from .conftest import ROOT
+from tests.conftest import ROOT
 
 SLURM = ROOT / "slurm"
 NOBODY, NOGROUP = "nobody", "nogroup"

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import jsonschema
 
-from ..render import load_yaml
+from hpcobs.render import load_yaml
 
 HERE = Path(__file__).resolve().parent
 

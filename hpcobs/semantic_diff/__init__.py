@@ -15,15 +15,15 @@ from typing import Any
 
 import yaml
 
-from ..outdir import MARKER
-from ..pipeline import RULES_DIR, TESTS_DIR
-from ..render import SafeLoader
-from ..rule_targets import PROMETHEUS_RULE, is_target
-from .alertmanager import alertmanager_section
-from .core import NOISE_KINDS, Change, Section, code, count, leaf_changes, section_lines
-from .dashboards import compare_dashboards, dashboard_section
-from .provisioning import provisioning_section
-from .rules import rule_sections
+from hpcobs.outdir import MARKER
+from hpcobs.pipeline import RULES_DIR, TESTS_DIR
+from hpcobs.render import SafeLoader
+from hpcobs.rule_targets import PROMETHEUS_RULE, is_target
+from hpcobs.semantic_diff.alertmanager import alertmanager_section
+from hpcobs.semantic_diff.core import NOISE_KINDS, Change, Section, code, count, leaf_changes, section_lines
+from hpcobs.semantic_diff.dashboards import compare_dashboards, dashboard_section
+from hpcobs.semantic_diff.provisioning import provisioning_section
+from hpcobs.semantic_diff.rules import rule_sections
 
 __all__ = ["Report", "Side", "compare", "compare_dashboards", "markdown", "as_json"]
 

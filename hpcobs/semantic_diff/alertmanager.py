@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections.abc import Iterator
 from typing import Any
 
-from .core import Change, Section, by_name, code, leaf_changes, moves, shown
+from hpcobs.semantic_diff.core import Change, Section, by_name, code, leaf_changes, moves, shown
 
 _ROUTE_TREE = ("routes", "matchers", "match", "match_re")
 _OWN = ("route", "receivers", "inhibit_rules")

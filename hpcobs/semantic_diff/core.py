@@ -16,7 +16,7 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
-from . import queries
+from hpcobs.semantic_diff import queries
 
 Item = TypeVar("Item")
 

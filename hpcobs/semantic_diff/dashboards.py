@@ -14,8 +14,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from . import queries
-from .core import (
+from hpcobs.semantic_diff import queries
+from hpcobs.semantic_diff.core import (
     Change,
     Section,
     by_name,

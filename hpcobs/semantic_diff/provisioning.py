@@ -9,7 +9,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from typing import Any
 
-from .core import Change, Section, by_name, leaf_changes
+from hpcobs.semantic_diff.core import Change, Section, by_name, leaf_changes
 
 
 def provisioning_section(

@@ -16,7 +16,7 @@ from functools import cache
 
 import promql_parser
 
-from ..dashboard import GRAFANA_VARIABLE
+from hpcobs.dashboard import GRAFANA_VARIABLE
 
 _STRING = re.compile(r'"(?:[^"\\]|\\.)*"|\'(?:[^\'\\]|\\.)*\'|`[^`]*`')
 _TEMPLATE = re.compile(r"\s*(label_values|query_result)\((.*)\)\s*", re.S)

@@ -14,9 +14,9 @@ from collections.abc import Mapping
 from dataclasses import dataclass, replace
 from typing import Any
 
-from ..pipeline import RULES_DIR
-from . import queries
-from .core import (
+from hpcobs.pipeline import RULES_DIR
+from hpcobs.semantic_diff import queries
+from hpcobs.semantic_diff.core import (
     Change,
     Section,
     by_name,

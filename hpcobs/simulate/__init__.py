@@ -14,12 +14,12 @@ from __future__ import annotations
 
 from typing import TextIO
 
-from .core import UP
-from .expect import Expectation
-from .formats import FORMATS, WRITERS, Progress, Stats, compress, expand
-from .model import DEFAULT_START, Cluster, Job, Node
-from .scenarios import KINDS, Spec, kinds
-from .simulation import Simulation
+from hpcobs.simulate.core import UP
+from hpcobs.simulate.expect import Expectation
+from hpcobs.simulate.formats import FORMATS, WRITERS, Progress, Stats, compress, expand
+from hpcobs.simulate.model import DEFAULT_START, Cluster, Job, Node
+from hpcobs.simulate.scenarios import KINDS, Spec, kinds
+from hpcobs.simulate.simulation import Simulation
 
 
 def write(

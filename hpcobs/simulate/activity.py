@@ -9,8 +9,8 @@ from __future__ import annotations
 import math
 from functools import lru_cache
 
-from .core import Values, seeded, window_mask
-from .model import Job
+from hpcobs.simulate.core import Values, seeded, window_mask
+from hpcobs.simulate.model import Job
 
 CHECKPOINT_EVERY = 1800  # seconds between checkpoints of a training job
 CHECKPOINT_TAKES = 90  # seconds a healthy checkpoint blocks training

@@ -17,13 +17,13 @@ import sys
 from dataclasses import dataclass
 from datetime import UTC, datetime
 
-from ..config import Config
-from ..errors import UserError
-from ..promql import duration_seconds
-from .formats import FORMATS
-from .output import in_place
-from .scenarios import ScenarioError, Spec
-from .simulation import Simulation
+from hpcobs.config import Config
+from hpcobs.errors import UserError
+from hpcobs.promql import duration_seconds
+from hpcobs.simulate.formats import FORMATS
+from hpcobs.simulate.output import in_place
+from hpcobs.simulate.scenarios import ScenarioError, Spec
+from hpcobs.simulate.simulation import Simulation
 
 MAX_GPUS_PER_NODE = 16  # the largest real GPU nodes (HGX-2 class); 8 is the common case
 MAX_NODES = 100_000  # the model holds every node in memory; more than the largest clusters built

@@ -12,8 +12,8 @@ import random
 from collections.abc import Iterable
 from dataclasses import dataclass
 
-from .. import catalogue
-from ..promql import si_factor
+from hpcobs import catalogue
+from hpcobs.promql import si_factor
 
 Values = list  # list[int | float | None], one entry per scrape
 

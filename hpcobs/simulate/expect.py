@@ -10,8 +10,8 @@ from __future__ import annotations
 
 from dataclasses import asdict, dataclass, field
 
-from ..promql import duration
-from ..ruletest import selector_text
+from hpcobs.promql import duration
+from hpcobs.ruletest import selector_text
 
 _FUNCTIONS = {
     "value": "{sel}",

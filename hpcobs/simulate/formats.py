@@ -11,8 +11,8 @@ from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from typing import TextIO
 
-from ..ruletest import Series, selector_text
-from .core import Family, Values, Window
+from hpcobs.ruletest import Series, selector_text
+from hpcobs.simulate.core import Family, Values, Window
 
 VM_POINTS_PER_LINE = 720  # one JSON line holds at most this many points (bounded line length)
 FORMATS = ("openmetrics", "vm", "promtool")

@@ -10,9 +10,9 @@ from __future__ import annotations
 from collections.abc import Callable, Iterator
 from functools import cached_property
 
-from ..exporter_labels import amd_gpu_labels, dcgm_gpu_labels
-from .core import Family, accumulate, seeded, to_unit, trailing_count, where, window_mask
-from .model import AMD_VRAM_MIB, GPU_FB_MIB, GPU_FB_RESERVED_MIB, Node
+from hpcobs.exporter_labels import amd_gpu_labels, dcgm_gpu_labels
+from hpcobs.simulate.core import Family, accumulate, seeded, to_unit, trailing_count, where, window_mask
+from hpcobs.simulate.model import AMD_VRAM_MIB, GPU_FB_MIB, GPU_FB_RESERVED_MIB, Node
 
 MIB = 1024**2
 FB_USABLE = (GPU_FB_MIB - GPU_FB_RESERVED_MIB) * MIB

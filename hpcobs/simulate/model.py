@@ -18,8 +18,8 @@ from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
 from functools import cached_property
 
-from ..sources import Sources
-from .core import Window, seeded
+from hpcobs.simulate.core import Window, seeded
+from hpcobs.sources import Sources
 
 DEFAULT_START = datetime(2026, 1, 1, tzinfo=UTC)
 FOREVER = 10**9  # "still running after the simulation ends"

@@ -8,9 +8,9 @@ from __future__ import annotations
 from collections.abc import Callable, Iterator
 from itertools import chain
 
-from ..exporter_labels import gpu_uuid
-from .core import Family, accumulate, seeded, to_unit, where, window_mask
-from .model import (
+from hpcobs.exporter_labels import gpu_uuid
+from hpcobs.simulate.core import Family, accumulate, seeded, to_unit, where, window_mask
+from hpcobs.simulate.model import (
     CPUS_PER_NODE,
     LUSTRE_FS,
     LUSTRE_OST_KIB,
@@ -20,7 +20,7 @@ from .model import (
     NFS_SERVER_ADDRESS,
     Node,
 )
-from .storage import lustre_used_fraction
+from hpcobs.simulate.storage import lustre_used_fraction
 
 IB_RATE = 5e10  # 400 Gb/s NDR, in bytes/s as node_exporter reports it
 IB_PEAK = 2.2e10  # bytes/s a busy training job pushes through one HCA

@@ -17,16 +17,16 @@ import re
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 
-from .. import security_content
-from ..errors import UserError
-from ..exporter_labels import EXPORTER_PORTS
-from ..promql import duration, duration_seconds, si_factor
-from ..sources import Sources
-from ..thresholds import Thresholds
-from .core import UP, Window, seeded, window_mask
-from .expect import Expectation
-from .model import FOREVER, LUSTRE_FS, LUSTRE_OST_KIB, Cluster, Job, Node
-from .training import allreduce_time_us
+from hpcobs import security_content
+from hpcobs.errors import UserError
+from hpcobs.exporter_labels import EXPORTER_PORTS
+from hpcobs.promql import duration, duration_seconds, si_factor
+from hpcobs.simulate.core import UP, Window, seeded, window_mask
+from hpcobs.simulate.expect import Expectation
+from hpcobs.simulate.model import FOREVER, LUSTRE_FS, LUSTRE_OST_KIB, Cluster, Job, Node
+from hpcobs.simulate.training import allreduce_time_us
+from hpcobs.sources import Sources
+from hpcobs.thresholds import Thresholds
 
 DEFAULT_START = 600
 INF = FOREVER

@@ -8,9 +8,9 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 
-from ..security_content import FALCO_RULES_FILE
-from .core import Family, accumulate, seeded, to_unit, where
-from .model import Node
+from hpcobs.security_content import FALCO_RULES_FILE
+from hpcobs.simulate.core import Family, accumulate, seeded, to_unit, where
+from hpcobs.simulate.model import Node
 
 FALCO_VERSION = "0.41.0"
 # Falco's default rules and hpcobs' rules file, installed as docs/security-content.md says.

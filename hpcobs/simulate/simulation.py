@@ -11,20 +11,20 @@ from collections.abc import Iterable, Iterator
 from datetime import datetime
 from functools import cached_property
 
-from ..config import Config
+from hpcobs.config import Config
 
 # Where the simulated exporters listen and the Slurm exporters run: the same as in the rule tests' series.
-from ..exporter_labels import EXPORTER_PORTS, SLURM_CONTROLLER
-from ..promql import duration_seconds
-from ..sources import Sources
-from ..thresholds import Thresholds
-from . import gpu, model, node, security, slurm, storage, training
-from .activity import Activity
-from .core import UP, Family, Window, where, window_mask
-from .expect import Expectation
-from .formats import promtool_series
-from .model import Job
-from .scenarios import Spec, resolve
+from hpcobs.exporter_labels import EXPORTER_PORTS, SLURM_CONTROLLER
+from hpcobs.promql import duration_seconds
+from hpcobs.simulate import gpu, model, node, security, slurm, storage, training
+from hpcobs.simulate.activity import Activity
+from hpcobs.simulate.core import UP, Family, Window, where, window_mask
+from hpcobs.simulate.expect import Expectation
+from hpcobs.simulate.formats import promtool_series
+from hpcobs.simulate.model import Job
+from hpcobs.simulate.scenarios import Spec, resolve
+from hpcobs.sources import Sources
+from hpcobs.thresholds import Thresholds
 
 # Exporters whose series another exporter's target serves from its textfile directory (same target, same `up`):
 # NCCL Inspector's dumps are written by the job, into its own metrics directory, read by the jobs' node_exporter

@@ -11,9 +11,9 @@ import itertools
 from collections.abc import Callable, Iterable, Iterator
 from functools import cached_property
 
-from ..exporter_labels import SLURM_CONTROLLER
-from .core import Family, accumulate, seeded, to_unit, where, window_mask
-from .model import CPUS_PER_NODE, MEMORY_BYTES, MIN_JOB_AGE, Job, Node
+from hpcobs.exporter_labels import SLURM_CONTROLLER
+from hpcobs.simulate.core import Family, accumulate, seeded, to_unit, where, window_mask
+from hpcobs.simulate.model import CPUS_PER_NODE, MEMORY_BYTES, MIN_JOB_AGE, Job, Node
 
 SLURM_VERSION = "25.11.2"
 FEATURES = {"train": "h100,nvlink", "interactive": "h100,nvlink", "amd": "mi300x"}

@@ -6,9 +6,9 @@ from __future__ import annotations
 from collections.abc import Iterator
 from functools import lru_cache
 
-from .activity import CHECKPOINT_TAKES
-from .core import Family, accumulate, seeded, to_unit, where, window_mask
-from .model import LUSTRE_FS, LUSTRE_OST_KIB, LUSTRE_SERVERS, MIN_JOB_AGE, Job
+from hpcobs.simulate.activity import CHECKPOINT_TAKES
+from hpcobs.simulate.core import Family, accumulate, seeded, to_unit, where, window_mask
+from hpcobs.simulate.model import LUSTRE_FS, LUSTRE_OST_KIB, LUSTRE_SERVERS, MIN_JOB_AGE, Job
 
 MDT_KIB = 8 * 1024**3
 JOB_CLEANUP = 600  # jobstats job_cleanup_interval: a job's entries outlive it by this

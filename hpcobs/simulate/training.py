@@ -10,8 +10,8 @@ from __future__ import annotations
 import math
 from collections.abc import Iterator
 
-from .core import Family, accumulate, seeded, to_unit, where, window_mask
-from .model import Job
+from hpcobs.simulate.core import Family, accumulate, seeded, to_unit, where, window_mask
+from hpcobs.simulate.model import Job
 
 TRAINING_SIGNALS = ("steps", "step_seconds", "tokens", "model_flops", "loss", "last_step_time")
 MODEL_PARAMS = 8e9  # model size behind the FLOPs counter (6 * params * tokens)

@@ -15,8 +15,7 @@ from hpcobs.promql import duration_seconds
 from hpcobs.rules import Alert
 from hpcobs.simulate import Simulation, write
 from hpcobs.workload import recording_layer_files
-
-from .conftest import raw_names_read
+from tests.live.conftest import raw_names_read
 
 HOURS = 2.5
 STEP = 30
@@ -70,7 +69,7 @@ def faults_prometheus(config, tmp_path_factory, prometheus_factory):
 
 def _schedule(scenarios: list[str]) -> str:
     """Faults of the hero training job take turns, as in tests/live/test_scenarios.py."""
-    from .test_scenarios import HERO_JOB_SLOTS
+    from tests.live.test_scenarios import HERO_JOB_SLOTS
 
     return ",".join(f"{s}:{HERO_JOB_SLOTS[s]}" if s in HERO_JOB_SLOTS else s for s in scenarios)
 

@@ -22,11 +22,10 @@ from hpcobs.context import Context
 from hpcobs.dashboard import ALL, GRAFANA_VARIABLE, fault_panels, panel_queries
 from hpcobs.simulate import Simulation, kinds, write
 from hpcobs.workload import recording_layer_files
-
-from ..conftest import MEASUREMENT
-from ..test_dashboards import DURATIONS
-from .conftest import raw_names_read
-from .test_scenarios import HOURS, SCENARIOS
+from tests.conftest import MEASUREMENT
+from tests.live.conftest import raw_names_read
+from tests.live.test_scenarios import HOURS, SCENARIOS
+from tests.test_dashboards import DURATIONS
 
 STEP = 30
 CLUSTERS = {"healthy": "healthy", "faults": SCENARIOS}

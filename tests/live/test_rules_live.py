@@ -15,8 +15,7 @@ from hpcobs.context import Context
 from hpcobs.rules import Record
 from hpcobs.simulate import Simulation, write
 from hpcobs.workload import recording_layer_files
-
-from .conftest import raw_names_read
+from tests.live.conftest import raw_names_read
 
 SCENARIOS = (
     "straggler,idle_gpus,thermal,xid48,dbe,ib_port_down,ib_link_flap,ib_symbol_errors,fs_filling,"

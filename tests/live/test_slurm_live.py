@@ -36,8 +36,7 @@ from hpcobs.context import Context
 from hpcobs.exporter_labels import dcgm_gpu_labels
 from hpcobs.servers import Prometheus, free_port
 from hpcobs.sources import Sources
-
-from ..conftest import MEASUREMENT, ROOT
+from tests.conftest import MEASUREMENT, ROOT
 
 pytestmark = pytest.mark.live
 
