@@ -8,6 +8,6 @@ as same-shape pairs): what they share as logic (case timing, test series, runboo
 hpcobs.alert_cases, hpcobs.synthetic and hpcobs.rules.
 """
 
-from hpcobs.alerts import exporters, gpu, jobs, network, security, slurm, storage, training
+from . import exporters, gpu, jobs, network, security, slurm, storage, training
 
 MODULES = (gpu, network, storage, training, slurm, exporters, security, jobs)

@@ -1,9 +1,9 @@
 """Alertmanager: receivers and team routes from the config, grouping and inhibitions."""
 
-from hpcobs.alerts.logs import XID_DRAIN_LOGGED
-
 from hpcobs.context import Context
 from hpcobs.escape import alertmanager_matcher, go_template_text
+
+from .logs import XID_DRAIN_LOGGED
 
 # Receiver settings in the config -> Alertmanager receiver blocks. Secrets are only ever file paths.
 # Fields Alertmanager expands as Go templates (channel, to; smtp_from is every email's `from`) are escaped.

@@ -12,8 +12,6 @@ series per OST, one per Lustre host. Filling up reads the recorded forecasts
 from dataclasses import dataclass
 from functools import cached_property, partial
 
-from hpcobs.alerts.training import owned, rank_series
-
 from hpcobs.alert_cases import Timing, standard_cases, timing
 from hpcobs.context import Context
 from hpcobs.escape import promql_matcher
@@ -23,6 +21,8 @@ from hpcobs.rules import Alert, Group, alerts_of, label
 from hpcobs.ruletest import Sample, Series, alert
 from hpcobs.synthetic import JOB_OWNER, job_info, series
 from hpcobs.thresholds import Thresholds
+
+from .training import owned, rank_series
 
 OST = {"component": '="ost"'}
 TIB_KIB = 1024**3  # one TiB in the KiB the Lustre exporter reports

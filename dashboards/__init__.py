@@ -7,6 +7,6 @@ thresholds, layout, schema checks) is written once in hpcobs.dashboard, and shar
 dashboards/common.py.
 """
 
-from hpcobs.dashboards import gpu_cluster, network_storage, security, slurm_jobs, training
+from . import gpu_cluster, network_storage, security, slurm_jobs, training
 
 MODULES = (gpu_cluster, network_storage, training, security, slurm_jobs)

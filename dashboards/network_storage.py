@@ -8,8 +8,6 @@ series of ONE node through the catalogue.
 
 from collections.abc import Callable
 
-from hpcobs.dashboards import common
-
 from hpcobs.context import Context
 from hpcobs.dashboard import (
     Column,
@@ -24,6 +22,8 @@ from hpcobs.dashboard import (
     timeseries,
 )
 from hpcobs.names import DashboardUid
+
+from . import common
 
 UID = DashboardUid.NETWORK_STORAGE
 FILL = ((None, "green"), (0.8, "orange"), (0.95, "red"))

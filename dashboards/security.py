@@ -8,12 +8,12 @@ being the rule hpcobs ships in out/falco/ (hpcobs.security_content, docs/securit
 
 from dataclasses import dataclass
 
-from hpcobs.dashboards import common
-
 from hpcobs import promql
 from hpcobs.context import Context
 from hpcobs.dashboard import Column, DashboardSpec, Panel, Row, Variable, logs, stat, table, timeseries
 from hpcobs.names import DashboardUid
+
+from . import common
 
 UID = DashboardUid.SECURITY
 FALCO_FAULTS = ("unexpected_outbound", "checkpoint_foreign_read", "crypto_miner")

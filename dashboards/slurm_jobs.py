@@ -6,11 +6,11 @@ Efficiency grades follow Princeton's jobstats GPU utilisation colours: red at or
 below 25%, green from 25%.
 """
 
-from hpcobs.dashboards import common
-
 from hpcobs.context import Context
 from hpcobs.dashboard import Column, DashboardSpec, Panel, Query, Row, Variable, bargauge, logs, stat, table, timeseries
 from hpcobs.names import DashboardUid
+
+from . import common
 
 UID = DashboardUid.SLURM_JOBS
 POOR, LOW = 15, 25  # percent

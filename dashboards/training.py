@@ -7,7 +7,6 @@ they would be read for every rank or GPU at every point drawn.
 """
 
 from grafana_foundation_sdk.models.common import BigValueTextMode
-from hpcobs.dashboards import common
 
 from hpcobs.context import Context
 from hpcobs.dashboard import (
@@ -27,6 +26,8 @@ from hpcobs.dashboard import (
     timeseries,
 )
 from hpcobs.names import DashboardUid
+
+from . import common
 
 UID = DashboardUid.TRAINING
 UTILISATION = ((None, "red"), (0.25, "orange"), (0.6, "green"))

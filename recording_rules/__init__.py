@@ -7,6 +7,6 @@ are table rows (network RATES, storage LUSTRE_RATES), and what they share as log
 versions, aggregation, test series) is written once in hpcobs.context, hpcobs.promql and hpcobs.synthetic.
 """
 
-from hpcobs.recording_rules import gpu, gpu_health, jobs, network, security, slurm, storage, training
+from . import gpu, gpu_health, jobs, network, security, slurm, storage, training
 
 MODULES = (gpu, gpu_health, jobs, training, network, storage, slurm, security)
