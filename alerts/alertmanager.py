@@ -1,7 +1,7 @@
 """Alertmanager: receivers and team routes from the config, grouping and inhibitions."""
 
-from hpcobs.context import Context
-from hpcobs.escape import alertmanager_matcher, go_template_text
+from hpcobs.authoring.context import Context
+from hpcobs.lang.escape import alertmanager_matcher, go_template_text
 
 from .logs import XID_DRAIN_LOGGED
 

@@ -8,15 +8,13 @@ Runbooks: docs/runbooks/exporters.md, one section per alert.
 from dataclasses import dataclass
 from functools import partial
 
-from hpcobs import catalogue
-from hpcobs.alert_cases import standard_cases, timing
-from hpcobs.context import Context, either
-from hpcobs.exporter_labels import EXPORTER_PORTS, SLURM_CONTROLLER
-from hpcobs.names import DashboardUid, Team
-from hpcobs.promql import label_replace, one_of
-from hpcobs.rules import Alert, Group, alerts_of, label
-from hpcobs.ruletest import Series, alert
-from hpcobs.synthetic import dcgm, gpu_utilization, job_info, raw_value, series
+from hpcobs.authoring.alert_cases import standard_cases, timing
+from hpcobs.authoring.context import Context, either
+from hpcobs.authoring.rules import Alert, Group, alerts_of, label
+from hpcobs.authoring.ruletest import Series, alert
+from hpcobs.authoring.synthetic import SLURM_CONTROLLER, dcgm, gpu_utilization, job_info, raw_value, series, up_series
+from hpcobs.lang.promql import label_replace, one_of
+from hpcobs.settings.names import DashboardUid, Team
 
 # The host part of a target's `instance` (host:port): a node is named by its host, whatever the exporter's port.
 INSTANCE_HOST = "([^:]+)(?::[0-9]+)?"
@@ -58,7 +56,7 @@ TARGETS = (
         "the training progress and NCCL Inspector series of the jobs on this node",
     ),
 )
-# Scenarios of hpcobs.simulate whose default data take a target down: exporter_down stops one
+# Scenarios of hpcobs.proof.simulate whose default data take a target down: exporter_down stops one
 # dcgm-exporter; slurm_nodes_down powers a node off, so every per-node exporter on it stops answering.
 FIRED_BY = {
     "dcgm": ("exporter_down", "slurm_nodes_down"),
@@ -91,26 +89,8 @@ def groups(ctx: Context) -> list[Group]:
     return [Group("hpcobs-exporter-alerts", domain="exporters", interval=ctx.scrape_interval, rules=rules)]
 
 
-def up_name() -> str:
-    """Prometheus writes `up` for every scrape target (1 answered, 0 failed): catalogue profile "prometheus"."""
-    up = catalogue.load()["prometheus"].metric("up")
-    if up is None:
-        raise KeyError("the catalogue's prometheus profile has no `up`")
-    return up.name
-
-
-def _up(ctx: Context, role: str, values: str, host: str = "n1") -> Series:
-    source = ctx.sources[role]
-    port = EXPORTER_PORTS.get(source.exporter.id, EXPORTER_PORTS["node_exporter"])
-    return Series(
-        up_name(),
-        {**source.scrape_labels(), ctx.cluster: ctx.config.get("cluster", "name"), "instance": f"{host}:{port}"},
-        values,
-    )
-
-
 def _up_labels(ctx: Context, role: str, host: str = "n1") -> dict[str, str]:
-    return {**_up(ctx, role, "1", host).labels, "node": host}
+    return {**up_series(ctx, role, "1", host).labels, "node": host}
 
 
 def _node_alert(ctx: Context) -> partial[Alert]:
@@ -140,7 +120,7 @@ def _target_down(ctx: Context, target: Target, down_for: str) -> Alert:
         f"Exporter{target.name}Down",
         severity="warning",
         team=target.team,
-        expr=label_replace(f"{up_name()}{ctx.sources[target.role].selector()} == 0", "node", "instance", INSTANCE_HOST),
+        expr=label_replace(f"{ctx.up(target.role)} == 0", "node", "instance", INSTANCE_HOST),
         for_=down_for,
         summary=f"A {target.title} scrape target does not answer.",
         description=f"Prometheus cannot scrape {label('instance')} ({label('job')}, cluster {label(ctx.cluster)}) "
@@ -150,10 +130,10 @@ def _target_down(ctx: Context, target: Target, down_for: str) -> Alert:
         **standard_cases(
             timing(ctx, down_for, 2),
             fault="the target stops answering",
-            fault_series=[_up(ctx, target.role, "1 1 0x40", host)],
+            fault_series=[up_series(ctx, target.role, "1 1 0x40", host)],
             expect=[alert(**_up_labels(ctx, target.role, host))],
             healthy="the target answers",
-            healthy_series=[_up(ctx, target.role, "1x40", host)],
+            healthy_series=[up_series(ctx, target.role, "1x40", host)],
             pending="a restart shorter than the for: duration",
         ),
     )
@@ -268,12 +248,7 @@ def _gpu_exporter_without_gpus(ctx: Context) -> list[Alert]:
     roles = [role for role in ("dcgm", "amd") if ctx.sources[role].enabled]
     if not roles:
         return []
-    answering = either(
-        [
-            label_replace(f"{up_name()}{ctx.sources[role].selector()} == 1", "node", "instance", INSTANCE_HOST)
-            for role in roles
-        ]
-    )
+    answering = either([label_replace(f"{ctx.up(role)} == 1", "node", "instance", INSTANCE_HOST) for role in roles])
     role, when = roles[0], timing(ctx, "10m", 0)
     return [
         _node_alert(ctx)(
@@ -289,15 +264,17 @@ def _gpu_exporter_without_gpus(ctx: Context) -> list[Alert]:
             **standard_cases(
                 when,
                 fault="the exporter answers with its own metrics only",
-                fault_series=[_up(ctx, role, "1x40")],
+                fault_series=[up_series(ctx, role, "1x40")],
                 expect=[alert(**_up_labels(ctx, role))],
                 healthy="the exporter reports its GPUs",
                 healthy_series=[
-                    _up(ctx, role, "1x40"),
+                    up_series(ctx, role, "1x40"),
                     *(gpu_utilization(ctx, "0.9x40", node="n1", gpu=gpu) for gpu in "01"),
                 ],
                 pending="GPUs missing for less than the for: duration (exporter start-up)",
-                also_silent=[when.silent("the exporter is down (ExporterDcgmDown's case)", [_up(ctx, role, "0x40")])],
+                also_silent=[
+                    when.silent("the exporter is down (ExporterDcgmDown's case)", [up_series(ctx, role, "0x40")])
+                ],
             ),
         )
     ]

@@ -1,5 +1,5 @@
-"""GPU health alerts. Xid classes (drain, application, warning) are the catalogue's (hpcobs/catalogue/dcgm.yaml
-`xid_classes`, from NVIDIA's Xid catalog).
+"""GPU health alerts. Xid classes (drain, application, warning) are the catalogue's
+(hpcobs/exporters/catalogue/dcgm.yaml `xid_classes`, from NVIDIA's Xid catalog).
 
 Per-GPU health conditions read the raw signal of one GPU through ctx.gpu / ctx.select (one series per GPU),
 compared before it is relabelled and aggregated (`when`): on a healthy fleet almost nothing passes, so an
@@ -13,13 +13,13 @@ Runbooks: docs/runbooks/gpu.md, one section per alert.
 from dataclasses import dataclass
 from functools import cached_property, partial
 
-from hpcobs.alert_cases import Timing, standard_cases, timing
-from hpcobs.context import Context
-from hpcobs.names import DashboardUid, Team
-from hpcobs.promql import ABOVE_ZERO, aggregate, duration_seconds, label_replace, one_of
-from hpcobs.rules import Alert, Group, alerts_of, label
-from hpcobs.ruletest import Case, Sample, Series, alert
-from hpcobs.synthetic import dcgm, gpu_si_series, gpu_utilization, job_info, series
+from hpcobs.authoring.alert_cases import Timing, standard_cases, timing
+from hpcobs.authoring.context import Context
+from hpcobs.authoring.rules import Alert, Group, alerts_of, label
+from hpcobs.authoring.ruletest import Case, Sample, Series, alert
+from hpcobs.authoring.synthetic import dcgm, gpu_si_series, gpu_utilization, job_info, series
+from hpcobs.lang.promql import ABOVE_ZERO, aggregate, duration_seconds, label_replace, one_of
+from hpcobs.settings.names import DashboardUid, Team
 
 GPU = ("node", "gpu")
 JOB = ("hpc_job",)

@@ -1,10 +1,10 @@
 """Job lifecycle: an alert that only exists to inhibit others when a job ends (alerts/alertmanager.py)."""
 
-from hpcobs.context import Context
-from hpcobs.names import DashboardUid, Team
-from hpcobs.rules import Alert, Group, label
-from hpcobs.ruletest import Case, Series, alert
-from hpcobs.synthetic import JOB_OWNER, gpu_utilization, job_info
+from hpcobs.authoring.context import Context
+from hpcobs.authoring.rules import Alert, Group, label
+from hpcobs.authoring.ruletest import Case, Series, alert
+from hpcobs.authoring.synthetic import JOB_OWNER, gpu_utilization, job_info
+from hpcobs.settings.names import DashboardUid, Team
 
 # Long enough to cover the lookback (5m) after which an ended series disappears without staleness markers.
 ENDED_WITHIN = "15m"

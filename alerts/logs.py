@@ -2,7 +2,7 @@
 before (or instead of) a metric showing it.
 
 Not one of alerts.MODULES: these rules are LogQL, evaluated by Loki and written to out/loki/rules/ by
-hpcobs.pipeline through hpcobs.loki_rules; Prometheus never loads them. Alerts and records share the line
+hpcobs.build.pipeline through hpcobs.authoring.logs; Prometheus never loads them. Alerts and records share the line
 patterns below, so they live together here rather than split between alerts/ and recording_rules/.
 
 Each pattern was checked against the wording of its source (the NVIDIA driver's Xid format in kernel_rc.c,
@@ -15,10 +15,8 @@ Runbooks: docs/runbooks/logs.md, one section per alert.
 from functools import partial
 from typing import Any
 
-from hpcobs import catalogue
-from hpcobs.context import Context
-from hpcobs.escape import regex_alternation
-from hpcobs.loki_rules import (
+from hpcobs.authoring.context import Context
+from hpcobs.authoring.logs import (
     JOB,
     NODE,
     RATE_WINDOW,
@@ -31,10 +29,11 @@ from hpcobs.loki_rules import (
     LogRule,
     LogStreams,
 )
-from hpcobs.names import DashboardUid, Team
-from hpcobs.promql import duration_seconds
-from hpcobs.rules import Alert, Record, alerts_of, label
-from hpcobs.ruletest import Sample, alert, sample
+from hpcobs.authoring.rules import Alert, Record, alerts_of, label
+from hpcobs.authoring.ruletest import Sample, alert, sample
+from hpcobs.lang.escape import regex_alternation
+from hpcobs.lang.promql import duration_seconds
+from hpcobs.settings.names import DashboardUid, Team
 
 # The driver prints `NVRM: Xid (PCI:%04x:%02x:%02x[ GPU-I:%02u[ GPU-CI:%02u]]): %d, pid=%s, name=%s, %s`; older
 # drivers leave out `PCI:` and the process. The code is the number right after the parenthesis: a later
@@ -202,7 +201,7 @@ class _Rules:
         return out
 
     def node_alerts(self) -> list[LogRule]:
-        xids = catalogue.load()["dcgm"]
+        xids = self.ctx.sources["dcgm"].exporter
         node_alert = alerts_of("logs", DashboardUid.GPU_CLUSTER, self.ctx.cluster, "node")
         where = f"GPU {label('pci_address')} of {label('node')} (cluster {label(self.ctx.cluster)})"
         drain = LogQuery(

@@ -3,7 +3,7 @@
 Falco's rules_matches_total and Tetragon's policy and action counters only appear with their first match,
 already at 1 or more: rate() and increase() never see that first step, and a critical event is often a
 single match. So an event alert fires on a counter that rose within the event window or on a series that
-did not exist one window ago (hpcobs.promql.rise_within, which the security records use too). Reading the raw
+did not exist one window ago (hpcobs.lang.promql.rise_within, which the security records use too). Reading the raw
 counters is cheap here (the selection is filtered on a priority, a few rule names or policies, and only matched
 rules have series) and needed: the records keep per-node totals by priority and per-rule totals without the node.
 """
@@ -12,15 +12,16 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from functools import cached_property, partial
 
-from hpcobs import security_content
-from hpcobs.alert_cases import standard_cases, timing
-from hpcobs.context import Context
-from hpcobs.escape import go_template_text
-from hpcobs.names import DashboardUid, Team
-from hpcobs.promql import duration, duration_seconds, one_of, rise_within
-from hpcobs.rules import Alert, Group, alerts_of, label
-from hpcobs.ruletest import Case, Sample, Series, alert
-from hpcobs.synthetic import falco_match, series, tetragon_action, tetragon_event
+from hpcobs.security import names as security_content
+
+from hpcobs.authoring.alert_cases import standard_cases, timing
+from hpcobs.authoring.context import Context
+from hpcobs.authoring.rules import Alert, Group, alerts_of, label
+from hpcobs.authoring.ruletest import Case, Sample, Series, alert
+from hpcobs.authoring.synthetic import falco_match, series, tetragon_action, tetragon_event
+from hpcobs.lang.escape import go_template_text
+from hpcobs.lang.promql import duration, duration_seconds, one_of, rise_within
+from hpcobs.settings.names import DashboardUid, Team
 
 # A first match at the 11th scrape: the series starts at 1.
 APPEAR = "_x10 1x30"

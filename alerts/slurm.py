@@ -9,14 +9,14 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from functools import partial
 
-from hpcobs.alert_cases import standard_cases, timing
-from hpcobs.context import Context
-from hpcobs.names import DashboardUid, Team
-from hpcobs.promql import duration_seconds
-from hpcobs.rules import Alert, Group, alerts_of, label
-from hpcobs.ruletest import Case, Series, alert
-from hpcobs.synthetic import JOB_OWNER, gpu_utilization, job_info, slurm_partition
-from hpcobs.thresholds import Thresholds
+from hpcobs.authoring.alert_cases import standard_cases, timing
+from hpcobs.authoring.context import Context
+from hpcobs.authoring.rules import Alert, Group, alerts_of, label
+from hpcobs.authoring.ruletest import Case, Series, alert
+from hpcobs.authoring.synthetic import JOB_OWNER, gpu_utilization, job_info, slurm_partition
+from hpcobs.lang.promql import duration_seconds
+from hpcobs.settings.names import DashboardUid, Team
+from hpcobs.settings.thresholds import Thresholds
 
 
 @dataclass(frozen=True)

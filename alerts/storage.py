@@ -12,15 +12,15 @@ series per OST, one per Lustre host. Filling up reads the recorded forecasts
 from dataclasses import dataclass
 from functools import cached_property, partial
 
-from hpcobs.alert_cases import Timing, standard_cases, timing
-from hpcobs.context import Context
-from hpcobs.escape import promql_matcher
-from hpcobs.names import DashboardUid, Team
-from hpcobs.promql import duration_seconds
-from hpcobs.rules import Alert, Group, alerts_of, label
-from hpcobs.ruletest import Sample, Series, alert
-from hpcobs.synthetic import JOB_OWNER, job_info, series
-from hpcobs.thresholds import Thresholds
+from hpcobs.authoring.alert_cases import Timing, standard_cases, timing
+from hpcobs.authoring.context import Context
+from hpcobs.authoring.rules import Alert, Group, alerts_of, label
+from hpcobs.authoring.ruletest import Sample, Series, alert
+from hpcobs.authoring.synthetic import JOB_OWNER, job_info, series
+from hpcobs.lang.escape import promql_matcher
+from hpcobs.lang.promql import duration_seconds
+from hpcobs.settings.names import DashboardUid, Team
+from hpcobs.settings.thresholds import Thresholds
 
 from .training import owned, rank_series
 

@@ -10,14 +10,14 @@ slow NCCL collectives are usually the fabric or the NCCL setup, so they go to ml
 from dataclasses import dataclass
 from functools import cached_property, partial
 
-from hpcobs.alert_cases import standard_cases, timing
-from hpcobs.context import Context
-from hpcobs.names import DashboardUid, Team
-from hpcobs.promql import duration_seconds
-from hpcobs.rules import Alert, Group, alerts_of, label
-from hpcobs.ruletest import Sample, Series, alert
-from hpcobs.synthetic import JOB_OWNER, gpu_utilization, job_info, nccl_collective, series
-from hpcobs.thresholds import Thresholds
+from hpcobs.authoring.alert_cases import standard_cases, timing
+from hpcobs.authoring.context import Context
+from hpcobs.authoring.rules import Alert, Group, alerts_of, label
+from hpcobs.authoring.ruletest import Sample, Series, alert
+from hpcobs.authoring.synthetic import JOB_OWNER, gpu_utilization, job_info, nccl_collective, series
+from hpcobs.lang.promql import duration_seconds
+from hpcobs.settings.names import DashboardUid, Team
+from hpcobs.settings.thresholds import Thresholds
 
 OWNER = tuple(JOB_OWNER)
 TOKENS_PER_STEP = 750  # per rank

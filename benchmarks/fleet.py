@@ -8,12 +8,12 @@ single-node batch jobs on the others, an interactive node), the simulated raw se
 dashboards read are backfilled into Prometheus (promtool, in chunks) and imported into VictoriaMetrics, the
 recording rules are backfilled layer by layer (promtool, vmalert), then, in the same run:
 
-- every dashboard is loaded as Grafana loads it (hpcobs.workload: the step Grafana picks for a panel 1,000
+- every dashboard is loaded as Grafana loads it (hpcobs.proof.workload: the step Grafana picks for a panel 1,000
   pixels wide, $__rate_interval, instant panels at the end, variables at All, the one cluster, the
   training job on the largest job, the node drill-downs on one node; a panel with its own relative range,
   "energy today", over the dashboard's range), in three variants, (a) and (c) several times:
   (a) the hpcobs dashboards; (b) the same panels with every recorded series replaced by its expression
-  (hpcobs.workload.Expander), i.e. without recording rules; (c) the 12239 dashboard's queries verbatim;
+  (hpcobs.proof.workload.Expander), i.e. without recording rules; (c) the 12239 dashboard's queries verbatim;
   per query: samples touched (Prometheus `stats=all`, totalQueryableSamples; peakSamples against the default
   --query.max-samples), series its selectors match over the queried range (/api/v1/series), the server's
   execution time, and the client's wall time of the whole load (queries one after the other);
@@ -55,12 +55,14 @@ from typing import Any
 
 import promql_parser
 
-from hpcobs import config as config_module
-from hpcobs import lint, pipeline, workload
-from hpcobs.context import Context
-from hpcobs.promql import duration_seconds
-from hpcobs.servers import Prometheus, Server, VictoriaMetrics
-from hpcobs.simulate import Simulation, write
+from hpcobs.authoring.context import Context
+from hpcobs.build import pipeline
+from hpcobs.lang import lint
+from hpcobs.lang.promql import duration_seconds
+from hpcobs.proof import workload
+from hpcobs.proof.servers import Prometheus, Server, VictoriaMetrics
+from hpcobs.proof.simulate import Simulation, write
+from hpcobs.settings import config as config_module
 
 ROOT = Path(__file__).resolve().parent.parent
 NVIDIA_DASHBOARD = ROOT / "benchmarks" / "data" / "dcgm-exporter-dashboard.json"

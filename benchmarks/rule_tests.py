@@ -18,8 +18,8 @@ import sys
 import tempfile
 from pathlib import Path
 
-from hpcobs import tools
-from hpcobs.render import load_yaml
+from hpcobs.build import tools
+from hpcobs.lang.render import load_yaml
 
 ROOT = Path(__file__).resolve().parent.parent
 

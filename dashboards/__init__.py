@@ -1,9 +1,10 @@
-"""The dashboards, one module per dashboard; each exposes dashboard(ctx) -> DashboardSpec (uids in hpcobs.names).
+"""The dashboards, one module per dashboard; each exposes dashboard(ctx) -> DashboardSpec (uids in
+hpcobs.settings.names).
 
-Each panel is one spec: a call of a builder of hpcobs.dashboard (timeseries, stat, table, heatmap...) with its
+Each panel is one spec: a call of a builder of hpcobs.authoring.dashboard (timeseries, stat, table, heatmap...) with its
 title, query, unit and description as keywords, one function per row. Panels therefore look alike in shape on
 purpose (a duplicate-code scan lists them as same-shape pairs): what they share as logic (datasources, legends,
-thresholds, layout, schema checks) is written once in hpcobs.dashboard, and shared queries and variables in
+thresholds, layout, schema checks) is written once in hpcobs.authoring.dashboard, and shared queries and variables in
 dashboards/common.py.
 """
 

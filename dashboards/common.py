@@ -1,11 +1,11 @@
-"""What the dashboards share: titles, cross links, common variables and query pieces (uids: hpcobs.names)."""
+"""What the dashboards share: titles, cross links, common variables and query pieces (uids: hpcobs.settings.names)."""
 
-from hpcobs import promql
-from hpcobs.context import Context
-from hpcobs.dashboard import Link, Variable, dashboard_url
-from hpcobs.loki_rules import NODE as NODE_LOGS
-from hpcobs.loki_rules import LogStreams
-from hpcobs.names import DashboardUid
+from hpcobs.authoring.context import Context
+from hpcobs.authoring.dashboard import Link, Variable, dashboard_url
+from hpcobs.authoring.logs import NODE as NODE_LOGS
+from hpcobs.authoring.logs import LogStreams
+from hpcobs.lang import promql
+from hpcobs.settings.names import DashboardUid
 
 TITLES = {
     DashboardUid.GPU_CLUSTER: "GPU cluster",

@@ -5,9 +5,20 @@ ONE node ($node), through the catalogue (ctx.gpu), never typed raw names. Xid, r
 event panels exist only where dcgm-exporter runs: the AMD exporter has no equivalent of those fields.
 """
 
-from hpcobs.context import Context
-from hpcobs.dashboard import Column, DashboardSpec, Panel, Query, Row, Variable, heatmap, stat, table, timeseries
-from hpcobs.names import DashboardUid
+from hpcobs.authoring.context import Context
+from hpcobs.authoring.dashboard import (
+    Column,
+    DashboardSpec,
+    Panel,
+    Query,
+    Row,
+    Variable,
+    heatmap,
+    stat,
+    table,
+    timeseries,
+)
+from hpcobs.settings.names import DashboardUid
 
 from . import common
 

@@ -8,8 +8,8 @@ series of ONE node through the catalogue.
 
 from collections.abc import Callable
 
-from hpcobs.context import Context
-from hpcobs.dashboard import (
+from hpcobs.authoring.context import Context
+from hpcobs.authoring.dashboard import (
     Column,
     DashboardSpec,
     Panel,
@@ -21,7 +21,7 @@ from hpcobs.dashboard import (
     table,
     timeseries,
 )
-from hpcobs.names import DashboardUid
+from hpcobs.settings.names import DashboardUid
 
 from . import common
 
@@ -34,7 +34,7 @@ PORT_STATE = ((None, "red"), (4, "green"), (5, "orange"))
 PHYSICAL_STATE = ((None, "red"), (5, "green"), (6, "red"))
 PROBLEM = ((None, "green"), (1, "red"))
 WARNING = ((None, "green"), (1, "orange"))
-# Fleet lines over time draw a recorded spread across the nodes (hpcobs.promql.spread): five series whatever the
+# Fleet lines over time draw a recorded spread across the nodes (hpcobs.lang.promql.spread): five series whatever the
 # fleet's size, where a line per node would read every node's series at every point drawn; the Nodes table
 # names the nodes, from one value each.
 SPREAD_LEGEND = "quantile {{quantile}}"

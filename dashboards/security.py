@@ -3,15 +3,15 @@ critical events, logs (docs/dashboards.md).
 
 Recorded series only. Falco rule names are not typed here: the outbound and checkpoint panels select
 the rules listed in config (thresholds.security_outbound_rules / security_checkpoint_rules), the first of each
-being the rule hpcobs ships in out/falco/ (hpcobs.security_content, docs/security-content.md).
+being the rule hpcobs ships in out/falco/ (hpcobs.security.names, docs/security-content.md).
 """
 
 from dataclasses import dataclass
 
-from hpcobs import promql
-from hpcobs.context import Context
-from hpcobs.dashboard import Column, DashboardSpec, Panel, Row, Variable, logs, stat, table, timeseries
-from hpcobs.names import DashboardUid
+from hpcobs.authoring.context import Context
+from hpcobs.authoring.dashboard import Column, DashboardSpec, Panel, Row, Variable, logs, stat, table, timeseries
+from hpcobs.lang import promql
+from hpcobs.settings.names import DashboardUid
 
 from . import common
 

@@ -6,9 +6,21 @@ Efficiency grades follow Princeton's jobstats GPU utilisation colours: red at or
 below 25%, green from 25%.
 """
 
-from hpcobs.context import Context
-from hpcobs.dashboard import Column, DashboardSpec, Panel, Query, Row, Variable, bargauge, logs, stat, table, timeseries
-from hpcobs.names import DashboardUid
+from hpcobs.authoring.context import Context
+from hpcobs.authoring.dashboard import (
+    Column,
+    DashboardSpec,
+    Panel,
+    Query,
+    Row,
+    Variable,
+    bargauge,
+    logs,
+    stat,
+    table,
+    timeseries,
+)
+from hpcobs.settings.names import DashboardUid
 
 from . import common
 

@@ -8,8 +8,8 @@ they would be read for every rank or GPU at every point drawn.
 
 from grafana_foundation_sdk.models.common import BigValueTextMode
 
-from hpcobs.context import Context
-from hpcobs.dashboard import (
+from hpcobs.authoring.context import Context
+from hpcobs.authoring.dashboard import (
     Column,
     DashboardSpec,
     Link,
@@ -25,7 +25,7 @@ from hpcobs.dashboard import (
     text,
     timeseries,
 )
-from hpcobs.names import DashboardUid
+from hpcobs.settings.names import DashboardUid
 
 from . import common
 

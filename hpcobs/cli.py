@@ -12,15 +12,14 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
-from hpcobs import cache as cache_module
-from hpcobs import config as config_module
-from hpcobs import deploy, outdir, pipeline, review, validate
-from hpcobs.cache import Cache
+from hpcobs.build import cache as cache_module
+from hpcobs.build import outdir, pipeline, validate
+from hpcobs.build.cache import Cache
+from hpcobs.build.timing import Timings
+from hpcobs.delivery import deploy, review
 from hpcobs.errors import UserError
-from hpcobs.timing import Timings
-
-ROOT = Path(__file__).resolve().parent.parent
-
+from hpcobs.paths import ROOT
+from hpcobs.settings import config as config_module
 
 # The options shared by the commands: flags, argparse keywords, and the value when given nowhere.
 _SHARED: dict[str, tuple[dict[str, Any], Any]] = {
@@ -189,8 +188,8 @@ def simulate(args: argparse.Namespace) -> int:
     import json
     import time
 
-    from hpcobs import simulate as sim_module
-    from hpcobs.simulate import arguments, output
+    from hpcobs.proof import simulate as sim_module
+    from hpcobs.proof.simulate import arguments, output
 
     # Options given before `simulate` (--config) stay; its parser reports its own mistakes in one line.
     args = arguments.parser("build.py simulate").parse_args(args.simulate_arguments, namespace=args)

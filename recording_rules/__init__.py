@@ -4,7 +4,8 @@ Each record is one spec: Record(name, expression, tests=[Case(...)]) with its ow
 per group or family of records. Records of one family (node means of optional GPU fields, per-port rates) look
 alike in shape on purpose (a duplicate-code scan lists them as same-shape pairs); where only names differ they
 are table rows (network RATES, storage LUSTRE_RATES), and what they share as logic (selection across exporter
-versions, aggregation, test series) is written once in hpcobs.context, hpcobs.promql and hpcobs.synthetic.
+versions, aggregation, test series) is written once in hpcobs.authoring.context, hpcobs.lang.promql and
+hpcobs.authoring.synthetic.
 """
 
 from . import gpu, gpu_health, jobs, network, security, slurm, storage, training

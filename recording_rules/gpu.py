@@ -9,18 +9,18 @@ and drivers are counted per node, and UUIDs stay on the raw series that the one-
 Layer 3 sums layer 2 per cluster. The budget behind these choices is docs/recording-rules.md.
 Records of dcgm-exporter-only fields (clock events) exist only when dcgm-exporter is enabled; GPU health
 combines what each enabled vendor reports (drain-class Xid or failed row remap; AMD gpu_health 0). Test series
-are written in SI units and converted to what each exporter version exposes (hpcobs.synthetic.gpu_si_series).
+are written in SI units and converted to what each exporter version exposes (hpcobs.authoring.synthetic.gpu_si_series).
 A group only reads raw series or groups before it, so the same layering replays on any ruler.
 """
 
 from functools import partial
 from typing import NamedTuple
 
-from hpcobs.context import Context
-from hpcobs.promql import ABOVE_ZERO, aggregate, label_replace, one_of
-from hpcobs.rules import Group, Record
-from hpcobs.ruletest import Case, Series, sample
-from hpcobs.synthetic import amd, dcgm, first_gpu_exporter, gpu_si_series, gpu_utilization
+from hpcobs.authoring.context import Context
+from hpcobs.authoring.rules import Group, Record
+from hpcobs.authoring.ruletest import Case, Series, sample
+from hpcobs.authoring.synthetic import amd, dcgm, first_gpu_exporter, gpu_si_series, gpu_utilization
+from hpcobs.lang.promql import ABOVE_ZERO, aggregate, label_replace, one_of
 
 GPU = ("node", "gpu")
 OWNED = {"hpc_job": '!=""'}

@@ -2,15 +2,15 @@
 and cluster (docs/recording-rules.md). dcgm-exporter only (the AMD exporter has no Xid, row-remap or NVLink field).
 
 Xid counts exist only where a GPU reported one (a condition count): GPUs per node by the code of their
-last Xid, classed with NVIDIA's Xid catalogue (hpcobs/catalogue/dcgm.yaml `xid_classes`; a code in two
+last Xid, classed with NVIDIA's Xid catalogue (hpcobs/exporters/catalogue/dcgm.yaml `xid_classes`; a code in two
 classes takes the first listed, e.g. 79 is fell_off_bus before drain; unlisted codes are "other").
 """
 
-from hpcobs.context import Context
-from hpcobs.promql import ABOVE_ZERO, aggregate, label_replace
-from hpcobs.rules import Group, Record
-from hpcobs.ruletest import Case, Series, sample
-from hpcobs.synthetic import dcgm
+from hpcobs.authoring.context import Context
+from hpcobs.authoring.rules import Group, Record
+from hpcobs.authoring.ruletest import Case, Series, sample
+from hpcobs.authoring.synthetic import dcgm
+from hpcobs.lang.promql import ABOVE_ZERO, aggregate, label_replace
 
 GPU = ("node", "gpu")
 NVLINK_ERRORS = ("nvlink_crc_flit_errors", "nvlink_crc_data_errors", "nvlink_replay_errors", "nvlink_recovery_errors")

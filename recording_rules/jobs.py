@@ -9,11 +9,11 @@ partition views sum the job level, weighting averages by GPUs held.
 
 from functools import partial
 
-from hpcobs.context import Context
-from hpcobs.promql import aggregate
-from hpcobs.rules import Group, Record
-from hpcobs.ruletest import Case, Series, sample
-from hpcobs.synthetic import gpu_si_series, gpu_utilization, job_info
+from hpcobs.authoring.context import Context
+from hpcobs.authoring.rules import Group, Record
+from hpcobs.authoring.ruletest import Case, Series, sample
+from hpcobs.authoring.synthetic import gpu_si_series, gpu_utilization, job_info
+from hpcobs.lang.promql import aggregate
 
 OWNER = ("user", "account", "partition")
 OWNED = {"hpc_job": '!=""'}

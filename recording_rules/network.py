@@ -6,11 +6,11 @@ a counter that starts inside the window, VictoriaMetrics counts a small starting
 usually 1-3 since boot) as an increase, so every node_exporter restart would look like a flap for an
 hour. A port seen for less than an hour, or whose counter reset, is not judged until it has an hour."""
 
-from hpcobs.context import Context
-from hpcobs.promql import ABOVE_ZERO, aggregate, duration_seconds, spread
-from hpcobs.rules import Group, Record
-from hpcobs.ruletest import Case, Series, sample, spread_case
-from hpcobs.synthetic import series
+from hpcobs.authoring.context import Context
+from hpcobs.authoring.rules import Group, Record
+from hpcobs.authoring.ruletest import Case, Series, sample, spread_case
+from hpcobs.authoring.synthetic import series
+from hpcobs.lang.promql import ABOVE_ZERO, aggregate, duration_seconds, spread
 
 PORT = ("node", "device", "port")
 ACTIVE = 4  # node_infiniband_state_id: 4 = ACTIVE (node_exporter infiniband_linux.go)

@@ -12,11 +12,11 @@ a lone match away. So the rate here is the counter's rise over the window, count
 series that appeared within it, divided by the window (a counter reset counts nothing for one window).
 """
 
-from hpcobs.context import Context
-from hpcobs.promql import aggregate, duration_seconds, rise_within
-from hpcobs.rules import Group, Record
-from hpcobs.ruletest import Case, Series, sample
-from hpcobs.synthetic import falco_match, gpu_utilization, tetragon_action, tetragon_event
+from hpcobs.authoring.context import Context
+from hpcobs.authoring.rules import Group, Record
+from hpcobs.authoring.ruletest import Case, Series, sample
+from hpcobs.authoring.synthetic import falco_match, gpu_utilization, tetragon_action, tetragon_event
+from hpcobs.lang.promql import aggregate, duration_seconds, rise_within
 
 OUTBOUND, SENSITIVE = "Unexpected outbound connection", "Read sensitive file untrusted"
 

@@ -8,11 +8,11 @@ exporter have no reason), jobs ended out of memory only from Slurm's own metrics
 only where the exporter has them.
 """
 
-from hpcobs.context import Context
-from hpcobs.promql import label_replace
-from hpcobs.rules import Group, Record
-from hpcobs.ruletest import Case, Series, sample
-from hpcobs.synthetic import series, slurm_partition
+from hpcobs.authoring.context import Context
+from hpcobs.authoring.rules import Group, Record
+from hpcobs.authoring.ruletest import Case, Series, sample
+from hpcobs.authoring.synthetic import series, slurm_partition
+from hpcobs.lang.promql import label_replace
 
 STATES = ("alloc", "mixed", "idle", "down", "drain", "fail")
 

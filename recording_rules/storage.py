@@ -7,12 +7,12 @@ its client bandwidth per export comes from node_exporter's mountstats collector 
 off by default), summed over the clients.
 """
 
-from hpcobs.context import Context
-from hpcobs.escape import promql_matcher
-from hpcobs.promql import aggregate, duration_seconds, label_replace, spread
-from hpcobs.rules import Group, Record
-from hpcobs.ruletest import Case, Series, sample, spread_case
-from hpcobs.synthetic import series
+from hpcobs.authoring.context import Context
+from hpcobs.authoring.rules import Group, Record
+from hpcobs.authoring.ruletest import Case, Series, sample, spread_case
+from hpcobs.authoring.synthetic import series
+from hpcobs.lang.escape import promql_matcher
+from hpcobs.lang.promql import aggregate, duration_seconds, label_replace, spread
 
 OST = {"component": '="ost"'}
 

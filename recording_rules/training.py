@@ -8,11 +8,11 @@ size). The training dashboard reads these rather than the ranks: a job on 8,192 
 panel over the ranks reads all of them at every point it draws.
 """
 
-from hpcobs.context import Context
-from hpcobs.promql import aggregate
-from hpcobs.rules import Group, Record
-from hpcobs.ruletest import Case, Series, sample
-from hpcobs.synthetic import nccl_collective, series
+from hpcobs.authoring.context import Context
+from hpcobs.authoring.rules import Group, Record
+from hpcobs.authoring.ruletest import Case, Series, sample
+from hpcobs.authoring.synthetic import nccl_collective, series
+from hpcobs.lang.promql import aggregate
 
 RANK = ("hpc_job", "rank", "node")
 JOB = ("hpc_job",)

@@ -91,7 +91,7 @@ SCONTROL_OWNER = (
     r"Account=(\S*) QOS=(\S*)(?=\s|$)"
 )
 
-# The job-info labels after hpc_job, in the contract's order (hpcobs/catalogue/job_info.yaml).
+# The job-info labels after hpc_job, in the contract's order (hpcobs/exporters/catalogue/job_info.yaml).
 INFO_LABELS = ("user", "account", "partition", "job_name", "qos")
 OWNER_ENVIRONMENT = {
     "user": "SLURM_JOB_USER",

@@ -5,8 +5,8 @@ from pathlib import Path
 
 import pytest
 
-from hpcobs import config as config_module
-from hpcobs import outdir, pipeline
+from hpcobs.build import outdir, pipeline
+from hpcobs.settings import config as config_module
 
 ROOT = Path(__file__).resolve().parent.parent
 # Lines a test wants in the run's summary (what it measured), printed even when it passes. A test records them

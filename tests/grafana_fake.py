@@ -271,7 +271,7 @@ class FakeGrafana:
             "folderTitle": folder["title"] if folder else "General",
             "folderUrl": f"/dashboards/f/{entry['folderUid']}/" if folder else "",
             "provisioned": entry["provisioned"],
-            "provisionedExternalId": "hpcobs/dashboard.json" if entry["provisioned"] else "",
+            "provisionedExternalId": "hpcobs/authoring/dashboard.json" if entry["provisioned"] else "",
         }
         return Answer(200, {"dashboard": json.loads(json.dumps(model)), "meta": meta})
 

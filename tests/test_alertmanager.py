@@ -7,9 +7,9 @@ import pytest
 import yaml
 from hpcobs.alerts import logs
 
-from hpcobs import tools, validate
-from hpcobs.context import Context
-from hpcobs.rules import Alert
+from hpcobs.authoring.context import Context
+from hpcobs.authoring.rules import Alert
+from hpcobs.build import tools, validate
 
 AM = "alertmanager/alertmanager.yml"
 

@@ -4,7 +4,8 @@ import os
 
 import pytest
 
-from hpcobs import cli, outdir, pipeline, validate
+from hpcobs import cli
+from hpcobs.build import outdir, pipeline, validate
 from hpcobs.errors import UserError
 from tests.conftest import ROOT, run_build
 

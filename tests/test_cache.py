@@ -9,9 +9,10 @@ import stat
 
 import pytest
 
-from hpcobs import cache as cache_module
-from hpcobs import cli, outdir, pipeline, tools, validate
-from hpcobs.cache import Cache
+from hpcobs import cli
+from hpcobs.build import cache as cache_module
+from hpcobs.build import outdir, pipeline, tools, validate
+from hpcobs.build.cache import Cache
 from hpcobs.errors import UserError
 
 RULES_A = "groups:\n- name: a\n  rules:\n  - record: a:x:ratio\n    expr: x_percent / 100\n"

@@ -1,10 +1,11 @@
-"""The recording-rule budget (docs/recording-rules.md#budget), on the reference cluster of hpcobs.cardinality."""
+"""The recording-rule budget (docs/recording-rules.md#budget), on the reference cluster of hpcobs.build.cardinality."""
 
 import pytest
 
-from hpcobs import cardinality, lint, pipeline
-from hpcobs.context import Context
-from hpcobs.rules import Record
+from hpcobs.authoring.context import Context
+from hpcobs.authoring.rules import Record
+from hpcobs.build import cardinality, pipeline
+from hpcobs.lang import lint
 
 REF = cardinality.REFERENCE
 GPUS = REF["nodes"] * REF["gpus_per_node"]

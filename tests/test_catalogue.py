@@ -9,8 +9,9 @@ import jsonschema
 import pytest
 import yaml
 
-from hpcobs import catalogue, lint
-from hpcobs.sources import Sources
+from hpcobs.exporters import catalogue
+from hpcobs.exporters.sources import Sources
+from hpcobs.lang import lint
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -79,16 +80,16 @@ def test_a_malformed_catalogue_file_is_named_with_its_key(tmp_path, monkeypatch)
 
 def test_a_build_reads_the_catalogue_once_on_demand_and_never_imports_the_simulator():
     """Importing the CLI reads no catalogue file; generating everything reads them once; the rule-test series
-    share their label and port facts with the simulator through hpcobs.exporter_labels, not by importing it."""
+    share their label and port facts with the simulator through hpcobs.exporters.labels, not by importing it."""
     code = (
         "import sys\n"
         "import hpcobs.cli\n"
-        "from hpcobs import catalogue, config, pipeline\n"
+        "from hpcobs.build import pipeline\nfrom hpcobs.exporters import catalogue\nfrom hpcobs.settings import config\n"
         "hpcobs.cli.parser().parse_args(['build', '--out', 'x'])\n"
         "print(catalogue.load.cache_info().misses)\n"
         "pipeline.generate(config.load())\n"
         "print(catalogue.load.cache_info().misses)\n"
-        "print(sorted(name for name in sys.modules if name.startswith('hpcobs.simulate')))\n"
+        "print(sorted(name for name in sys.modules if name.startswith('hpcobs.proof.simulate')))\n"
     )
     result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT, timeout=300)
     assert result.returncode == 0, result.stderr
@@ -118,7 +119,7 @@ def test_every_raw_metric_read_is_in_the_catalogue(generated, config):
 
 
 def test_site_overrides_and_prefixes_reach_the_names(tmp_path):
-    from hpcobs import config as config_module
+    from hpcobs.settings import config as config_module
 
     site = tmp_path / "site.yaml"
     site.write_text(

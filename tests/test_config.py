@@ -2,8 +2,8 @@
 
 import pytest
 
-from hpcobs import config as config_module
 from hpcobs.errors import UserError
+from hpcobs.settings import config as config_module
 from tests.conftest import run_build
 
 

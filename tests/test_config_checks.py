@@ -4,11 +4,12 @@ one line per problem naming the site file, the key and the fix; the legitimate n
 import pytest
 import yaml
 
-from hpcobs import config as config_module
-from hpcobs import promql
 from hpcobs.errors import UserError
-from hpcobs.names import Team
-from hpcobs.sources import Sources, parse_selector, scrape_labels
+from hpcobs.exporters.sources import Sources
+from hpcobs.lang import promql
+from hpcobs.lang.selectors import parse_selector, scrape_labels
+from hpcobs.settings import config as config_module
+from hpcobs.settings.names import Team
 from tests.conftest import run_build
 
 
@@ -231,7 +232,7 @@ def test_forgeable_job_info_exits_2_before_anything_is_written(tmp_path):
 def test_metric_names_name_the_file_and_the_signal(tmp_path):
     assert refused(tmp_path, "exporters:\n  dcgm:\n    metric_names: {gpu_temprature: X, xid: 'MY XID'}\n") == [
         "config error: SITE: exporters.dcgm.metric_names.gpu_temprature: unknown signal; did you mean "
-        "'gpu_temperature'? (signal ids are listed in hpcobs/catalogue/dcgm.yaml)",
+        "'gpu_temperature'? (signal ids are listed in hpcobs/exporters/catalogue/dcgm.yaml)",
         "config error: SITE: exporters.dcgm.metric_names.xid: 'MY XID' is not a Prometheus metric name",
     ]
     _, config = load(tmp_path, "exporters:\n  dcgm:\n    metric_names: {xid: MY_XID}\n")

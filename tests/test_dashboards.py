@@ -6,9 +6,10 @@ import re
 import pytest
 import yaml
 
-from hpcobs import dashboard as engine
-from hpcobs import lint, tools, validate
-from hpcobs.names import DashboardUid
+from hpcobs.authoring import dashboard as engine
+from hpcobs.build import tools, validate
+from hpcobs.lang import lint
+from hpcobs.settings.names import DashboardUid
 from tests.test_catalogue import recorded_names
 
 DASHBOARDS = "grafana/dashboards/"
@@ -24,7 +25,7 @@ DURATIONS = {
     "__range_s": "3600",
     "__interval_ms": "60000",
 }
-_VARIABLE = engine.GRAFANA_VARIABLE
+_VARIABLE = lint.GRAFANA_VARIABLE
 
 
 @pytest.fixture(scope="module")
@@ -247,7 +248,7 @@ def test_logql_queries_are_well_formed(dashboards):
 
 
 def test_every_raw_metric_is_in_the_catalogue_and_only_drill_downs_read_raw_series(dashboards, recorded, config):
-    from hpcobs.sources import Sources
+    from hpcobs.exporters.sources import Sources
 
     known = Sources(config).metric_names()
     for dashboard in dashboards.values():

@@ -16,9 +16,12 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
 
-from hpcobs import cli, deploy, pipeline
-from hpcobs import config as config_module
+from hpcobs import cli
+from hpcobs.build import pipeline
+from hpcobs.delivery import deploy
+from hpcobs.delivery.endpoint import Endpoint
 from hpcobs.errors import UserError
+from hpcobs.settings import config as config_module
 from tests.conftest import ROOT
 from tests.grafana_fake import FakeGrafana, forbidden
 
@@ -183,9 +186,9 @@ def test_dry_run_writes_nothing_and_shows_the_semantic_diff(run, grafana, site):
     result = run("--dry-run", "--config", changed)
     assert result.code == 0 and grafana.writes() == []
     assert result.row("hpcobs-training") == "update      dashboard  hpcobs-training (Training)"
-    review = pytest.importorskip("hpcobs.review")
+    review = pytest.importorskip("hpcobs.delivery.review")
     if not hasattr(review, "compare_dashboards"):
-        pytest.skip("hpcobs.review.compare_dashboards is not written yet")
+        pytest.skip("hpcobs.delivery.review.compare_dashboards is not written yet")
     stored = {k: v for k, v in grafana.dashboards["hpcobs-training"]["model"].items() if k not in deploy.GRAFANA_KEYS}
     diff = review.compare_dashboards(stored, built_dashboards(changed)["hpcobs-training"])
     assert diff, "the straggler threshold is shown on the training dashboard"
@@ -478,10 +481,10 @@ def test_plain_http_is_allowed_to_loopback_and_with_insecure(run, grafana):
         ("https://example.org/tools/grafana/", "tools/grafana/"),
         ("http://[::1]:3000", ""),
     ]:
-        assert deploy.Endpoint.parse(url, insecure=False).sub_path == sub_path
-    assert deploy.Endpoint.parse("http://[::1]:3000", insecure=False).url == "http://[::1]:3000"
+        assert Endpoint.parse(url, insecure=False).sub_path == sub_path
+    assert Endpoint.parse("http://[::1]:3000", insecure=False).url == "http://[::1]:3000"
     with pytest.raises(UserError):
-        deploy.Endpoint.parse("http://10.0.0.7:3000", insecure=False)
+        Endpoint.parse("http://10.0.0.7:3000", insecure=False)
 
 
 def test_the_token_comes_from_a_file_or_a_variable_never_the_command_line(run, grafana, tmp_path, monkeypatch):
@@ -742,7 +745,7 @@ def test_the_message_names_the_git_revision():
 
 def test_a_build_never_imports_grafana_client():
     code = (
-        "import sys\nfrom hpcobs import cli, deploy\ncli.parser()\n"
+        "import sys\nfrom hpcobs import cli\nfrom hpcobs.delivery import deploy\ncli.parser()\n"
         "print(sorted({name.split('.')[0] for name in sys.modules} & {'grafana_client', 'niquests'}))\n"
     )
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT, timeout=120)

@@ -1,4 +1,4 @@
-"""Config strings only ever fill literals (hpcobs/escape.py, docs/validation.md).
+"""Config strings only ever fill literals (hpcobs/lang/escape.py, docs/validation.md).
 
 Each helper is checked against its target's own rules (Go's url.QueryEscape vectors, Alertmanager's matcher
 parser, Go's template lexer, the PromQL parser, RE2, Grafana's provisioning expansion). Then the property:
@@ -22,10 +22,11 @@ import pytest
 import re2
 import yaml
 
-from hpcobs import config as config_module
-from hpcobs import escape, pipeline
+from hpcobs.authoring.rules import render_template
+from hpcobs.build import pipeline
 from hpcobs.errors import UserError
-from hpcobs.rules import render_template
+from hpcobs.lang import escape
+from hpcobs.settings import config as config_module
 from tests.test_dashboards import prometheus_expressions, substitute
 
 SEED = 20240610

@@ -19,8 +19,9 @@ import secrets
 
 import pytest
 
-from hpcobs import config as config_module
-from hpcobs import deploy, pipeline
+from hpcobs.build import pipeline
+from hpcobs.delivery import deploy
+from hpcobs.settings import config as config_module
 from tests.conftest import run_build
 
 pytestmark = pytest.mark.grafana

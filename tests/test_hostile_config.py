@@ -7,9 +7,9 @@ from pathlib import Path
 import pytest
 import yaml
 
-from hpcobs import config as config_module
-from hpcobs import pipeline
+from hpcobs.build import pipeline
 from hpcobs.errors import UserError
+from hpcobs.settings import config as config_module
 
 CASES = [
     case

@@ -26,7 +26,7 @@ def test_content_is_installed_as_hpcobs_packages_not_top_level_modules(tmp_path)
 
 def test_the_simulator_does_not_depend_on_the_build_context():
     code = (
-        "import sys, hpcobs.simulate\n"
-        "print(sorted(name for name in sys.modules if name in ('hpcobs.context', 'hpcobs.pipeline')))\n"
+        "import sys, hpcobs.proof.simulate\n"
+        "print(sorted(name for name in sys.modules if name in ('hpcobs.authoring.context', 'hpcobs.build.pipeline')))\n"
     )
     assert run_python(code, ROOT).strip() == "[]"

@@ -3,7 +3,7 @@ replay layers and the cardinality budget."""
 
 import pytest
 
-from hpcobs import lint
+from hpcobs.lang import lint
 
 
 @pytest.mark.parametrize(
@@ -78,5 +78,5 @@ def test_the_caller_gets_its_own_set():
     ],
 )
 def test_a_condition_count_is_read_from_the_syntax_tree(expr, counts):
-    """The budget counts a record of a condition only for the faulty part of the fleet (hpcobs.cardinality)."""
+    """The budget counts a record of a condition only for the faulty part of the fleet (hpcobs.build.cardinality)."""
     assert lint.counts_a_condition(expr) is counts

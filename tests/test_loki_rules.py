@@ -1,4 +1,4 @@
-"""The Loki rules (alerts/logs.py, written to out/loki/rules/hpcobs.yaml by hpcobs.loki_rules).
+"""The Loki rules (alerts/logs.py, written to out/loki/rules/hpcobs.yaml by hpcobs.authoring.logs).
 
 promtool cannot run LogQL, so the proof is built here from its parts: every pattern is run with RE2 (the engine of
 Loki's line filters and regexp parser) on real published log lines (tests/data/log_lines.yaml) in both directions;
@@ -16,12 +16,12 @@ import re2
 import yaml
 from hpcobs.alerts import logs
 
-from hpcobs import config as config_module
-from hpcobs import tools, validate
-from hpcobs.context import Context
-from hpcobs.loki_rules import NODE, RULES_FILE, STREAMS, LogCase, LogMetric, LogQuery, LogRule, LogStreams
-from hpcobs.promql import duration_seconds
-from hpcobs.rules import Alert, Record
+from hpcobs.authoring.context import Context
+from hpcobs.authoring.logs import NODE, RULES_FILE, STREAMS, LogCase, LogMetric, LogQuery, LogRule, LogStreams
+from hpcobs.authoring.rules import Alert, Record
+from hpcobs.build import tools, validate
+from hpcobs.lang.promql import duration_seconds
+from hpcobs.settings import config as config_module
 from tests.conftest import ROOT
 from tests.test_logql import parse
 from tests.test_runbooks import anchors

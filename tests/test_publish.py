@@ -18,7 +18,8 @@ from pathlib import Path
 
 import pytest
 
-from hpcobs import cli, outdir, pipeline
+from hpcobs import cli
+from hpcobs.build import outdir, pipeline
 from tests.conftest import ROOT
 
 OLD = {"a.txt": "old a\n", "gone/b.txt": "old b\n"}

@@ -6,7 +6,7 @@ import string
 
 import yaml
 
-from hpcobs import render
+from hpcobs.lang import render
 
 # Characters and pieces that make emitters choose quoting, escapes, block styles or complex keys.
 SPECIAL = [

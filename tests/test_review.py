@@ -18,11 +18,13 @@ import time
 import pytest
 import yaml
 
-from hpcobs import alerts, cli, dashboards, outdir, pipeline, semantic_diff
-from hpcobs import config as config_module
-from hpcobs.dashboard import stat
-from hpcobs.render import GENERATED, load_yaml, yaml_text
-from hpcobs.semantic_diff import Side, compare_dashboards, queries
+from hpcobs import alerts, cli, dashboards
+from hpcobs.authoring.dashboard import stat
+from hpcobs.build import outdir, pipeline
+from hpcobs.delivery import semantic_diff
+from hpcobs.delivery.semantic_diff import Side, compare_dashboards, queries
+from hpcobs.lang.render import GENERATED, load_yaml, yaml_text
+from hpcobs.settings import config as config_module
 from tests.conftest import ROOT
 
 BASE = Side("abc1234", "main")

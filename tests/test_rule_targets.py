@@ -5,8 +5,9 @@ import copy
 import pytest
 import yaml
 
-from hpcobs import rule_targets, validate
-from hpcobs.render import GENERATED, yaml_text
+from hpcobs.build import validate
+from hpcobs.lang.render import GENERATED, yaml_text
+from hpcobs.targets import rule_targets
 
 
 @pytest.fixture(scope="module")

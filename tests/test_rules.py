@@ -5,12 +5,13 @@ import re
 import pytest
 import yaml
 
-from hpcobs import lint, pipeline, tools, validate
-from hpcobs.cache import Cache
-from hpcobs.context import Context
-from hpcobs.names import DashboardUid, Team
-from hpcobs.rules import Alert, LinkBases, Record
-from hpcobs.ruletest import Case
+from hpcobs.authoring.context import Context
+from hpcobs.authoring.rules import Alert, LinkBases, Record
+from hpcobs.authoring.ruletest import Case
+from hpcobs.build import pipeline, tools, validate
+from hpcobs.build.cache import Cache
+from hpcobs.lang import lint
+from hpcobs.settings.names import DashboardUid, Team
 
 RULE_FILES = "prometheus/rules/"
 TEST_FILES = "prometheus/tests/"
@@ -181,7 +182,8 @@ def test_alert_constructor_takes_team_and_dashboard_only_from_names():
     """A free string that matches a route or a uid today would silently break when names.py changes."""
     case = Case("c", at="1m", series=[])
     with pytest.raises(
-        ValueError, match="team must be a hpcobs.names.Team; dashboard must be a hpcobs.names.DashboardUid"
+        ValueError,
+        match="team must be a hpcobs.settings.names.Team; dashboard must be a hpcobs.settings.names.DashboardUid",
     ):
         Alert(
             "GpuSomething",
@@ -222,7 +224,7 @@ def _break(generated, tmp_path, path, old, new, name=None, intact_too=True):
     assert intact in [r for g in loaded["groups"] for r in g["rules"]]
     for group in loaded["groups"]:
         group["rules"] = [broken if r == intact else r for r in group["rules"]]
-    from hpcobs import outdir
+    from hpcobs.build import outdir
 
     trees = {"broken": yaml.safe_dump(loaded)}
     if intact_too:
@@ -267,7 +269,7 @@ def test_tests_catch_an_alert_that_fires_too_early(generated, tmp_path):
 
 
 def test_every_for_not_yet_elapsed_case_has_teeth(generated, tmp_path):
-    """The cases hpcobs.alert_cases derives before `for` has elapsed evaluate a fault whose condition already
+    """The cases hpcobs.authoring.alert_cases derives before `for` has elapsed evaluate a fault whose condition already
     holds: without the `for`, each alert fires there and its own cases fail."""
     alerts = [
         (path, rule)
@@ -291,7 +293,7 @@ def test_every_for_not_yet_elapsed_case_has_teeth(generated, tmp_path):
 
 def test_synthetic_series_written_in_si_units_convert_value_by_value(config):
     """Rule tests write raw series in SI units; each dcgm-exporter version gets the values it exposes."""
-    from hpcobs.synthetic import raw_values
+    from hpcobs.authoring.synthetic import raw_values
 
     ctx = Context(config)
     assert raw_values(ctx, "dcgm", "gpu_utilization", "0x100 0.01 0x79", "4.6-4.8") == "0x100 1 0x79"
@@ -335,8 +337,8 @@ SITES = {
 @pytest.fixture(scope="module")
 def site_builds(tmp_path_factory, private_cache_dir):
     """Each site's generated files and its promtool/amtool failures; all sites' tool runs share one pool."""
-    from hpcobs import config as config_module
-    from hpcobs import outdir
+    from hpcobs.build import outdir
+    from hpcobs.settings import config as config_module
 
     builds = {}
     for site, (site_text, _, _) in SITES.items():

@@ -13,12 +13,15 @@ import jsonschema
 import promql_parser
 import pytest
 import yaml
+from hpcobs.security import falco as falco_rules
+from hpcobs.security import names as security_content
 
-from hpcobs import config as config_module
-from hpcobs import falco_rules, lint, pipeline, security_content, validate
-from hpcobs.render import load_yaml
-from hpcobs.simulate import Simulation
-from hpcobs.thresholds import Thresholds
+from hpcobs.build import pipeline, validate
+from hpcobs.lang import lint, sensor_values
+from hpcobs.lang.render import load_yaml
+from hpcobs.proof.simulate import Simulation
+from hpcobs.settings import config as config_module
+from hpcobs.settings.thresholds import Thresholds
 from tests.conftest import ROOT
 
 FIELDS = ROOT / "schemas" / "falco" / "fields.txt"
@@ -219,7 +222,7 @@ def test_guards_drop_job_processes_and_allowed_programs_before_reporting(policie
 
 
 def _literal_names(regex: str) -> set[str]:
-    """The names of an RE2 alternation of literals (hpcobs.escape.regex_alternation's output)."""
+    """The names of an RE2 alternation of literals (hpcobs.lang.escape.regex_alternation's output)."""
     names = re.split(r"(?<!\\)\|", regex)
     assert all(not re.search(r"(?<!\\)[.^$*+?()\[\]{}]", name) for name in names), f"not a list of names: {regex}"
     return {re.sub(r"\\(.)", r"\1", name) for name in names}
@@ -353,8 +356,8 @@ def test_site_values_land_quoted_in_falco_and_as_values_in_tetragon(tmp_path):
 )
 def test_the_insertion_helper_refuses_what_a_sensor_would_not_read_literally(value):
     with pytest.raises(ValueError):
-        security_content.literal(value)
-    assert security_content.path_problem(value)
+        sensor_values.literal(value)
+    assert sensor_values.path_problem(value)
 
 
 def test_values_that_bypass_the_config_check_are_refused_at_insertion(config):

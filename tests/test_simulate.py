@@ -14,13 +14,14 @@ from datetime import UTC, datetime
 import pytest
 import yaml
 
-from hpcobs import config as config_module
-from hpcobs import synthetic, tools
-from hpcobs.context import Context
-from hpcobs.promql import duration
-from hpcobs.simulate import UP, Simulation, Spec, compress, expand, kinds, write
-from hpcobs.simulate.scenarios import LLAMA3_CAUSES, Scene, realistic_week
-from hpcobs.thresholds import Thresholds
+from hpcobs.authoring import synthetic
+from hpcobs.authoring.context import Context
+from hpcobs.build import tools
+from hpcobs.lang.promql import duration
+from hpcobs.proof.simulate import UP, Simulation, Spec, compress, expand, kinds, write
+from hpcobs.proof.simulate.scenarios import LLAMA3_CAUSES, Scene, realistic_week
+from hpcobs.settings import config as config_module
+from hpcobs.settings.thresholds import Thresholds
 from tests.conftest import ROOT, run_build
 
 EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
@@ -660,7 +661,7 @@ def test_the_bound_says_how_to_go_bigger_and_the_escape_hatch_works(tmp_path, ca
 
 @pytest.mark.parametrize("site", ["default", "mixed"])
 def test_the_sample_estimate_is_close_above_what_is_written(config, mixed, site):
-    from hpcobs.simulate.arguments import estimated_samples
+    from hpcobs.proof.simulate.arguments import estimated_samples
 
     for nodes, gpus in ((1, 1), (1, 8), (3, 16), (5, 4)):
         sim = Simulation(config if site == "default" else mixed, nodes=nodes, gpus_per_node=gpus, hours=0.05, seed=1)
@@ -684,7 +685,7 @@ def documented_runs() -> list[str]:
 
 @pytest.mark.parametrize("run", documented_runs())
 def test_documented_runs_stay_within_the_bounds(config, run):
-    from hpcobs.simulate import arguments
+    from hpcobs.proof.simulate import arguments
 
     args = arguments.parser("build.py simulate").parse_args(shlex.split(run))
     arguments.check_size(arguments.checked(args), 30)

@@ -22,7 +22,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from hpcobs import tools
+from hpcobs.build import tools
 from tests.conftest import ROOT
 
 SLURM = ROOT / "slurm"
@@ -146,9 +146,10 @@ def test_the_shipped_configuration_holds_the_defaults_and_the_build_prefix():
 
 
 def test_the_job_info_file_has_the_contract_names_and_labels(node):
-    """Names and label order as hpcobs/catalogue/job_info.yaml, the job id the same string as in the mapping."""
+    """Names and label order as hpcobs/exporters/catalogue/job_info.yaml, the job id the same string as in the
+    mapping."""
     node.prolog("4242", "0,1")
-    catalogue = yaml.safe_load((ROOT / "hpcobs" / "catalogue" / "job_info.yaml").read_text())
+    catalogue = yaml.safe_load((ROOT / "hpcobs" / "exporters" / "catalogue" / "job_info.yaml").read_text())
     labels = {metric["name"]: metric["labels"] for metric in catalogue["metrics"]}
     info, start = [line for line in node.job_info("4242").splitlines() if not line.startswith("#")]
     assert info == (

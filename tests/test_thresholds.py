@@ -4,14 +4,14 @@ import json
 
 import pytest
 
-from hpcobs import schema_codegen
-from hpcobs.thresholds import Thresholds
+from hpcobs.settings import schema_codegen
+from hpcobs.settings.thresholds import Thresholds
 
 
 def test_the_thresholds_module_is_generated_from_the_current_schema():
     schema = json.loads(schema_codegen.SCHEMA.read_text(encoding="utf-8"))
     assert schema_codegen.MODULE.read_text(encoding="utf-8") == schema_codegen.thresholds_module(schema), (
-        "hpcobs/thresholds.py is stale: run `python -m hpcobs.schema_codegen`"
+        "hpcobs/settings/thresholds.py is stale: run `python -m hpcobs.settings.schema_codegen`"
     )
 
 

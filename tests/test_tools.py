@@ -4,7 +4,7 @@ import stat
 
 import pytest
 
-from hpcobs import tools
+from hpcobs.build import tools
 from hpcobs.errors import ToolError
 
 

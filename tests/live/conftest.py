@@ -5,7 +5,7 @@ from pathlib import Path
 
 import pytest
 
-from hpcobs.servers import Prometheus, VictoriaMetrics
+from hpcobs.proof.servers import Prometheus, VictoriaMetrics
 
 
 def pytest_configure(config):
@@ -51,7 +51,7 @@ def victoria_factory():
 
 def raw_names_read(config, groups) -> set[str]:
     """Raw catalogue metric names that these rule groups read (what a simulation must emit for them)."""
-    from hpcobs import lint
-    from hpcobs.sources import Sources
+    from hpcobs.exporters.sources import Sources
+    from hpcobs.lang import lint
 
     return {n for g in groups for r in g.rules for n in lint.metric_names(r.expr)} & Sources(config).metric_names()

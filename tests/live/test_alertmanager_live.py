@@ -5,7 +5,7 @@ from typing import NamedTuple
 
 import pytest
 
-from hpcobs.servers import Alertmanager
+from hpcobs.proof.servers import Alertmanager
 
 AM = "alertmanager/alertmanager.yml"
 CLUSTER = {"cluster": "gpu-prod"}

@@ -9,12 +9,12 @@ from collections import defaultdict
 
 import pytest
 
-from hpcobs import pipeline
-from hpcobs.context import Context
-from hpcobs.promql import duration_seconds
-from hpcobs.rules import Alert
-from hpcobs.simulate import Simulation, write
-from hpcobs.workload import recording_layer_files
+from hpcobs.authoring.context import Context
+from hpcobs.authoring.rules import Alert
+from hpcobs.build import pipeline
+from hpcobs.lang.promql import duration_seconds
+from hpcobs.proof.simulate import Simulation, write
+from hpcobs.proof.workload import recording_layer_files
 from tests.live.conftest import raw_names_read
 
 HOURS = 2.5

@@ -17,11 +17,13 @@ import re
 import pytest
 
 from hpcobs import dashboards as dashboard_modules
-from hpcobs import lint, pipeline
-from hpcobs.context import Context
-from hpcobs.dashboard import ALL, GRAFANA_VARIABLE, fault_panels, panel_queries
-from hpcobs.simulate import Simulation, kinds, write
-from hpcobs.workload import recording_layer_files
+from hpcobs.authoring.context import Context
+from hpcobs.authoring.dashboard import ALL, fault_panels, panel_queries
+from hpcobs.build import pipeline
+from hpcobs.lang import lint
+from hpcobs.lang.lint import GRAFANA_VARIABLE
+from hpcobs.proof.simulate import Simulation, kinds, write
+from hpcobs.proof.workload import recording_layer_files
 from tests.conftest import MEASUREMENT
 from tests.live.conftest import raw_names_read
 from tests.live.test_scenarios import HOURS, SCENARIOS

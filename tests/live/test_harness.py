@@ -8,7 +8,7 @@ from datetime import UTC, datetime, timedelta
 import pytest
 
 from hpcobs.errors import ToolError
-from hpcobs.servers import Prometheus, VictoriaMetrics
+from hpcobs.proof.servers import Prometheus, VictoriaMetrics
 
 pytestmark = pytest.mark.live
 

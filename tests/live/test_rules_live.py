@@ -10,11 +10,11 @@ import math
 
 import pytest
 
-from hpcobs import pipeline
-from hpcobs.context import Context
-from hpcobs.rules import Record
-from hpcobs.simulate import Simulation, write
-from hpcobs.workload import recording_layer_files
+from hpcobs.authoring.context import Context
+from hpcobs.authoring.rules import Record
+from hpcobs.build import pipeline
+from hpcobs.proof.simulate import Simulation, write
+from hpcobs.proof.workload import recording_layer_files
 from tests.live.conftest import raw_names_read
 
 SCENARIOS = (

@@ -1,12 +1,12 @@
 """Every fault scenario of the simulator shows its signal in real Prometheus and real VictoriaMetrics.
 
 The simulated cluster is backfilled into both servers and each scenario's expected signal (a PromQL
-query from hpcobs.simulate) is evaluated there, never by reading the generator back.
+query from hpcobs.proof.simulate) is evaluated there, never by reading the generator back.
 """
 
 import pytest
 
-from hpcobs.simulate import Simulation, kinds, write
+from hpcobs.proof.simulate import Simulation, kinds, write
 
 FAULTS = [name for name in kinds() if name != "healthy"]
 # Faults of the hero training job take turns: a hang or a dead rank would hide a straggler.

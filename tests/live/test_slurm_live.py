@@ -31,11 +31,11 @@ from pathlib import Path
 import pytest
 import yaml
 
-from hpcobs import pipeline
-from hpcobs.context import Context
-from hpcobs.exporter_labels import dcgm_gpu_labels
-from hpcobs.servers import Prometheus, free_port
-from hpcobs.sources import Sources
+from hpcobs.authoring.context import Context
+from hpcobs.build import pipeline
+from hpcobs.exporters.labels import dcgm_gpu_labels
+from hpcobs.exporters.sources import Sources
+from hpcobs.proof.servers import Prometheus, free_port
 from tests.conftest import MEASUREMENT, ROOT
 
 pytestmark = pytest.mark.live

@@ -1,0 +1,113 @@
+"""The standard proof of an alert with a `for`, derived from when its fault starts and from its `for`.
+
+Every such alert is proven by the same three cases: it fires on a fault once `for` has elapsed, it stays silent
+on healthy data, and it stays silent on the same fault before `for` has elapsed. Only the series differ from
+alert to alert; when to evaluate each case follows from the fault's onset and the `for`, so it is computed here
+once instead of retyped with its arithmetic in every alert. Cases that prove something specific (a value just
+under the threshold, a sticky counter, a shared GPU) are written by hand beside these.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import TypedDict
+
+from hpcobs.authoring.context import Context
+from hpcobs.authoring.ruletest import Case, Sample, Series
+from hpcobs.lang.promql import duration, duration_seconds
+
+
+class Proof(TypedDict):
+    """The cases of an alert, unpacked into Alert(...) as its fires_on and silent_on."""
+
+    fires_on: list[Case]
+    silent_on: list[Case]
+
+
+@dataclass(frozen=True)
+class Timing:
+    """When a fault's condition holds, in seconds from the start of the input series.
+
+    `earliest` differs from `onset` when a rate() window may or may not include its left edge (Prometheus 2
+    and 3 differ), so the condition starts to hold one scrape earlier on one of them.
+    """
+
+    step: int  # the scrape and rule evaluation interval
+    hold: int  # the alert's `for`
+    onset: int  # from here on the condition holds, on every Prometheus version
+    earliest: int | None = None  # from here on it may already hold
+    settle: int | None = None  # how long after `for` has elapsed the firing case is evaluated (default 10 scrapes)
+
+    def __post_init__(self) -> None:
+        if self.pending_seconds <= self.onset:
+            raise ValueError(
+                f"a `for` of {self.hold}s leaves no time between the onset ({self.onset}s) and the end of `for`"
+            )
+
+    @property
+    def firing_seconds(self) -> int:
+        return self.onset + self.hold + (10 * self.step if self.settle is None else self.settle)
+
+    @property
+    def pending_seconds(self) -> int:
+        # Three scrapes before `for` ends (half the `for` when it is shorter), counted from the earliest onset.
+        earliest = self.onset if self.earliest is None else self.earliest
+        return earliest + self.hold - min(3 * self.step, self.hold // 2)
+
+    @property
+    def firing_at(self) -> str:
+        """An evaluation time well after `for` has elapsed."""
+        return duration(self.firing_seconds)
+
+    @property
+    def pending_at(self) -> str:
+        """An evaluation time after the condition holds but before `for` has elapsed."""
+        return duration(self.pending_seconds)
+
+    def fires(self, name: str, series: list[Series], expect: list[Sample]) -> Case:
+        """A further fault, evaluated when the standard one fires."""
+        return Case(name, self.firing_at, series, expect)
+
+    def silent(self, name: str, series: list[Series]) -> Case:
+        """Further data the alert must not fire on (a borderline value), evaluated when the fault fires."""
+        return Case(name, self.firing_at, series)
+
+
+def timing(
+    ctx: Context, for_: str, onset_scrapes: int, *, earliest_scrapes: int | None = None, settle: int | None = None
+) -> Timing:
+    """The Timing of an alert whose `for` is `for_` and whose condition holds from scrape `onset_scrapes` on."""
+    step = duration_seconds(ctx.scrape_interval)
+    return Timing(
+        step,
+        duration_seconds(for_),
+        onset_scrapes * step,
+        earliest=None if earliest_scrapes is None else earliest_scrapes * step,
+        settle=settle,
+    )
+
+
+def standard_cases(
+    when: Timing,
+    *,
+    fault: str,
+    fault_series: list[Series],
+    expect: list[Sample],
+    healthy: str,
+    healthy_series: list[Series],
+    pending: str,
+    pending_series: list[Series] | None = None,
+    also_fires: Sequence[Case] = (),
+    also_silent: Sequence[Case] = (),
+) -> Proof:
+    """Fires on the fault after `for`; silent on healthy data, on `also_silent` and on the fault (or on
+    `pending_series`) before `for` has elapsed."""
+    return Proof(
+        fires_on=[when.fires(fault, fault_series, expect), *also_fires],
+        silent_on=[
+            when.silent(healthy, healthy_series),
+            *also_silent,
+            Case(pending, when.pending_at, fault_series if pending_series is None else pending_series),
+        ],
+    )

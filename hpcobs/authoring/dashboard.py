@@ -1,0 +1,672 @@
+"""Dashboards as Grafana 11.6 JSON, built with grafana-foundation-sdk: one Grafana model (docs/grafana-model.md).
+
+The SDK's builders and models are generated from Grafana's own schemas (the ones schemas/grafana-v11.6 holds):
+every option is a typed method, and an option left unset takes the schema's default. Content writes rows of
+panels from the helpers below; each returns an SDK panel builder set up the hpcobs way (queries on the datasource
+variable, unit, thresholds). Layout (gridPos) and panel ids are computed here, never typed:
+
+    Row("Fleet", [stat("GPUs", "count(gpu:utilization:ratio)", unit="none", description="...")])
+
+A panel that needs an option no helper sets chains the SDK method on `panel.builder`.
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+from collections.abc import Sequence
+from dataclasses import dataclass
+from functools import cache
+from typing import Any, TypedDict, TypeVar, Unpack
+from urllib.parse import quote
+
+import jsonschema
+from grafana_foundation_sdk.builders import bargauge as bargauge_panel
+from grafana_foundation_sdk.builders import common as common_builders
+from grafana_foundation_sdk.builders import dashboard as dashboard_builders
+from grafana_foundation_sdk.builders import heatmap as heatmap_panel
+from grafana_foundation_sdk.builders import logs as logs_panel
+from grafana_foundation_sdk.builders import loki as loki_query
+from grafana_foundation_sdk.builders import prometheus as prometheus_query
+from grafana_foundation_sdk.builders import stat as stat_panel
+from grafana_foundation_sdk.builders import table as table_panel
+from grafana_foundation_sdk.builders import text as text_panel
+from grafana_foundation_sdk.builders import timeseries as timeseries_panel
+from grafana_foundation_sdk.cog.builder import Builder
+from grafana_foundation_sdk.cog.encoder import JSONEncoder
+from grafana_foundation_sdk.models import common as models
+from grafana_foundation_sdk.models import dashboard as grafana
+from grafana_foundation_sdk.models import heatmap as heatmap_models
+from grafana_foundation_sdk.models import loki as loki_models
+from grafana_foundation_sdk.models import prometheus as prometheus_models
+from grafana_foundation_sdk.models import text as text_models
+
+from hpcobs.paths import ROOT
+
+SCHEMA_DIR = ROOT / "schemas" / "grafana-v11.6"
+GRID_WIDTH = 24
+DATASOURCE_VAR = "datasource"
+LOKI_VAR = "loki"
+PROMETHEUS = grafana.DataSourceRef(type_val="prometheus", uid=f"${{{DATASOURCE_VAR}}}")
+LOKI = grafana.DataSourceRef(type_val="loki", uid=f"${{{LOKI_VAR}}}")
+ALL = ".*"  # the value "All" stands for in multi-value variables (regex matchers)
+
+Thresholds = tuple[tuple[float | None, str], ...]
+BASE: Thresholds = ((None, "green"),)
+PanelBuilder = Builder[grafana.Panel]
+_Built = TypeVar("_Built", bound=Any)
+
+
+# --------------------------------------------------------------------------------------------- content
+
+
+@dataclass(frozen=True)
+class Query:
+    expr: str
+    legend: str = ""
+    instant: bool = False
+
+
+@dataclass(frozen=True)
+class Column:
+    """A value column of a table: one instant query, its header (a table has one unit, so the header names the
+    column's unit) and colours."""
+
+    expr: str
+    name: str
+    thresholds: Thresholds = ()
+    cell: str = "auto"  # auto | color-text | color-background
+
+
+@dataclass(frozen=True)
+class Link:
+    """A dashboard link, or a data link (every cell of a table row opens it)."""
+
+    title: str
+    url: str
+
+
+@dataclass(frozen=True)
+class Panel:
+    """A Grafana panel (an SDK builder) and the simulator's fault scenarios it is about (hpcobs.proof.simulate.kinds()):
+    a panel that is empty on a healthy cluster names the fault that fills it; the live tests check it there."""
+
+    builder: PanelBuilder
+    shows: tuple[str, ...] = ()
+
+    @property
+    def title(self) -> str:
+        return self.builder.build().title or ""
+
+
+class FieldOptions(TypedDict, total=False):
+    """What any panel with a query may set besides its kind's own options."""
+
+    thresholds: Thresholds
+    min: float  # the value range: colour scales, gauges, the time series' soft axis bounds
+    max: float
+    links: tuple[Link, ...]
+    time_from: str  # panel-relative time, e.g. "now/d" (today so far)
+    shows: tuple[str, ...]
+
+
+def _thresholds(steps: Thresholds) -> dashboard_builders.ThresholdsConfig:
+    """Grafana stores the base step as -Infinity (null); the dashboard schema wants a number, and Grafana resets
+    the first step to -Infinity on load, so 0 is written for it."""
+    values = [grafana.Threshold(value=0 if value is None else value, color=color) for value, color in steps]
+    return dashboard_builders.ThresholdsConfig().mode(grafana.ThresholdsMode.ABSOLUTE).steps(values)
+
+
+def _link(link: Link) -> dashboard_builders.DashboardLink:
+    """A link leaving the dashboard: within Grafana it keeps the time range and variables, elsewhere a new tab."""
+    internal = link.url.startswith("/d/")
+    return (
+        dashboard_builders.DashboardLink(link.title)
+        .type(grafana.DashboardLinkType.LINK)
+        .url(link.url)
+        .tooltip(link.title)
+        .icon("dashboard" if internal else "external link")
+        .keep_time(internal)
+        .include_vars(internal)
+        .target_blank(not internal)
+    )
+
+
+def _data_link(link: Link) -> dashboard_builders.DashboardLink:
+    """The schema types data links as dashboard links; time range and variables are in the URL itself."""
+    return dashboard_builders.DashboardLink(link.title).url(link.url).tooltip(link.title).icon("external link")
+
+
+def _queries(expr: str | Query | list[Query], legend: str, instant: bool) -> tuple[Query, ...]:
+    if isinstance(expr, str):
+        return (Query(expr, legend, instant),)
+    if isinstance(expr, Query):
+        return (expr,)
+    return tuple(expr)
+
+
+def _prometheus(queries: Sequence[Query], table: bool = False) -> list[Builder[Any]]:
+    """Targets on the Prometheus datasource variable; a table's are instant queries in table format."""
+    targets: list[Builder[Any]] = []
+    for index, query in enumerate(queries):
+        target = (
+            prometheus_query.Dataquery()
+            .ref_id(chr(ord("A") + index))
+            .expr(query.expr)
+            .legend_format(query.legend)
+            .editor_mode(prometheus_models.QueryEditorMode.CODE)
+            .datasource(PROMETHEUS)
+            .format(prometheus_models.PromQueryFormat.TABLE if table else prometheus_models.PromQueryFormat.TIME_SERIES)
+        )
+        targets.append(target.instant() if query.instant or table else target.range())
+    return targets
+
+
+def _panel(builder: _Built, title: str, description: str, width: int, height: int) -> _Built:
+    return builder.title(title).description(description).span(width).height(height)
+
+
+def _with_fields(builder: _Built, unit: str, color: grafana.FieldColorModeId, options: FieldOptions) -> _Built:
+    """The field defaults every panel with a query sets: unit, colours, thresholds, range, data links."""
+    builder = builder.unit(unit).color_scheme(dashboard_builders.FieldColor().mode(color))
+    builder = builder.thresholds(_thresholds(options.get("thresholds", BASE)))
+    if "min" in options:
+        builder = builder.min(options["min"])
+    if "max" in options:
+        builder = builder.max(options["max"])
+    if options.get("links"):
+        builder = builder.data_links([_data_link(link) for link in options["links"]])
+    if "time_from" in options:
+        builder = builder.time_from(options["time_from"])
+    return builder
+
+
+def _legend(show: bool) -> common_builders.VizLegendOptions:
+    return (
+        common_builders.VizLegendOptions()
+        .display_mode(models.LegendDisplayMode.LIST)
+        .placement(models.LegendPlacement.BOTTOM)
+        .show_legend(show)
+        .calcs([])
+    )
+
+
+def _last_value() -> common_builders.ReduceDataOptions:
+    return common_builders.ReduceDataOptions().calcs(["lastNotNull"]).values(False).fields("")
+
+
+def timeseries(
+    title: str,
+    expr: str | list[Query],
+    *,
+    unit: str,
+    description: str,
+    legend: str = "",
+    width: int = 12,
+    height: int = 8,
+    stack: bool = False,
+    **options: Unpack[FieldOptions],
+) -> Panel:
+    """Series over time; `stack` stacks them (filled); min and max also bound the axis softly."""
+    stacking = models.StackingMode.NORMAL if stack else models.StackingMode.NONE
+    builder = (
+        _panel(timeseries_panel.Panel(), title, description, width, height)
+        .datasource(PROMETHEUS)
+        .targets(_prometheus(_queries(expr, legend, False)))
+        .legend(_legend(True))
+        .tooltip(
+            common_builders.VizTooltipOptions().mode(models.TooltipDisplayMode.MULTI).sort(models.SortOrder.DESCENDING)
+        )
+        .fill_opacity(60 if stack else 10)
+        .show_points(models.VisibilityMode.NEVER)
+        .stacking(common_builders.StackingConfig().mode(stacking).group("A"))
+    )
+    if "min" in options:
+        builder = builder.axis_soft_min(options["min"])
+    if "max" in options:
+        builder = builder.axis_soft_max(options["max"])
+    builder = _with_fields(builder, unit, grafana.FieldColorModeId.PALETTE_CLASSIC, options)
+    return Panel(builder, options.get("shows", ()))
+
+
+def stat(
+    title: str,
+    expr: str | list[Query],
+    *,
+    unit: str,
+    description: str,
+    legend: str = "",
+    width: int = 6,
+    height: int = 4,
+    text_mode: models.BigValueTextMode = models.BigValueTextMode.AUTO,
+    **options: Unpack[FieldOptions],
+) -> Panel:
+    """The last value, large (instant query); `text_mode` VALUE_AND_NAME also shows the series' legend."""
+    builder = (
+        _panel(stat_panel.Panel(), title, description, width, height)
+        .datasource(PROMETHEUS)
+        .targets(_prometheus(_queries(expr, legend, True)))
+        .reduce_options(_last_value())
+        .text_mode(text_mode)
+    )
+    builder = _with_fields(builder, unit, grafana.FieldColorModeId.THRESHOLDS, options)
+    return Panel(builder, options.get("shows", ()))
+
+
+def bargauge(
+    title: str,
+    expr: str | list[Query],
+    *,
+    unit: str,
+    description: str,
+    legend: str = "",
+    width: int = 12,
+    height: int = 8,
+    **options: Unpack[FieldOptions],
+) -> Panel:
+    """Current value per series as horizontal bars (instant query)."""
+    builder = (
+        _panel(bargauge_panel.Panel(), title, description, width, height)
+        .datasource(PROMETHEUS)
+        .targets(_prometheus(_queries(expr, legend, True)))
+        .reduce_options(_last_value())
+        .orientation(models.VizOrientation.HORIZONTAL)
+    )
+    builder = _with_fields(builder, unit, grafana.FieldColorModeId.THRESHOLDS, options)
+    return Panel(builder, options.get("shows", ()))
+
+
+def heatmap(
+    title: str,
+    expr: str,
+    *,
+    unit: str,
+    description: str,
+    legend: str,
+    width: int = 24,
+    height: int = 10,
+    **options: Unpack[FieldOptions],
+) -> Panel:
+    """Grafana 11 heatmap of series already bucketed: one row per series (e.g. per node), not calculated."""
+    colour = (
+        heatmap_panel.HeatmapColorOptions()
+        .mode(heatmap_models.HeatmapColorMode.SCHEME)
+        .scheme("RdYlGn")
+        .fill("dark-orange")
+        .scale(heatmap_models.HeatmapColorScale.EXPONENTIAL)
+        .exponent(0.5)
+        .steps(64)
+    )
+    if "min" in options:
+        colour = colour.min(options["min"])
+    if "max" in options:
+        colour = colour.max(options["max"])
+    builder = (
+        _panel(heatmap_panel.Panel(), title, description, width, height)
+        .datasource(PROMETHEUS)
+        .targets(_prometheus(_queries(expr, legend, False)))
+        .calculate(False)
+        .color(colour)
+        .rows_frame(heatmap_panel.RowsHeatmapOptions().layout(models.HeatmapCellLayout.AUTO))
+        .show_value(models.VisibilityMode.NEVER)
+        .cell_values(heatmap_panel.CellValues().unit(unit))
+        .y_axis(heatmap_panel.YAxisConfig().axis_placement(models.AxisPlacement.LEFT).reverse(False))
+        .show_color_scale(True)
+    )
+    builder = _with_fields(builder, unit, grafana.FieldColorModeId.THRESHOLDS, options)
+    return Panel(builder, options.get("shows", ()))
+
+
+def _column_override(field_names: list[str], column: Column) -> tuple[grafana.MatcherConfig, list[Any]]:
+    """A column's colours, matched by its raw and its renamed header (the schema types both as objects)."""
+    properties = []
+    if column.thresholds:
+        properties += [
+            grafana.DynamicConfigValue(id_val="thresholds", value=_thresholds(column.thresholds).build()),
+            grafana.DynamicConfigValue(
+                id_val="color", value=grafana.FieldColor(mode=grafana.FieldColorModeId.THRESHOLDS)
+            ),
+        ]
+    if column.cell == "color-text":
+        properties.append(
+            grafana.DynamicConfigValue(id_val="custom.cellOptions", value=models.TableColorTextCellOptions())
+        )
+    elif column.cell == "color-background":
+        cell = models.TableColoredBackgroundCellOptions(mode=models.TableCellBackgroundDisplayMode.BASIC)
+        properties.append(grafana.DynamicConfigValue(id_val="custom.cellOptions", value=cell))
+    matcher = grafana.MatcherConfig(id_val="byNames", options={"mode": "include", "names": field_names})
+    return matcher, properties
+
+
+def _table_transformations(labels: Sequence[str], raw: list[str], columns: Sequence[Column]) -> list[Any]:
+    """Merge the instant queries on their labels, keep the label columns asked for, order and rename them."""
+    order = {name: index for index, name in enumerate([*labels, *raw])}
+    kept = f"^({'|'.join(labels)}|Value.*)$"
+    renamed = {field: column.name for field, column in zip(raw, columns)}
+    return [
+        grafana.DataTransformerConfig(id_val="merge", options={}),
+        grafana.DataTransformerConfig(id_val="filterFieldsByName", options={"include": {"pattern": kept}}),
+        grafana.DataTransformerConfig(
+            id_val="organize", options={"excludeByName": {}, "indexByName": order, "renameByName": renamed}
+        ),
+    ]
+
+
+def table(
+    title: str,
+    columns: list[Column],
+    *,
+    labels: list[str],
+    description: str,
+    width: int = 24,
+    height: int = 10,
+    **options: Unpack[FieldOptions],
+) -> Panel:
+    """Instant queries merged on their labels: the label columns, then one column per query, sorted on the first."""
+    # One query: Grafana names its value field "Value", not "Value #A".
+    raw = ["Value"] if len(columns) == 1 else [f"Value #{chr(ord('A') + index)}" for index in range(len(columns))]
+    builder = (
+        _panel(table_panel.Panel(), title, description, width, height)
+        .datasource(PROMETHEUS)
+        .targets(_prometheus([Query(column.expr) for column in columns], table=True))
+        .sort_by([common_builders.TableSortByFieldState().display_name(columns[0].name).desc(True)])
+        .filterable(True)
+        .transformations(_table_transformations(labels, raw, columns))
+    )
+    for field, column in zip(raw, columns):
+        matcher, properties = _column_override([field, column.name], column)
+        if properties:
+            builder = builder.with_override(matcher, properties)
+    builder = _with_fields(builder, "none", grafana.FieldColorModeId.THRESHOLDS, options)
+    return Panel(builder, options.get("shows", ()))
+
+
+def logs(title: str, expr: str, *, description: str, width: int = 24, height: int = 10) -> Panel:
+    """Log lines from the Loki datasource variable (LogQL), newest first, with their labels."""
+    target = (
+        loki_query.Dataquery()
+        .ref_id("A")
+        .expr(expr)
+        .query_type(loki_models.LokiQueryType.RANGE)
+        .editor_mode(loki_models.QueryEditorMode.CODE)
+        .max_lines(1000)
+        .datasource(LOKI)
+    )
+    builder = (
+        _panel(logs_panel.Panel(), title, description, width, height)
+        .datasource(LOKI)
+        .targets([target])
+        .unit("none")
+        .show_labels(True)
+        .show_time(True)
+        .show_log_context_toggle(True)
+        .wrap_log_message(True)
+        .enable_log_details(True)
+    )
+    return Panel(builder)
+
+
+def text(title: str, content: str, *, description: str, width: int = 24, height: int = 3) -> Panel:
+    """Markdown help or links (variables such as $hpc_job are interpolated by Grafana)."""
+    builder = _panel(text_panel.Panel(), title, description, width, height)
+    return Panel(builder.mode(text_models.TextMode.MARKDOWN).content(content))
+
+
+def dashboard_url(uid: str, **variables: str) -> str:
+    """A link to a dashboard keeping the time range; variables as var-<name>=<value>."""
+    query = "&".join(["${__url_time_range}"] + [f"var-{name}={value}" for name, value in variables.items()])
+    return f"/d/{uid}?{query}"
+
+
+def explore_url(datasource_uid: str, datasource_type: str, query: str, query_type: str) -> str:
+    """Grafana Explore with one query on a datasource, over the dashboard's time range."""
+    pane = {
+        "datasource": datasource_uid,
+        "queries": [
+            {
+                "refId": "A",
+                "datasource": {"type": datasource_type, "uid": datasource_uid},
+                "queryType": query_type,
+                "query": query,
+            }
+        ],
+        "range": {"from": "${__from}", "to": "${__to}"},
+    }
+    state = json.dumps({"a": pane}, separators=(",", ":"))
+    return "/explore?schemaVersion=1&orgId=1&panes=" + quote(state, safe="${}_")
+
+
+@dataclass(frozen=True)
+class Row:
+    title: str
+    panels: list[Panel]
+
+
+@dataclass(frozen=True)
+class Variable:
+    name: str
+    label: str
+    query: str  # label_values(...) on a recorded series; a textbox's default value
+    multi: bool = False
+    include_all: bool = False
+    kind: str = "query"  # query | textbox
+    description: str = ""
+
+
+@dataclass(frozen=True)
+class DashboardSpec:
+    uid: str
+    title: str
+    description: str
+    tags: tuple[str, ...]
+    variables: tuple[Variable, ...]
+    rows: tuple[Row, ...]
+    links_tag: str = "hpcobs"
+    time_from: str = "now-6h"
+    refresh: str = "1m"
+    links: tuple[Link, ...] = ()  # dashboard links (other dashboards, Explore)
+    alerts: str = ""  # PromQL matchers selecting this dashboard's ALERTS
+
+
+# --------------------------------------------------------------------------------------------- dashboard
+
+
+def _layout(rows: tuple[Row, ...]) -> list[grafana.Panel | grafana.RowPanel]:
+    """Each row's header, then its panels packed left to right, wrapping before one would cross the grid's edge
+    (the SDK's own packing only wraps after); ids in order. Panels are copies: a spec can be built again."""
+    out: list[grafana.Panel | grafana.RowPanel] = []
+    y = 0
+    for row in rows:
+        out.append(
+            grafana.RowPanel(title=row.title, id_val=len(out) + 1, grid_pos=grafana.GridPos(h=1, w=GRID_WIDTH, y=y))
+        )
+        y += 1
+        x, line_height = 0, 0
+        for panel in row.panels:
+            model = copy.deepcopy(panel.builder.build())
+            size = model.grid_pos or grafana.GridPos()
+            if x + size.w > GRID_WIDTH:
+                x, y, line_height = 0, y + line_height, 0
+            model.id_val = len(out) + 1
+            model.grid_pos = grafana.GridPos(h=size.h, w=size.w, x=x, y=y)
+            out.append(model)
+            x += size.w
+            line_height = max(line_height, size.h)
+        y += line_height
+    return out
+
+
+def _query_variable(variable: Variable) -> Builder[grafana.VariableModel]:
+    builder = (
+        dashboard_builders.QueryVariable(variable.name)
+        .label(variable.label)
+        .description(variable.description)
+        .datasource(PROMETHEUS)
+        .query(variable.query)
+        .refresh(grafana.VariableRefresh.ON_TIME_RANGE_CHANGED)
+        .sort(grafana.VariableSort.ALPHABETICAL_ASC)
+        .multi(variable.multi)
+        .include_all(variable.include_all)
+        .regex("")
+    )
+    if variable.include_all:
+        builder = builder.all_value(ALL).current(grafana.VariableOption(text="All", value="$__all"))
+    return builder
+
+
+def _variables(spec: DashboardSpec, uses_loki: bool) -> list[Builder[grafana.VariableModel]]:
+    """The datasource variables, then the spec's (a textbox's query is its default value)."""
+    out: list[Builder[grafana.VariableModel]] = [
+        dashboard_builders.DatasourceVariable(DATASOURCE_VAR).label("Data source").type("prometheus")
+    ]
+    if uses_loki:
+        out.append(dashboard_builders.DatasourceVariable(LOKI_VAR).label("Logs").type("loki"))
+    for variable in spec.variables:
+        if variable.kind == "textbox":
+            default = grafana.VariableOption(text=variable.query, value=variable.query)
+            out.append(
+                dashboard_builders.TextBoxVariable(variable.name)
+                .label(variable.label)
+                .description(variable.description)
+                .default_value(variable.query)
+                .current(default)
+            )
+        else:
+            out.append(_query_variable(variable))
+    return out
+
+
+def _annotations(spec: DashboardSpec) -> list[Builder[grafana.AnnotationQuery]]:
+    """Grafana's own annotations, and this dashboard's firing alerts from Prometheus' ALERTS series."""
+    builtin = (
+        dashboard_builders.AnnotationQuery()
+        .name("Annotations & Alerts")
+        .built_in(1)
+        .type("dashboard")
+        .datasource(grafana.DataSourceRef(type_val="grafana", uid="-- Grafana --"))
+        .enable(True)
+        .hide(True)
+        .icon_color("rgba(0, 211, 255, 1)")
+    )
+    if not spec.alerts:
+        return [builtin]
+    firing = (
+        dashboard_builders.AnnotationQuery()
+        .name("Firing alerts")
+        .datasource(PROMETHEUS)
+        .enable(True)
+        .hide(False)
+        .icon_color("red")
+        .expr(f'ALERTS{{alertstate="firing", {spec.alerts}}}')
+    )
+    return [builtin, firing]
+
+
+def _links(spec: DashboardSpec) -> list[Builder[grafana.DashboardLink]]:
+    """A drop-down of every dashboard with the hpcobs tag, then the spec's links."""
+    tagged = (
+        dashboard_builders.DashboardLink("hpcobs")
+        .type(grafana.DashboardLinkType.DASHBOARDS)
+        .tags([spec.links_tag])
+        .as_dropdown(True)
+        .keep_time(True)
+        .include_vars(True)
+        .icon("external link")
+        .tooltip("hpcobs dashboards")
+    )
+    return [tagged, *(_link(link) for link in spec.links)]
+
+
+def build(spec: DashboardSpec) -> dict:
+    """The dashboard as Grafana 11.6 JSON (a dict); its panels checked against the per-panel schemas."""
+    panels = _layout(spec.rows)
+    uses_loki = any(panel.datasource is not None and panel.datasource.type_val == "loki" for panel in panels)
+    dashboard = (
+        dashboard_builders.Dashboard(spec.title)
+        .uid(spec.uid)
+        .description(spec.description)
+        .tags(list(spec.tags))
+        .time(spec.time_from, "now")
+        .refresh(spec.refresh)
+        .timezone("browser")
+        .editable()
+        .variables(_variables(spec, uses_loki))
+        .annotations(_annotations(spec))
+        .links(_links(spec))
+        .build()
+    )
+    dashboard.panels = panels
+    data: dict = json.loads(json.dumps(dashboard, cls=JSONEncoder))
+    problems = [f"{spec.uid}: {line}" for panel in data["panels"] for line in panel_schema_errors(panel)]
+    if problems:
+        raise ValueError("dashboard panels invalid against the Grafana 11.6 panel schemas:\n" + "\n".join(problems))
+    return data
+
+
+def panel_queries(dashboard: dict) -> list[tuple[str, str, str, str]]:
+    """Every (dashboard uid, panel title, query expr, datasource kind) of a built dashboard; kind is
+    "prometheus" or "loki". Expressions still hold Grafana variables ($cluster, $__range, ...)."""
+    return [
+        (dashboard["uid"], panel["title"], target["expr"], panel["datasource"]["type"])
+        for panel in dashboard["panels"]
+        if panel["type"] != "row"
+        for target in panel.get("targets", [])
+    ]
+
+
+def fault_panels(spec: DashboardSpec) -> dict[str, tuple[str, ...]]:
+    """Title -> the fault scenarios it shows, for the panels that are about a fault."""
+    return {panel.title: panel.shows for row in spec.rows for panel in row.panels if panel.shows}
+
+
+# --------------------------------------------------------------------------------------------- schemas
+
+
+@cache
+def _panel_schema(name: str) -> dict | None:
+    path = SCHEMA_DIR / f"{name}.jsonschema.json"
+    return json.loads(path.read_text(encoding="utf-8")) if path.exists() else None
+
+
+def _errors(schema_name: str, definition: str, value: Any) -> list[str]:
+    root = _panel_schema(schema_name)
+    if root is None or definition not in root.get("definitions", {}):
+        return []
+    validator = jsonschema.Draft7Validator({"$ref": f"#/definitions/{definition}", "definitions": root["definitions"]})
+    return [
+        f"{'.'.join(map(str, error.absolute_path)) or '(top)'}: {error.message[:200]}"
+        for error in validator.iter_errors(value)
+    ]
+
+
+def panel_schema_errors(panel: dict) -> list[str]:
+    """A panel's options, custom field config and targets checked against the per-panel schemas."""
+    if panel.get("type") == "row":
+        return []
+    kind, title = panel["type"], panel.get("title", "")
+    problems = [f"{title}: options.{error}" for error in _errors(kind, "Options", panel.get("options", {}))]
+    custom = panel.get("fieldConfig", {}).get("defaults", {}).get("custom")
+    if custom is not None or kind == "table":
+        problems += [
+            f"{title}: fieldConfig.defaults.custom.{error}" for error in _errors(kind, "FieldConfig", custom or {})
+        ]
+    for target in panel.get("targets", []):
+        datasource = target.get("datasource", panel.get("datasource", {})).get("type")
+        if datasource in ("prometheus", "loki"):
+            problems += [
+                f"{title}: target {target.get('refId')}.{error}" for error in _errors(datasource, "dataquery", target)
+            ]
+        else:
+            problems.append(f"{title}: target {target.get('refId')} has no Prometheus or Loki datasource")
+    return problems
+
+
+def known_units() -> set[str]:
+    """Unit ids Grafana 11.6 knows (schemas/grafana-v11.6/units.jsonschema.json)."""
+    root = _panel_schema("units") or {"definitions": {}}
+    out = set()
+    for definition in root["definitions"].values():
+        if "const" in definition:
+            out.add(definition["const"])
+        out.update(definition.get("enum", []))
+    return out

@@ -1,0 +1,180 @@
+"""Recording rules, alerts and groups as small declarative objects, plus their rendering to rule files."""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from functools import partial
+
+from hpcobs.authoring.ruletest import Case
+from hpcobs.lang.escape import go_template_text, url_query
+from hpcobs.lang.promql import duration_seconds
+from hpcobs.settings.config import Config
+from hpcobs.settings.names import DashboardUid, Team
+
+SEVERITIES = ("critical", "warning", "info")
+_RECORD_NAME = re.compile(
+    r"^(gpu|node|job|account|partition|cluster|user|rank|port|fs|exporter):[a-z0-9_]+:[a-z0-9_]+$"
+)
+_ALERT_NAME = re.compile(r"^(Gpu|Node|Ib|Storage|Training|Slurm|Security|Exporter)[A-Z][A-Za-z0-9]+$")
+# The template actions hpcobs writes: a label (optionally URL-query encoded), or a string printed as is
+# (escape.go_template_text writes {{ "{" }}).
+_ACTION = re.compile(r'\{\{\s*(?:\$labels\.([a-zA-Z_][a-zA-Z0-9_]*)(\s*\|\s*urlquery)?|"([^"\\]*)")\s*\}\}')
+
+
+@dataclass(frozen=True)
+class LinkBases:
+    """Where alert annotations link (runbook_url, dashboard_url), resolved once from the config."""
+
+    grafana: str  # grafana.url
+    runbooks: str  # runbooks.base_url
+
+    @classmethod
+    def of(cls, config: Config) -> LinkBases:
+        return cls(config.get("grafana", "url"), config.get("runbooks", "base_url"))
+
+
+@dataclass
+class Record:
+    """A recording rule named level:metric:operations, with its expected-output tests."""
+
+    record: str
+    expr: str
+    tests: list[Case] = field(default_factory=list)
+    labels: dict[str, str] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        if not _RECORD_NAME.match(self.record):
+            raise ValueError(f"recording rule {self.record!r} does not follow level:metric:operations")
+
+    def to_dict(self) -> dict:
+        out: dict[str, str | dict[str, str]] = {"record": self.record, "expr": self.expr}
+        if self.labels:
+            out["labels"] = dict(self.labels)
+        return out
+
+
+@dataclass
+class Alert:
+    """An alert with its routing facts and its proof: cases where it fires and cases where it stays silent."""
+
+    alert: str
+    severity: str
+    team: Team  # rendered as its plain string value
+    expr: str
+    for_: str | None
+    summary: str
+    description: str
+    runbook: str  # docs/runbooks/<runbook>.md, section named like the alert
+    dashboard: DashboardUid  # the dashboard to open
+    dashboard_vars: tuple[str, ...]  # labels passed as var-<label> to the dashboard
+    fires_on: list[Case]
+    silent_on: list[Case]
+    no_for_reason: str | None = None  # why there is no `for:` (the runbook repeats it)
+    labels: dict[str, str] = field(default_factory=dict)
+    fired_by: tuple[str, ...] = ()  # simulator scenarios (hpcobs.proof.simulate) that must fire it live
+
+    def __post_init__(self) -> None:
+        problems = []
+        if not _ALERT_NAME.match(self.alert):
+            problems.append(
+                "name must be CamelCase with a domain prefix "
+                "(Gpu, Node, Ib, Storage, Training, Slurm, Security, Exporter)"
+            )
+        # The enums, not strings that happen to match them today: names.py is where a team or uid changes.
+        if not isinstance(self.team, Team):
+            problems.append("team must be a hpcobs.settings.names.Team")
+        if not isinstance(self.dashboard, DashboardUid):
+            problems.append("dashboard must be a hpcobs.settings.names.DashboardUid")
+        if self.severity not in SEVERITIES:
+            problems.append(f"severity must be one of {SEVERITIES}")
+        if not self.summary.endswith(".") or "{{" in self.summary:
+            problems.append("summary must be static text ending with a period")
+        if self.for_ is None and not self.no_for_reason:
+            problems.append("needs `for_` or a `no_for_reason`")
+        if self.for_ is not None:
+            duration_seconds(self.for_)
+        if not self.fires_on or not self.silent_on:
+            problems.append("needs at least one fires_on case and one silent_on case")
+        if problems:
+            raise ValueError(f"alert {self.alert}: " + "; ".join(problems))
+
+    def annotations(self, links: LinkBases) -> dict[str, str]:
+        """Annotation templates; label values enter the dashboard URL query encoded by Go's urlquery."""
+        query = "&".join(f"var-{label}={{{{ $labels.{label} | urlquery }}}}" for label in self.dashboard_vars)
+        return {
+            "summary": self.summary,
+            "description": self.description,
+            "runbook_url": f"{go_template_text(links.runbooks)}/{self.runbook}.md#{self.alert.lower()}",
+            "dashboard_url": f"{go_template_text(links.grafana)}/d/{self.dashboard}" + (f"?{query}" if query else ""),
+        }
+
+    def all_labels(self) -> dict[str, str]:
+        # Plain strings: YAML dumpers do not know the enums.
+        return {"severity": self.severity, "team": str(self.team), **self.labels}
+
+    def to_dict(self, links: LinkBases) -> dict:
+        out = {
+            "alert": self.alert,
+            "expr": self.expr,
+            "labels": self.all_labels(),
+            "annotations": self.annotations(links),
+        }
+        if self.for_:
+            out["for"] = self.for_
+        return out
+
+
+def alerts_of(runbook: str, dashboard: DashboardUid, *dashboard_vars: str, team: Team | None = None) -> partial[Alert]:
+    """Alert(...) with what a family of alerts shares: its runbook page, the dashboard its alerts link to (with
+    the labels passed as dashboard variables) and, when every one goes to the same team, the team."""
+    if team is None:
+        return partial(Alert, runbook=runbook, dashboard=dashboard, dashboard_vars=dashboard_vars)
+    return partial(Alert, runbook=runbook, dashboard=dashboard, dashboard_vars=dashboard_vars, team=team)
+
+
+def label(name: str) -> str:
+    """`{{ $labels.name }}`, for annotation templates."""
+    return f"{{{{ $labels.{name} }}}}"
+
+
+def render_template(text: str, labels: dict[str, str]) -> str:
+    """Expand an annotation template the way Prometheus does, for the actions hpcobs writes:
+    {{ $labels.x }} (a missing label is empty), {{ $labels.x | urlquery }} and {{ "text" }}."""
+    out, pos = [], 0
+    for action in _ACTION.finditer(text):
+        out.append(_literal_text(text[pos : action.start()], text))
+        name, pipe, literal = action.groups()
+        if name is None:
+            out.append(literal)
+        else:
+            value = labels.get(name, "")
+            out.append(url_query(value) if pipe else value)
+        pos = action.end()
+    out.append(_literal_text(text[pos:], text))
+    return "".join(out)
+
+
+def _literal_text(chunk: str, text: str) -> str:
+    # A `{` outside the supported actions would open an action (or a parse error) in Go's template.
+    if "{" in chunk:
+        raise ValueError(f"annotations support only $labels.x, $labels.x | urlquery and string actions: {text!r}")
+    return chunk
+
+
+@dataclass
+class Group:
+    """A rule group; `domain` names the output file out/prometheus/rules/<domain>.rules.yaml."""
+
+    name: str
+    domain: str
+    interval: str
+    rules: Sequence[Record | Alert]
+
+    def to_dict(self, links: LinkBases) -> dict:
+        return {
+            "name": self.name,
+            "interval": self.interval,
+            "rules": [rule.to_dict(links) if isinstance(rule, Alert) else rule.to_dict() for rule in self.rules],
+        }

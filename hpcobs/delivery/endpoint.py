@@ -1,0 +1,79 @@
+"""What `build.py deploy` and its Grafana client share: the checked Grafana URL and the failure of one step."""
+
+from __future__ import annotations
+
+import ipaddress
+from dataclasses import dataclass
+from urllib.parse import urlsplit
+
+from hpcobs.errors import UserError
+
+
+@dataclass(frozen=True)
+class Endpoint:
+    """Where Grafana answers: scheme, host, port and the sub-path it is served under ("" or "grafana/")."""
+
+    scheme: str
+    host: str
+    port: int | None
+    sub_path: str
+
+    @property
+    def url(self) -> str:
+        host = f"[{self.host}]" if ":" in self.host else self.host
+        port = f":{self.port}" if self.port is not None else ""
+        return f"{self.scheme}://{host}{port}/{self.sub_path}".rstrip("/")
+
+    @property
+    def on_this_machine(self) -> bool:
+        return _loopback(self.host)
+
+    @classmethod
+    def parse(cls, url: str | None, insecure: bool) -> Endpoint:
+        """--url, refused in one line (exit 2) before any connection when it would leak the token."""
+        example = "write e.g. https://grafana.example.org"
+        if not url:
+            raise UserError(f"deploy error: --url is missing; pass Grafana's root URL ({example})")
+        try:
+            parts = urlsplit(url)
+            port = parts.port
+        except ValueError as exc:
+            raise UserError(f"deploy error: --url: {exc}; {example}") from None
+        if parts.username is not None or parts.password is not None:
+            # Not echoed: it holds a password.
+            raise UserError(
+                "deploy error: --url holds credentials (user:password@); remove them and pass a service account "
+                "token with --token-file or --token-env"
+            )
+        if parts.scheme not in ("http", "https") or not parts.hostname:
+            raise UserError(f"deploy error: --url {url}: not an http(s) URL with a host; {example}")
+        if parts.query or parts.fragment or "?" in url or "#" in url:
+            raise UserError(f"deploy error: --url {url}: has a query or fragment; pass Grafana's root URL only")
+        if parts.scheme == "http" and not insecure and not _loopback(parts.hostname):
+            raise UserError(
+                f"deploy error: --url {url}: plain http to {parts.hostname}, which is not this machine, would send "
+                "the token unencrypted; use https, or pass --insecure if that network is trusted"
+            )
+        path = parts.path.strip("/")
+        return cls(parts.scheme, parts.hostname, port, f"{path}/" if path else "")
+
+
+def _loopback(host: str) -> bool:
+    if host == "localhost":
+        return True
+    try:
+        address = ipaddress.ip_address(host)
+    except ValueError:
+        return False
+    mapped = address.ipv4_mapped if isinstance(address, ipaddress.IPv6Address) else None
+    return address.is_loopback or bool(mapped and mapped.is_loopback)
+
+
+class Failure(Exception):
+    """One step of the deploy failed; `line` says what, what Grafana answered, and the fix. `fatal`: nothing
+    after it can succeed (token refused, Grafana down, unreachable or not Grafana), so the deploy stops."""
+
+    def __init__(self, line: str, fatal: bool = False):
+        super().__init__(line)
+        self.line = line
+        self.fatal = fatal

@@ -1,0 +1,71 @@
+"""What the exporters write on their series, shared by the rule-test series (hpcobs.authoring.synthetic) and the
+simulator.
+
+Label *names* come from the catalogue (gpu_labels, host label and driver label per version); the values
+here (ports, controller host, model, driver, UUID, PCI bus id) are invented but shaped like the real ones.
+"""
+
+from __future__ import annotations
+
+import hashlib
+
+from hpcobs.exporters.sources import Source
+
+# Listen ports of the exporters (label values of `instance`; defaults of each project).
+EXPORTER_PORTS = {
+    "dcgm": 9400,
+    "amd": 5000,
+    "node_exporter": 9100,
+    "lustre": 32221,
+    "falco": 8765,
+    "tetragon": 2112,
+    "training": 9500,
+    "slurm_sckyzo": 9341,
+    "slurm_native": 6817,
+    "slurm_jontk": 8080,
+}
+SLURM_CONTROLLER = "slurmctld"  # the host the Slurm exporters run on
+GPU_MODEL = "NVIDIA H100 80GB HBM3"
+DRIVER = "550.127.05"
+AMD_GPU_MODEL = "AMD Instinct MI300X"
+
+
+def gpu_uuid(node: str, gpu: str | int) -> str:
+    digest = hashlib.sha256(f"{node}/{gpu}".encode()).hexdigest()
+    return f"GPU-{digest[:8]}-{digest[8:12]}-{digest[12:16]}-{digest[16:20]}-{digest[20:32]}"
+
+
+def pci_bus_id(gpu: str | int) -> str:
+    return f"00000000:{(0x18 + 0x10 * int(gpu)) % 0x100:02X}:00.0"
+
+
+def dcgm_gpu_labels(source: Source, version: str | None, node: str, gpu: str | int) -> dict[str, str]:
+    """The labels dcgm-exporter puts on every series of one GPU (render_metrics.go gpuMetricsFormat).
+
+    Without hpc_job (added per job by the mapping files) and without the scrape labels.
+    """
+    labels = {
+        "gpu": str(gpu),
+        "UUID": gpu_uuid(node, gpu),
+        "pci_bus_id": pci_bus_id(gpu),
+        "device": f"nvidia{gpu}",
+        "modelName": GPU_MODEL,
+        source.host_label(version): node,
+    }
+    labels[source.exporter.info_labels(version)[-1]] = DRIVER
+    return labels
+
+
+def amd_gpu_labels(node: str, node_index: int, gpu: str | int) -> dict[str, str]:
+    """The mandatory labels the AMD Device Metrics Exporter puts on a GPU's series (gpuMandatoryLables, v1.5.x),
+    without job_id/job_user/job_partition (empty without a job) and without the scrape labels."""
+    return {
+        "gpu_id": str(gpu),
+        "card_model": AMD_GPU_MODEL,
+        "gpu_partition_id": "0",
+        "gpu_compute_partition_type": "spx",
+        "gpu_memory_partition_type": "nps1",
+        "deployment_mode": "baremetal",
+        "serial_number": f"PCB0{node_index:04d}{int(gpu):02d}",
+        "hostname": node,
+    }

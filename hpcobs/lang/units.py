@@ -1,0 +1,27 @@
+"""The units a catalogue entry may give a raw metric; hpcobs.lang.promql converts them to SI."""
+
+UNITS = (
+    "ratio",
+    "percent",
+    "bytes",
+    "kibibytes",
+    "mebibytes",
+    "bytes_per_second",
+    "megabytes_per_second",
+    "megabits_per_second",
+    "gigabytes_per_second",
+    "hertz",
+    "megahertz",
+    "watts",
+    "joules",
+    "millijoules",
+    "microjoules",
+    "celsius",
+    "seconds",
+    "milliseconds",
+    "microseconds",
+    "nanoseconds",
+    "count",
+    "state",
+    "info",
+)

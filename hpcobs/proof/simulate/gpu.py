@@ -1,0 +1,397 @@
+"""GPU exporters: NVIDIA dcgm-exporter (every version family) and the AMD Device Metrics Exporter.
+
+One table per exporter maps a catalogue signal to a value model written in SI units; `to_unit` turns it
+into what the node's exporter version exposes (percent or ratio, MiB or bytes, MHz or Hz, mJ or J).
+A model returns one or more (extra labels, values) parts: most return one, Xid/health/clock events several.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+from functools import cached_property
+
+from hpcobs.exporters.labels import amd_gpu_labels, dcgm_gpu_labels
+from hpcobs.proof.simulate.core import Family, accumulate, seeded, to_unit, trailing_count, where, window_mask
+from hpcobs.proof.simulate.model import AMD_VRAM_MIB, GPU_FB_MIB, GPU_FB_RESERVED_MIB, Node
+
+MIB = 1024**2
+FB_USABLE = (GPU_FB_MIB - GPU_FB_RESERVED_MIB) * MIB
+EXPORTER_WINDOW_MS = 300000  # --xid-count-window-size and --clock-events-count-window-size defaults
+DCGM_COLLECT_SECONDS = 30  # -c default: samples per window = 300 s / 30 s
+CLOCK_EVENTS = (
+    "gpu_idle",
+    "clocks_setting",
+    "power_cap",
+    "hw_slowdown",
+    "sync_boost",
+    "sw_thermal",
+    "hw_thermal",
+    "hw_power_brake",
+    "display_clocks",
+)
+HEALTH_WATCHES = ("PCIE", "NVLINK", "PMU", "MCU", "MEM", "SM", "INFOROM", "THERMAL", "POWER", "DRIVER", "ALL")
+# Optional dcgm fields that the shipped etc/default-counters.csv enables (dcgm-exporter repository); the others
+# only exist on nodes whose CSV enables them (Node.csv == "extended").
+DEFAULT_CSV_OPTIONAL = frozenset({"fb_reserved", "nvlink_throughput"})
+# Counters that restart from zero when the driver reloads (DCGM: "since the driver was last reloaded").
+RESET_ON_RELOAD = frozenset(
+    {
+        "energy",
+        "pcie_replay",
+        "ecc_sbe_volatile",
+        "ecc_dbe_volatile",
+        "power_violation",
+        "thermal_violation",
+        "nvlink_crc_flit_errors",
+        "nvlink_crc_data_errors",
+        "nvlink_replay_errors",
+        "nvlink_recovery_errors",
+    }
+)
+
+
+class Gpu:
+    """One GPU as a value model sees it: load arrays, fault masks and a per-series random stream."""
+
+    def __init__(self, sim, node: Node, gpu: int, signal: str):
+        self.sim, self.node, self.gpu, self.signal = sim, node, gpu, signal
+        self.n = sim.window.steps
+        self.step = sim.window.step
+        self.rng = seeded(sim.seed, node.vendor, signal, node.name, gpu)
+        self.busy, self.work, self.held = sim.activity.gpu(node.index, gpu)
+
+    def mask(self, kind: str) -> list[bool] | None:
+        return self.sim.faults.mask(kind, self.node.index, self.gpu)
+
+    def level(self, idle: float, busy: float, spread: float = 0.0, over: list[float] | None = None) -> list[float]:
+        """idle + (busy - idle) * work, plus uniform noise."""
+        r = self.rng.random
+        return [idle + (busy - idle) * w + spread * (r() - 0.5) for w in (over or self.work)]
+
+    def during(self, kind: str, values: list, value: Callable[[float], float] | float) -> list:
+        mask = self.mask(kind)
+        if mask is None:
+            return values
+        fn = value if callable(value) else (lambda _v: value)
+        return [fn(v) if m else v for m, v in zip(mask, values)]
+
+    @cached_property
+    def resets(self) -> list[int]:
+        return [e.start for e in self.sim.faults.effects("driver_reload", self.node.index)]
+
+    def counter(self, per_second: list[float], initial: float = 0.0, signal: str | None = None) -> list[float]:
+        """A counter growing by per_second * step, plus +1 bumps; restarts at driver reloads when it should."""
+        increments = [r * self.step for r in per_second]
+        for effect in self.sim.faults.effects("bump", self.node.index, self.gpu):
+            if effect.get("signal") == (signal or self.signal) and effect.start < self.n:
+                increments[effect.start] += 1
+        resets = self.resets if (signal or self.signal) in RESET_ON_RELOAD else ()
+        return accumulate(increments, initial, resets)
+
+    def flag(self) -> list[int]:
+        wins = [
+            (e.start, e.end)
+            for e in self.sim.faults.effects("flag", self.node.index, self.gpu)
+            if e.get("signal") == self.signal
+        ]
+        return [int(m) for m in window_mask(self.n, wins)]
+
+    def rate_in(self, kind: str, per_second: float) -> list[float]:
+        mask = self.mask(kind)
+        r = self.rng.random
+        return [per_second * (0.5 + r()) if m else 0.0 for m in mask] if mask else [0.0] * self.n
+
+
+def one(fn: Callable[[Gpu], list]) -> Callable[[Gpu], list[tuple[dict, list]]]:
+    return lambda g: [({}, fn(g))]
+
+
+def _xid_parts(g: Gpu) -> list[tuple[dict, list]]:
+    """The last Xid code, sticky; a new code is a new series (err_code label). No series before the first
+    Xid: blank values are skipped since 4.5.3-4.8.2 (NVIDIA/dcgm-exporter issues 646 and 700)."""
+    effects = sorted(g.sim.faults.effects("xid", g.node.index, g.gpu), key=lambda e: e.start)
+    parts = []
+    for k, effect in enumerate(effects):
+        end = min([effect.end] + [e.start for e in effects[k + 1 :] if e.start > effect.start])
+        mask = window_mask(g.n, [(effect.start, end)])
+        code = effect.get("code")
+        parts.append(({"err_code": str(code), "err_msg": effect.get("message")}, where(mask, [code] * g.n)))
+    return parts
+
+
+def _xid_count_parts(g: Gpu) -> list[tuple[dict, list]]:
+    width = max(1, EXPORTER_WINDOW_MS // 1000 // g.step)
+    parts: dict[str, list] = {}
+    for effect in g.sim.faults.effects("xid", g.node.index, g.gpu):
+        onset = [i == effect.start for i in range(g.n)]
+        counts = trailing_count(onset, width)
+        code = str(effect.get("code"))
+        first = effect.start
+        values = [c if i >= first else None for i, c in enumerate(counts)]
+        previous = parts.get(code)
+        parts[code] = (
+            values
+            if previous is None
+            else [a if b is None else (b if a is None else a + b) for a, b in zip(previous, values)]
+        )
+    return [({"xid": code, "window_size_in_ms": str(EXPORTER_WINDOW_MS)}, v) for code, v in sorted(parts.items())]
+
+
+def _clock_event_parts(g: Gpu) -> list[tuple[dict, list]]:
+    width = max(1, EXPORTER_WINDOW_MS // 1000 // g.step)
+    per_scrape = max(1, g.step // DCGM_COLLECT_SECONDS)
+    thermal = g.mask("thermal") or [False] * g.n
+    reasons = {
+        "gpu_idle": [w == 0 for w in g.work],
+        "hw_slowdown": thermal,
+        "hw_thermal": thermal,
+        "sw_thermal": thermal,
+    }
+    nothing = [0] * g.n
+    return [
+        (
+            {"clock_event": event, "window_size_in_ms": str(EXPORTER_WINDOW_MS)},
+            [c * per_scrape for c in trailing_count(reasons[event], width)] if event in reasons else nothing,
+        )
+        for event in CLOCK_EVENTS
+    ]
+
+
+def _health_parts(g: Gpu) -> list[tuple[dict, list]]:
+    """One series per watch, PASS (0, DCGM_FR_OK) unless a fault raises WARN (10) or FAIL (20) with its code."""
+    parts = []
+    effects = g.sim.faults.effects("health", g.node.index, g.gpu)
+    for watch in HEALTH_WATCHES:
+        mine = [e for e in effects if e.get("watch") == watch]
+        bad = window_mask(g.n, [(e.start, e.end) for e in mine])
+        parts.append(
+            ({"health_watch": watch, "health_error_code": "DCGM_FR_OK"}, where([not b for b in bad], [0] * g.n))
+        )
+        for e in mine:
+            parts.append(
+                (
+                    {"health_watch": watch, "health_error_code": e.get("code")},
+                    where(window_mask(g.n, [(e.start, e.end)]), [e.get("status")] * g.n),
+                )
+            )
+    return parts
+
+
+def _fb_used(g: Gpu) -> list[float]:
+    # Seeded by the GPU, not the signal: fb_free and fb_used must add up to the same total.
+    rng = seeded(g.sim.seed, "fb", g.node.name, g.gpu)
+    share = 0.70 + 0.2 * rng.random()
+    return [FB_USABLE * share + 64 * MIB * (rng.random() - 0.5) if h else MIB for h in g.held]
+
+
+def _power(g: Gpu) -> list[float]:
+    return g.during("thermal", g.level(72, 690, 24), lambda v: v * 0.55)
+
+
+def _energy(g: Gpu) -> list[float]:
+    initial = seeded(g.sim.seed, "energy0", g.node.name, g.gpu).uniform(3e7, 9e7)
+    return g.counter(_power(g), initial)
+
+
+DCGM: dict[str, Callable[[Gpu], list[tuple[dict, list]]]] = {
+    "sm_clock": one(lambda g: g.during("thermal", [1.98e9 if w > 0.02 else 3.45e8 for w in g.work], 1.005e9)),
+    "memory_clock": one(lambda g: [2.619e9] * g.n),
+    "gpu_temperature": one(lambda g: g.during("thermal", g.level(34, 72, 2), lambda v: 92 + (v - int(v)))),
+    "memory_temperature": one(lambda g: g.during("thermal", g.level(32, 66, 2), lambda v: 87 + (v - int(v)))),
+    "power": one(_power),
+    "energy": one(_energy),
+    "pcie_replay": one(lambda g: g.counter(g.rate_in("pcie_replays", 200.0), g.rng.randrange(4))),
+    "gpu_utilization": one(lambda g: [b * (1 - 0.03 * g.rng.random()) if b > 0 else 0.0 for b in g.busy]),
+    "memory_copy_utilization": one(lambda g: [max(0.0, v) for v in g.level(0, 0.35, 0.06)]),
+    "xid": _xid_parts,
+    "fb_free": one(lambda g: [FB_USABLE - u for u in _fb_used(g)]),
+    "fb_used": one(_fb_used),
+    "fb_reserved": one(lambda g: [GPU_FB_RESERVED_MIB * MIB] * g.n),
+    "fb_capacity": one(lambda g: [GPU_FB_MIB * MIB] * g.n),
+    "nvlink_throughput": one(lambda g: [max(0.0, v) for v in g.level(0, 1.5e11, 1.5e10)]),
+    "row_remap_uncorrectable": one(lambda g: g.counter([0.0] * g.n)),
+    "row_remap_correctable": one(lambda g: g.counter([0.0] * g.n, g.rng.choice((0, 0, 0, 1, 2)))),
+    "row_remap_failure": one(Gpu.flag),
+    "row_remap_pending": one(Gpu.flag),
+    "gr_engine_active": one(
+        lambda g: [max(0.0, min(1.0, b * 0.97 + 0.02 * (g.rng.random() - 0.5))) if b else 0.0 for b in g.busy]
+    ),
+    "sm_active": one(lambda g: [max(0.0, v) for v in g.level(0, 0.82, 0.04)]),
+    "sm_occupancy": one(lambda g: [max(0.0, v) for v in g.level(0, 0.42, 0.04)]),
+    "tensor_active": one(lambda g: [max(0.0, v) for v in g.level(0, 0.55, 0.05)]),
+    "dram_active": one(lambda g: [max(0.0, v) for v in g.level(0, 0.38, 0.04)]),
+    "pcie_tx_rate": one(
+        lambda g: g.during("pcie_replays", [max(0.0, v) for v in g.level(2e7, 1.8e9, 3e8)], lambda v: v * 0.5)
+    ),
+    "pcie_rx_rate": one(
+        lambda g: g.during("pcie_replays", [max(0.0, v) for v in g.level(2e7, 2.4e9, 3e8)], lambda v: v * 0.5)
+    ),
+    "nvlink_tx_rate": one(lambda g: [max(0.0, v) for v in g.level(0, 1.1e11, 1e10)]),
+    "nvlink_rx_rate": one(lambda g: [max(0.0, v) for v in g.level(0, 1.1e11, 1e10)]),
+    "ecc_sbe_volatile": one(lambda g: g.counter([0.0] * g.n)),
+    "ecc_dbe_volatile": one(lambda g: g.counter([0.0] * g.n)),
+    "ecc_dbe_aggregate": one(lambda g: g.counter([0.0] * g.n)),
+    "retired_pages_dbe": one(lambda g: [0] * g.n),
+    "retired_pages_pending": one(lambda g: [0] * g.n),
+    "nvlink_crc_flit_errors": one(lambda g: g.counter(g.rate_in("nvlink_errors", 40.0))),
+    "nvlink_crc_data_errors": one(lambda g: g.counter(g.rate_in("nvlink_errors", 4.0))),
+    "nvlink_replay_errors": one(lambda g: g.counter(g.rate_in("nvlink_errors", 15.0))),
+    "nvlink_recovery_errors": one(lambda g: g.counter(g.rate_in("nvlink_errors", 1 / 300))),
+    "power_violation": one(lambda g: g.counter([0.02 * w for w in g.work])),
+    "thermal_violation": one(lambda g: g.counter([0.7 if m else 0.0 for m in (g.mask("thermal") or [False] * g.n)])),
+    "clock_events": _clock_event_parts,
+    "xid_count": _xid_count_parts,
+    "health_status": _health_parts,
+}
+
+
+def dcgm_emits(node: Node, metric) -> bool:
+    return not metric.optional or node.csv == "extended" or metric.signal in DEFAULT_CSV_OPTIONAL
+
+
+def dcgm_families(sim) -> Iterator[Family]:
+    source = sim.sources["dcgm"]
+    nodes = [n for n in sim.cluster.nodes if n.vendor == "nvidia"]
+    for signal in source.exporter.signals():
+        if signal not in DCGM:
+            continue  # a signal the simulator has no model for (tests list them)
+        by_name: dict[str, list] = {}
+        for version in dict.fromkeys(n.version for n in nodes):
+            metric = source.metric(signal, version)
+            if metric is not None:
+                by_name.setdefault(metric.name, []).append((version, metric))
+        for name, spellings in by_name.items():
+            metrics = dict(spellings)
+            first = spellings[0][1]
+            yield Family(
+                name,
+                first.type,
+                first.help,
+                _dcgm_series(
+                    sim,
+                    signal,
+                    metrics,
+                    [n for n in nodes if n.version in metrics and dcgm_emits(n, metrics[n.version])],
+                ),
+            )
+
+
+def _dcgm_series(sim, signal: str, metrics: dict, nodes: list[Node]):
+    source = sim.sources["dcgm"]
+    model = DCGM[signal]
+    for node in nodes:
+        metric = metrics[node.version]
+        target = sim.target("dcgm", node.name)
+        scraped = sim.scraped("dcgm", node.index)
+        for gpu in range(node.gpus):
+            lost = sim.faults.mask("gpu_lost", node.index, gpu)
+            present = _and(scraped, [not x for x in lost] if lost else None)
+            base = {**dcgm_gpu_labels(source, node.version, node.name, gpu), **target}
+            variants = sim.job_variants(node.index, gpu)
+            for extra, values in model(Gpu(sim, node, gpu, signal)):
+                raw = to_unit(values, metric)
+                if present is not None:
+                    raw = where(present, raw)
+                for job, mask in variants:
+                    labels = {**base, **extra}
+                    if job is not None:
+                        labels["hpc_job"] = job.id
+                    yield labels, where(mask, raw) if mask is not None else raw
+
+
+def _and(a: list[bool] | None, b: list[bool] | None) -> list[bool] | None:
+    if a is None or b is None:
+        return a if b is None else b
+    return [x and y for x, y in zip(a, b)]
+
+
+# -- AMD -----------------------------------------------------------------------------------------
+
+AMD_EMITTED_OPTIONAL = frozenset({"package_power", "junction_temperature"})  # MI3xx spellings
+AMD_LINKS, AMD_HBM_STACKS = 7, 8
+AMD_CLOCKS = (("0", "system"), ("0", "memory"), ("0", "data"), ("0", "soc"), ("0", "video"))
+
+
+def _amd_vram_used(g: Gpu) -> list[float]:
+    share = 0.6 + 0.3 * seeded(g.sim.seed, "vram", g.node.name, g.gpu).random()
+    return [AMD_VRAM_MIB * MIB * share if h else 256 * MIB for h in g.held]
+
+
+AMD: dict[str, Callable[[Gpu], list[tuple[dict, list]]]] = {
+    "gfx_activity": one(lambda g: [b * (1 - 0.04 * g.rng.random()) if b else 0.0 for b in g.busy]),
+    "umc_activity": one(lambda g: [max(0.0, v) for v in g.level(0, 0.4, 0.06)]),
+    "vram_used": one(_amd_vram_used),
+    "vram_total": one(lambda g: [AMD_VRAM_MIB * MIB] * g.n),
+    "vram_free": one(lambda g: [AMD_VRAM_MIB * MIB - u for u in _amd_vram_used(g)]),
+    "package_power": one(lambda g: g.level(140, 720, 20)),
+    "power_usage": one(lambda g: g.level(140, 720, 20)),
+    "energy": one(
+        lambda g: g.counter(g.level(140, 720, 20), seeded(g.sim.seed, "amd-e0", g.node.name, g.gpu).uniform(3e7, 9e7))
+    ),
+    "junction_temperature": one(lambda g: g.level(38, 84, 2)),
+    "memory_temperature": one(lambda g: g.level(36, 74, 2)),
+    "hbm_temperature": lambda g: [({"hbm_index": str(i)}, g.level(36, 74 + i % 3, 2)) for i in range(AMD_HBM_STACKS)],
+    "ecc_correctable": one(lambda g: [g.node.index % 3] * g.n),
+    "ecc_uncorrectable": one(lambda g: [0] * g.n),
+    "ecc_deferred": one(lambda g: [0] * g.n),
+    "pcie_replays": one(lambda g: [0] * g.n),
+    "pcie_recoveries": one(lambda g: [0] * g.n),
+    "pcie_bandwidth": one(lambda g: [max(0.0, v) for v in g.level(1e8, 3e9, 4e8)]),
+    "health": one(lambda g: [1] * g.n),
+    "xgmi_link_rx": lambda g: [
+        ({"link_index": str(i)}, g.counter(g.level(0, 4e10, 4e9), 1e15)) for i in range(AMD_LINKS)
+    ],
+    "xgmi_link_tx": lambda g: [
+        ({"link_index": str(i)}, g.counter(g.level(0, 4e10, 4e9), 1e15)) for i in range(AMD_LINKS)
+    ],
+    "clock": lambda g: [
+        (
+            {"clock_index": index, "clock_type": kind},
+            [2.1e9 if w > 0.02 else 1.5e8 for w in g.work] if kind == "system" else [1.3e9] * g.n,
+        )
+        for index, kind in AMD_CLOCKS
+    ],
+    "gpus_in_node": one(lambda g: [g.node.gpus] * g.n),
+}
+
+
+def amd_families(sim) -> Iterator[Family]:
+    source = sim.sources["amd"]
+    nodes = [n for n in sim.cluster.nodes if n.vendor == "amd"]
+    for signal in source.exporter.signals():
+        metric = source.metric(signal)
+        if signal in AMD and (not metric.optional or signal in AMD_EMITTED_OPTIONAL):
+            yield Family(metric.name, metric.type, metric.help, _amd_series(sim, signal, metric, nodes))
+
+
+def _amd_series(sim, signal: str, metric, nodes: list[Node]):
+    per_gpu = "gpu_id" in metric.labels  # gpu_nodes_total carries only the node's labels
+    for node in nodes:
+        target = sim.target("amd", node.name)
+        scraped = sim.scraped("amd", node.index)
+        if not per_gpu:
+            raw = to_unit(AMD[signal](Gpu(sim, node, 0, signal))[0][1], metric)
+            yield {"hostname": node.name, **target}, raw if scraped is None else where(scraped, raw)
+            continue
+        for gpu in range(node.gpus):
+            base = {**amd_gpu_labels(node.name, node.index, gpu), **target}
+            for extra, values in AMD[signal](Gpu(sim, node, gpu, signal)):
+                raw = to_unit(values, metric)
+                if scraped is not None:
+                    raw = where(scraped, raw)
+                # The exporter always has job_id/job_user/job_partition, empty without a job (= absent).
+                for job, mask in sim.job_variants(node.index, gpu):
+                    labels = {**base, **extra}
+                    if job is not None:
+                        labels.update(job_id=job.id, job_user=job.user, job_partition=job.partition)
+                    yield labels, where(mask, raw) if mask is not None else raw
+
+
+def families(sim) -> Iterator[Family]:
+    if sim.enabled("dcgm"):
+        yield from dcgm_families(sim)
+    if sim.enabled("amd"):
+        yield from amd_families(sim)
+
+
+__all__ = ["families", "DCGM", "AMD"]

@@ -1,0 +1,461 @@
+"""node_exporter on every node: InfiniBand, filesystems (local, Lustre client, NFS home), NFS client,
+hwmon, textfile collector, disks, CPU, memory, EDAC; plus the job-info series our prolog writes for its
+textfile collector (docs/contracts.md#job-info).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+from itertools import chain
+
+from hpcobs.exporters.labels import gpu_uuid
+from hpcobs.proof.simulate.core import Family, accumulate, seeded, to_unit, where, window_mask
+from hpcobs.proof.simulate.model import (
+    CPUS_PER_NODE,
+    LUSTRE_FS,
+    LUSTRE_OST_KIB,
+    LUSTRE_SERVERS,
+    MEMORY_BYTES,
+    NFS_EXPORT,
+    NFS_SERVER_ADDRESS,
+    Node,
+)
+from hpcobs.proof.simulate.storage import lustre_used_fraction
+
+IB_RATE = 5e10  # 400 Gb/s NDR, in bytes/s as node_exporter reports it
+IB_PEAK = 2.2e10  # bytes/s a busy training job pushes through one HCA
+CPU_MODES = ("idle", "iowait", "irq", "nice", "softirq", "steal", "system", "user")
+COLLECTORS = (
+    "cpu",
+    "diskstats",
+    "edac",
+    "filesystem",
+    "hwmon",
+    "infiniband",
+    "loadavg",
+    "meminfo",
+    "mountstats",
+    "nfs",
+    "stat",
+    "textfile",
+    "time",
+)
+# Optional families the simulated site collects: NFS client bandwidth per mount (--collector.mountstats,
+# which docs/exporters.md asks for); mlx5 hw_counters stay off.
+OPTIONAL_COLLECTED = ("nfs_mount_read_bytes", "nfs_mount_write_bytes")
+NFS_METHODS = ("Access", "Getattr", "Lookup", "Read", "Write")
+# slurm/hpcobs-slurm.conf's defaults: root's textfile directory, and the jobs' own metrics directories, read
+# by two node_exporters (docs/slurm.md#security); node_exporter 1.5 names each file by its full path.
+TEXTFILE_DIR = "/var/lib/prometheus/node-exporter"
+JOB_METRICS_DIR = "/run/hpcobs-jobs"
+BOOT_AGO = 12 * 86400
+
+
+class Port:
+    """One IB port: traffic follows the node's GPU work; faults change state and error counters."""
+
+    def __init__(self, sim, node: Node, hca: str, signal: str):
+        self.sim, self.node, self.hca = sim, node, hca
+        self.n, self.step = sim.window.steps, sim.window.step
+        self.rng = seeded(sim.seed, "ib", signal, node.name, hca)
+        self.key = (node.index, hca)
+        self.down = sim.faults.mask("ib_down", *self.key)
+        self.flap_downs = self._flaps()
+        self.rate = [IB_RATE] * self.n
+        for effect in sim.faults.effects("ib_degraded", *self.key):
+            for i in range(effect.start, min(effect.end, self.n)):
+                self.rate[i] = IB_RATE * effect.get("factor")
+
+    def _flaps(self) -> list[int]:
+        out = []
+        for effect in self.sim.faults.effects("ib_flap", *self.key):
+            period = max(1, effect.get("period") // self.step)
+            out += list(range(effect.start, min(effect.end, self.n), period))
+        return out
+
+    @property
+    def link_down(self) -> list[bool]:
+        mask = list(self.down) if self.down else [False] * self.n
+        for i in self.flap_downs:
+            mask[i] = True
+        return mask
+
+    def traffic(self, share: float = 1.0) -> list[float]:
+        """Bytes/s at each scrape."""
+        work = self.sim.activity.node_work(self.node.index, self.node.gpus)
+        congestion = self.sim.faults.mask("ib_congestion", *self.key) or [False] * self.n
+        r = self.rng.random
+        return [
+            0.0 if d else min(rate, IB_PEAK * share * w * (0.6 if c else 1.0) * (0.9 + 0.2 * r()) + 2e5)
+            for w, d, c, rate in zip(work, self.link_down, congestion, self.rate)
+        ]
+
+    def counter(self, per_second: list[float], initial: float) -> list[float]:
+        return accumulate([v * self.step for v in per_second], initial)
+
+    def events(self, kind: str, per_second: float) -> list[float]:
+        mask = self.sim.faults.mask(kind, *self.key) or [False] * self.n
+        r = self.rng.random
+        return [per_second * (0.5 + r()) if m else 0.0 for m in mask]
+
+    def flap_count(self, extra_for_down: bool = True) -> list[float]:
+        """+1 at each flap and at the start of each down window."""
+        inc = [0.0] * self.n
+        for i in self.flap_downs:
+            inc[i] += 1
+        if extra_for_down:
+            for effect in self.sim.faults.effects("ib_down", *self.key):
+                if effect.start < self.n:
+                    inc[effect.start] += 1
+        return accumulate(inc, self.rng.randrange(3))
+
+    def state(self, up: int, down: int, polling: int | None = None) -> list[int]:
+        states = [down if d else up for d in (self.down or [False] * self.n)]
+        for i in self.flap_downs:
+            states[i] = polling if polling is not None else down
+        return states
+
+
+def _initial(port: Port, scale: float) -> float:
+    return port.rng.uniform(0.2, 1.0) * scale
+
+
+IB: dict[str, Callable[[Port], list]] = {
+    "ib_state": lambda p: p.state(4, 1),
+    "ib_physical_state": lambda p: p.state(5, 3, polling=2),
+    "ib_rate": lambda p: p.rate,
+    "ib_port_rcv_bytes": lambda p: p.counter(p.traffic(), _initial(p, 1e15)),
+    "ib_port_xmit_bytes": lambda p: p.counter(p.traffic(), _initial(p, 1e15)),
+    "ib_legacy_rcv_bytes": lambda p: p.counter(p.traffic(), _initial(p, 1e15)),
+    "ib_legacy_xmit_bytes": lambda p: p.counter(p.traffic(), _initial(p, 1e15)),
+    "ib_port_rcv_packets": lambda p: p.counter([t / 4096 for t in p.traffic()], _initial(p, 3e11)),
+    "ib_port_xmit_packets": lambda p: p.counter([t / 4096 for t in p.traffic()], _initial(p, 3e11)),
+    "ib_unicast_rcv_packets": lambda p: p.counter([t / 4096 for t in p.traffic()], _initial(p, 3e11)),
+    "ib_unicast_xmit_packets": lambda p: p.counter([t / 4096 for t in p.traffic()], _initial(p, 3e11)),
+    "ib_multicast_rcv_packets": lambda p: p.counter([0.5] * p.n, _initial(p, 1e6)),
+    "ib_multicast_xmit_packets": lambda p: p.counter([0.2] * p.n, _initial(p, 1e6)),
+    "ib_legacy_rcv_packets": lambda p: p.counter([t / 4096 for t in p.traffic()], _initial(p, 3e11)),
+    "ib_legacy_xmit_packets": lambda p: p.counter([t / 4096 for t in p.traffic()], _initial(p, 3e11)),
+    "ib_legacy_unicast_rcv_packets": lambda p: p.counter([t / 4096 for t in p.traffic()], _initial(p, 3e11)),
+    "ib_legacy_unicast_xmit_packets": lambda p: p.counter([t / 4096 for t in p.traffic()], _initial(p, 3e11)),
+    "ib_legacy_multicast_rcv_packets": lambda p: p.counter([0.5] * p.n, _initial(p, 1e6)),
+    "ib_legacy_multicast_xmit_packets": lambda p: p.counter([0.2] * p.n, _initial(p, 1e6)),
+    "ib_link_downed": lambda p: p.flap_count(),
+    "ib_link_error_recovery": lambda p: accumulate(
+        [
+            a + b * p.step
+            for a, b in zip([float(i in p.flap_downs) for i in range(p.n)], p.events("ib_symbol_errors", 0.002))
+        ],
+        p.rng.randrange(5),
+    ),
+    "ib_port_rcv_errors": lambda p: p.counter(p.events("ib_symbol_errors", 0.5), p.rng.randrange(10)),
+    "ib_port_rcv_discards": lambda p: p.counter(p.events("ib_congestion", 2.0), p.rng.randrange(10)),
+    "ib_port_xmit_discards": lambda p: p.counter(p.events("ib_congestion", 5.0), p.rng.randrange(10)),
+    # Ticks with data queued but nothing sent: a little when busy, ~1000x under congestion.
+    "ib_port_xmit_wait": lambda p: p.counter(
+        [a + b for a, b in zip([2e3 * t / IB_PEAK for t in p.traffic()], p.events("ib_congestion", 3e6))],
+        _initial(p, 1e9),
+    ),
+    "ib_port_rcv_constraint_errors": lambda p: [0] * p.n,
+    "ib_port_xmit_constraint_errors": lambda p: [0] * p.n,
+    "ib_symbol_errors": lambda p: p.counter(p.events("ib_symbol_errors", 3.0), p.rng.randrange(3)),
+    "ib_port_rcv_remote_physical_errors": lambda p: [0] * p.n,
+    "ib_port_rcv_switch_relay_errors": lambda p: [0] * p.n,
+    "ib_local_link_integrity_errors": lambda p: [0] * p.n,
+    "ib_excessive_buffer_overrun_errors": lambda p: [0] * p.n,
+    "ib_vl15_dropped": lambda p: [0] * p.n,
+}
+
+
+# -- filesystems ---------------------------------------------------------------------------------
+
+
+def mounts(sim) -> list[tuple[str, str, str, float]]:
+    """(device, mountpoint, fstype, size bytes) on every node."""
+    lustre_osts = [t for ts in LUSTRE_SERVERS.values() for t in ts if t.startswith("OST")]
+    return [
+        ("/dev/nvme0n1p2", "/", "ext4", 1.8e12),
+        ("/dev/md0", "/raid", "ext4", 2.8e13),
+        (f"10.10.0.1@o2ib:/{LUSTRE_FS}", "/lustre", "lustre", len(lustre_osts) * LUSTRE_OST_KIB * 1024.0),
+        (NFS_EXPORT, "/home", "nfs4", 5e13),
+    ]
+
+
+def _fs_used_fraction(sim, node: Node, mountpoint: str) -> list[float]:
+    if mountpoint == "/lustre":
+        osts = [t for ts in LUSTRE_SERVERS.values() for t in ts if t.startswith("OST")]
+        per = [lustre_used_fraction(sim, ost) for ost in osts]
+        return [sum(v) / len(osts) for v in zip(*per)]
+    base = {"/": 0.31, "/raid": 0.12, "/home": 0.64}[mountpoint]
+    return [base + 0.01 * seeded(sim.seed, "fs", node.name, mountpoint).random()] * sim.window.steps
+
+
+def _fs_family(sim, signal: str):
+    def series(node: Node):
+        for device, mountpoint, fstype, size in mounts(sim):
+            labels = {"device": device, "mountpoint": mountpoint, "fstype": fstype, "device_error": ""}
+            used = _fs_used_fraction(sim, node, mountpoint)
+            reserved = 0.05 if fstype == "ext4" else 0.0
+            values = {
+                "fs_size": [size] * len(used),
+                "fs_free": [size * (1 - u) for u in used],
+                "fs_avail": [max(0.0, size * (1 - u - reserved)) for u in used],
+                "fs_files": [size / 65536] * len(used),
+                "fs_files_free": [size / 65536 * (1 - u * 0.4) for u in used],
+                "fs_readonly": [0] * len(used),
+                "fs_device_error": [0] * len(used),
+            }[signal]
+            yield labels, values
+
+    return series
+
+
+# -- everything else on a node -------------------------------------------------------------------
+
+
+def _per_node(sim, signal: str) -> Callable[[Node], Iterator[tuple[dict, list]]] | None:
+    n, step = sim.window.steps, sim.window.step
+    if signal == "ib_info":
+        return lambda node: (
+            (
+                {"device": hca, "board_id": "MT_0000000838", "firmware_version": "28.41.1000", "hca_type": "MT4129"},
+                [1] * n,
+            )
+            for hca in node.hcas
+        )
+    ib = IB.get(signal)
+    if ib is not None:
+        return lambda node: (({"device": hca, "port": "1"}, ib(Port(sim, node, hca, signal))) for hca in node.hcas)
+    if signal.startswith("fs_"):
+        return _fs_family(sim, signal)
+
+    def rng(node: Node, *extra):
+        return seeded(sim.seed, "node", signal, node.name, *extra)
+
+    def work(node: Node) -> list[float]:
+        return sim.activity.node_work(node.index, node.gpus)
+
+    def mem_available(node: Node) -> list[float]:
+        r = rng(node)
+        base = [MEMORY_BYTES * (0.82 - 0.45 * w) + 2e9 * (r.random() - 0.5) for w in work(node)]
+        for effect in sim.faults.effects("mem_pressure", node.index):
+            span = max(1, effect.end - effect.start)
+            for i in range(effect.start, min(effect.end, n)):
+                base[i] = max(0.3e9, MEMORY_BYTES * 0.2 * (1 - (i - effect.start + 1) / span))
+        return base
+
+    def cpu(node: Node):
+        load = work(node)
+        shares = {
+            "user": 0.55,
+            "system": 0.08,
+            "iowait": 0.01,
+            "softirq": 0.01,
+            "irq": 0.002,
+            "nice": 0.0,
+            "steal": 0.0,
+        }
+        for c in range(CPUS_PER_NODE):
+            for mode in CPU_MODES:
+                r = rng(node, c, mode)
+                if mode == "idle":
+                    rate = [1 - sum(shares.values()) * w for w in load]
+                else:
+                    rate = [shares[mode] * w * (0.8 + 0.4 * r.random()) for w in load]
+                yield (
+                    {"cpu": str(c), "mode": mode},
+                    accumulate([v * step for v in rate], BOOT_AGO * r.uniform(0.05, 0.3)),
+                )
+
+    def nfs(node: Node):
+        for method in NFS_METHODS:
+            r = rng(node, method)
+            yield {"method": method, "proto": "4"}, accumulate([step * r.uniform(2, 8)] * n, r.uniform(1e5, 1e7))
+
+    def textfile_mtime(node: Node):
+        """One series per .prom file of root's textfile directory: the prolog's job-info file (written once)."""
+        if not sim.enabled("job_info") or sim.job_info_source != "prolog":
+            return
+        for job in sim.cluster.jobs_on(node.index):
+            first, last = sim.activity.span(job)
+            mask = [
+                a and not b
+                for a, b in zip(
+                    window_mask(n, [(first, last)]), sim.faults.mask("no_mapping", node.index) or [False] * n
+                )
+            ]
+            if any(mask):
+                yield (
+                    {"file": f"{TEXTFILE_DIR}/hpcobs_job_{job.id}.prom"},
+                    where(mask, [sim.window.start + max(job.start, 0)] * n),
+                )
+
+    def nfs_mount(bytes_per_second: float):
+        """mountstats of the /home mount: reads and writes follow the node's work."""
+
+        def series(node: Node):
+            r = rng(node)
+            yield (
+                {"export": NFS_EXPORT, "protocol": "tcp", "mountaddr": NFS_SERVER_ADDRESS},
+                accumulate(
+                    [bytes_per_second * step * (0.2 + w) * r.uniform(0.8, 1.2) for w in work(node)],
+                    bytes_per_second * BOOT_AGO * r.uniform(0.1, 0.3),
+                ),
+            )
+
+        return series
+
+    def disk(scale: float, devices=("nvme0n1", "nvme1n1")):
+        def series(node: Node):
+            for device in devices:
+                r = rng(node, device)
+                yield (
+                    {"device": device},
+                    accumulate(
+                        [scale * step * (0.2 + w) * r.uniform(0.8, 1.2) for w in work(node)],
+                        scale * BOOT_AGO * r.uniform(0.1, 0.3),
+                    ),
+                )
+
+        return series
+
+    def plain(fn: Callable[[Node], list]):
+        return lambda node: iter([({}, fn(node))])
+
+    table: dict[str, Callable[[Node], Iterator]] = {
+        "nfs_requests": nfs,
+        "nfs_rpcs": plain(lambda node: accumulate([step * 25.0] * n, rng(node).uniform(1e6, 1e8))),
+        "nfs_rpc_retransmissions": plain(lambda node: accumulate([0.0] * n, rng(node).randrange(20))),
+        "nfs_rpc_auth_refreshes": plain(lambda node: accumulate([step * 0.01] * n, rng(node).uniform(1e3, 1e5))),
+        "nfs_connections": plain(lambda node: [1] * n),
+        "nfs_mount_read_bytes": nfs_mount(4e6),
+        "nfs_mount_write_bytes": nfs_mount(5e5),
+        "nfs_packets": lambda node: iter(
+            [({"protocol": "tcp"}, accumulate([step * 25.0] * n, 1e7)), ({"protocol": "udp"}, [0] * n)]
+        ),
+        "hwmon_temp": lambda node: iter(
+            [
+                ({"chip": "platform_coretemp_0", "sensor": f"temp{k}"}, [38 + 30 * w + k for w in work(node)])
+                for k in (1, 2)
+            ]
+        ),
+        "hwmon_temp_max": lambda node: iter(
+            [({"chip": "platform_coretemp_0", "sensor": f"temp{k}"}, [95] * n) for k in (1, 2)]
+        ),
+        "hwmon_temp_crit": lambda node: iter(
+            [({"chip": "platform_coretemp_0", "sensor": f"temp{k}"}, [105] * n) for k in (1, 2)]
+        ),
+        "hwmon_chip_names": lambda node: iter([({"chip": "platform_coretemp_0", "chip_name": "coretemp"}, [1] * n)]),
+        "hwmon_sensor_label": lambda node: iter(
+            [
+                ({"chip": "platform_coretemp_0", "label": f"Package id {k - 1}", "sensor": f"temp{k}"}, [1] * n)
+                for k in (1, 2)
+            ]
+        ),
+        "textfile_scrape_error": plain(lambda node: [0] * n),
+        "textfile_mtime": textfile_mtime,
+        "collector_success": lambda node: iter([({"collector": c}, [1] * n) for c in COLLECTORS]),
+        "collector_duration": lambda node: iter(
+            [({"collector": c}, [0.002 + 0.01 * rng(node, c).random()] * n) for c in COLLECTORS]
+        ),
+        "disk_read_bytes": disk(4e8),
+        "disk_written_bytes": disk(2e8),
+        "disk_io_time": disk(0.3),
+        "disk_writes_completed": disk(2e3),
+        "disk_write_time": disk(0.2),
+        "boot_time": plain(lambda node: [sim.window.start - BOOT_AGO + node.index * 37] * n),
+        "time": plain(lambda node: [float(sim.window.time(i)) for i in range(n)]),
+        "load1": plain(lambda node: [2 + 14 * w + rng(node).random() for w in work(node)]),
+        "cpu_seconds": cpu,
+        "mem_total": plain(lambda node: [MEMORY_BYTES] * n),
+        "mem_available": plain(mem_available),
+        "edac_correctable": lambda node: iter([({"controller": str(c)}, [node.index % 2] * n) for c in (0, 1)]),
+        "edac_uncorrectable": lambda node: iter([({"controller": str(c)}, [0] * n) for c in (0, 1)]),
+    }
+    return table.get(signal)
+
+
+def node_exporter_families(sim) -> Iterator[Family]:
+    source = sim.sources["node_exporter"]
+    for signal in source.exporter.signals():
+        metric = source.metric(signal)
+        if metric.optional and signal not in OPTIONAL_COLLECTED:
+            continue
+        per_node = _per_node(sim, signal)
+        if per_node is None:
+            continue
+        series = _node_series(sim, "node_exporter", metric, per_node)
+        if signal == "textfile_mtime":
+            series = chain(series, _node_series(sim, "training", metric, _job_metrics_mtime(sim)))
+        yield Family(metric.name, metric.type, metric.help, series)
+
+
+def _job_metrics_mtime(sim):
+    """The jobs' node_exporter's files: NCCL Inspector's per-GPU dumps in each job's own directory, rewritten
+    every 30 s while the job runs."""
+    n = sim.window.steps
+
+    def series(node: Node):
+        if not sim.enabled("nccl_inspector"):
+            return
+        for job in sim.cluster.jobs_on(node.index):
+            if job.nccl:
+                running = sim.activity.running(job)
+                r = seeded(sim.seed, "node", "textfile_mtime", node.name, job.id)
+                for gpu in job.gpus_on(node.index):
+                    yield (
+                        {"file": f"{JOB_METRICS_DIR}/{job.id}/nccl_inspector_metrics_{gpu_uuid(node.name, gpu)}.prom"},
+                        where(running, [sim.window.time(i) - r.randrange(30) for i in range(n)]),
+                    )
+
+    return series
+
+
+def _node_series(sim, exporter: str, metric, per_node, nodes=None):
+    for node in nodes if nodes is not None else sim.cluster.nodes:
+        target = sim.target(exporter, node.name)
+        scraped = sim.scraped(exporter, node.index)
+        for labels, values in per_node(node):
+            raw = to_unit(values, metric)
+            yield {**labels, **target}, raw if scraped is None else where(scraped, raw)
+
+
+def job_info_families(sim) -> Iterator[Family]:
+    """The prolog's job-info series, one per job and node while it runs (not when the prolog fails)."""
+    source = sim.sources["job_info"]
+    n = sim.window.steps
+
+    def per_node(signal: str):
+        def series(node: Node):
+            no_mapping = sim.faults.mask("no_mapping", node.index) or [False] * n
+            for job in sim.cluster.jobs_on(node.index):
+                mask = [a and not b for a, b in zip(window_mask(n, [sim.activity.span(job)]), no_mapping)]
+                if not any(mask):
+                    continue
+                if signal == "job_info":
+                    yield (
+                        {
+                            "hpc_job": job.id,
+                            "user": job.user,
+                            "account": job.account,
+                            "partition": job.partition,
+                            "job_name": job.name,
+                            "qos": job.qos,
+                        },
+                        where(mask, [1] * n),
+                    )
+                else:
+                    yield {"hpc_job": job.id}, where(mask, [sim.window.start + job.start] * n)
+
+        return series
+
+    for signal in source.exporter.signals():
+        metric = source.metric(signal)
+        yield Family(metric.name, metric.type, metric.help, _node_series(sim, "job_info", metric, per_node(signal)))
+
+
+def families(sim) -> Iterator[Family]:
+    if sim.enabled("node_exporter"):
+        yield from node_exporter_families(sim)
+    if sim.enabled("job_info") and sim.job_info_source == "prolog":
+        yield from job_info_families(sim)

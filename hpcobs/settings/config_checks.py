@@ -1,0 +1,572 @@
+"""What the config must satisfy beyond JSON Schema's vocabulary, checked when it is loaded.
+
+FORMATS checks single values against the grammar of the language they end up in; config/schema.json names
+the grammar of each key with `"format"` (duration, re2, label-name, promql-selector, text, path-segment,
+http-url, base-url, webhook-url, secret-file, email, email-list, host-port; sensor-path, cidr and cgroup-fragment
+from hpcobs.security.names). problems() checks what
+relates several keys or needs the catalogue, and numbers YAML can make non-finite; conflicts() what keys get wrong
+together, which the file setting any of them can fix.
+
+Every failure reads "problem; fix" for one key path; hpcobs.settings.config names the file that set the key (for a
+conflict, the last file that sets any of its keys).
+"""
+
+from __future__ import annotations
+
+import difflib
+import email.utils
+import ipaddress
+import math
+import re
+import string
+import unicodedata
+from collections.abc import Callable, Iterator
+from typing import Any
+from urllib.parse import unquote, urlsplit
+
+import jsonschema
+
+from hpcobs.exporters import catalogue
+from hpcobs.lang import escape, promql, promregex, sensor_values
+from hpcobs.lang.selectors import Matcher, parse_selector, scrape_labels
+from hpcobs.settings.names import DashboardUid, Team
+
+KeyPath = list[Any]
+FORMATS = jsonschema.FormatChecker(formats=())
+
+
+def _format(name: str) -> Callable[[Callable[[str], None]], Callable[[str], None]]:
+    """Register a check of string values (raising ValueError "problem; fix"); other types are the schema's
+    `type` to refuse."""
+
+    def register(check: Callable[[str], None]) -> Callable[[str], None]:
+        def run(value: Any) -> bool:
+            if isinstance(value, str):
+                check(value)
+            return True
+
+        FORMATS.checks(name, raises=ValueError)(run)
+        return check
+
+    return register
+
+
+# Line breaks, control and format characters (bidi overrides, zero-width): invisible or line-breaking in
+# every output, and no name, URL or regex needs them.
+_CONTROL = ("Cc", "Cf", "Zl", "Zp", "Cs")
+
+
+def _control_character(text: str) -> str | None:
+    return next((f"U+{ord(ch):04X}" for ch in text if unicodedata.category(ch) in _CONTROL), None)
+
+
+def _no_control_character(text: str, what: str) -> None:
+    found = _control_character(text)
+    if found:
+        raise ValueError(
+            f"{what} contains the control character {found} (a line break, tab or invisible character); remove it"
+        )
+
+
+@_format("duration")
+def _duration(text: str) -> None:
+    promql.duration_seconds(text)
+
+
+@_format("re2")
+def _re2(text: str) -> None:
+    _no_control_character(text, "the regex")
+    problem = promregex.problem(text)
+    if problem:
+        raise ValueError(problem)
+
+
+@_format("label-name")
+def _label_name(text: str) -> None:
+    if not escape.LABEL_NAME.fullmatch(text):
+        raise ValueError(
+            f"{text!r} is not a Prometheus label name; use letters, digits and _, not starting "
+            "with a digit (e.g. cluster)"
+        )
+    if text.startswith("__"):
+        raise ValueError(f"{text!r} is reserved (names starting with __ are Prometheus' own); choose another name")
+
+
+@_format("promql-selector")
+def _selector(text: str) -> None:
+    _no_control_character(text, "the selector")
+    matchers = parse_selector(text)
+    for matcher in matchers:
+        if matcher.label.startswith("__") or not escape.LABEL_NAME.fullmatch(matcher.label):
+            raise ValueError(
+                f"matches on {matcher.label!r}, which is reserved or not a label name (the metric "
+                'name comes from the catalogue); select by an ordinary label, e.g. job="dcgm-exporter"'
+            )
+        _no_control_character(matcher.value, f"the value of {matcher.label}")
+        problem = promregex.problem(matcher.value) if matcher.op in ("=~", "!~") else None
+        if problem:
+            raise ValueError(problem)
+    scrape_labels(matchers)
+
+
+@_format("text")
+def _text(text: str) -> None:
+    if not text:
+        raise ValueError("the value is empty; write a name")
+    _no_control_character(text, repr(text))
+    if text != text.strip():
+        raise ValueError(f"{text!r} starts or ends with a space; remove it")
+
+
+_SEGMENT = re.compile(r"[A-Za-z0-9][A-Za-z0-9 ._-]{0,63}")
+
+
+@_format("path-segment")
+def _path_segment(text: str) -> None:
+    """A directory name under out/: one segment that cannot climb, hide or be read as a path."""
+    if not _SEGMENT.fullmatch(text) or text[-1] in " .":
+        raise ValueError(
+            f"{text!r} is not one plain directory name; write 1-64 letters, digits, spaces, '.', '_' "
+            "or '-', starting with a letter or digit and not ending with a space or '.' (e.g. HPC)"
+        )
+
+
+@_format("secret-file")
+def _secret_file(text: str) -> None:
+    # The value is not echoed: a careless value here is often the secret itself.
+    if not text.startswith("/") or _control_character(text):
+        raise ValueError(
+            "the value is not an absolute file path; write the path of the file that holds the secret "
+            "(e.g. /etc/alertmanager/secrets/slack), never the secret itself"
+        )
+
+
+# RFC 3986: unreserved, reserved and the % of %XX escapes. Everything else (spaces, quotes, braces,
+# backslashes, non-ASCII) must be percent-encoded to appear in a URL.
+_URL_CHARACTERS = frozenset(string.ascii_letters + string.digits + "-._~:/?#[]@!$&'()*+,;=%")
+_HOST_NAME = re.compile(r"(?!-)[A-Za-z0-9-]{1,63}(?<!-)(\.(?!-)[A-Za-z0-9-]{1,63}(?<!-))*\.?")
+
+
+def _url(text: str, what: str) -> Any:
+    """urlsplit() of an http(s) URL with only RFC 3986 characters, a host, a valid port and no credentials.
+    Problems never echo the URL: it may carry a secret."""
+    bad = next((ch for ch in text if ch not in _URL_CHARACTERS), None)
+    if bad is not None:
+        shown = repr(bad) if bad.isprintable() else f"U+{ord(bad):04X}"
+        raise ValueError(
+            f"{what} contains {shown}, which a URL cannot carry as is; percent-encode it "
+            f"({''.join(f'%{b:02X}' for b in bad.encode())}) or remove it"
+        )
+    if re.search(r"%(?![0-9A-Fa-f]{2})", text):
+        raise ValueError(f"{what} has a % that does not start a %XX escape; write %25 for a literal %")
+    parts = urlsplit(text)
+    if parts.scheme not in ("http", "https") or not parts.netloc:
+        raise ValueError(f"{what} is not an http:// or https:// URL; write e.g. https://host.example.org:443/path")
+    if "@" in parts.netloc:
+        raise ValueError(
+            f"{what} carries credentials (user:password@); remove them, the URL is written into the generated files"
+        )
+    host = parts.hostname or ""
+    valid_host = _HOST_NAME.fullmatch(host) is not None
+    if parts.netloc.startswith("["):
+        try:
+            valid_host = isinstance(ipaddress.ip_address(host), ipaddress.IPv6Address)
+        except ValueError:
+            valid_host = False
+    if not valid_host:
+        raise ValueError(f"{what} has no valid host; write a host name or IP address, e.g. https://host.example.org")
+    try:
+        port = parts.port
+    except ValueError:
+        port = 0
+    if port == 0:
+        raise ValueError(f"{what} has an invalid port; write a number from 1 to 65535")
+    return parts
+
+
+@_format("http-url")
+def _http_url(text: str) -> None:
+    _url(text, "the URL")
+    if "?" in text or "#" in text:
+        raise ValueError(
+            "the URL has a query or fragment (? or #), which would sit before the paths appended to it; remove it"
+        )
+
+
+@_format("base-url")
+def _base_url(text: str) -> None:
+    """A URL that hpcobs appends paths to (/d/<uid>, /<runbook>.md#<alert>)."""
+    _http_url(text)
+    if text.endswith("/"):
+        raise ValueError("the URL ends with /; remove it (hpcobs appends /<path> to it)")
+
+
+_RELAY = (
+    "point webhook_url at a relay that holds it, authenticated by a token in webhook_credentials_file "
+    "(sent as the Authorization header)"
+)
+# Services whose incoming-webhook URL is itself the credential: (domain, path prefix, what it is; fix).
+_SECRET_WEBHOOKS = (
+    (
+        "hooks.slack.com",
+        "",
+        "a Slack incoming-webhook URL, itself a secret; use a receiver with slack_api_url_file "
+        "(a file holding the URL) and slack_channel instead",
+    ),
+    ("webhook.office.com", "", f"a Microsoft Teams webhook URL, itself a secret; {_RELAY}"),
+    ("outlook.office.com", "/webhook", f"a Microsoft Teams webhook URL, itself a secret; {_RELAY}"),
+    ("logic.azure.com", "", f"a Teams workflow (Power Automate) URL, itself a secret; {_RELAY}"),
+    ("discord.com", "/api/webhooks", f"a Discord webhook URL, itself a secret; {_RELAY}"),
+    ("discordapp.com", "/api/webhooks", f"a Discord webhook URL, itself a secret; {_RELAY}"),
+)
+# A path segment that reads as a token: a run of 20 or more letters and digits with both in it (Slack's
+# B0123/XXXX, API keys, base64), or a UUID.
+_TOKEN = re.compile(
+    r"(?=[A-Za-z0-9]*[0-9])(?=[A-Za-z0-9]*[A-Za-z])[A-Za-z0-9]{20,}"
+    r"|[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12}"
+)
+
+
+@_format("webhook-url")
+def _webhook_url(text: str) -> None:
+    """A webhook URL is written into the committed alertmanager.yml: it must not be a credential itself."""
+    parts = _url(text, "the webhook URL")
+    host = (parts.hostname or "").rstrip(".")
+    for domain, path, kind in _SECRET_WEBHOOKS:
+        if (host == domain or host.endswith("." + domain)) and parts.path.startswith(path):
+            raise ValueError(f"the webhook URL is {kind}")
+    if parts.query or "?" in text or parts.fragment:
+        raise ValueError(
+            "the webhook URL has a query string or fragment, where tokens travel; remove it and put "
+            "the token in webhook_credentials_file (sent as the Authorization header)"
+        )
+    for number, segment in enumerate(unquote(parts.path).split("/")[1:], start=1):
+        if _TOKEN.search(segment):
+            raise ValueError(
+                f"path segment {number} of the webhook URL looks like a token (20+ letters and digits, "
+                "or a UUID); remove it and put the token in webhook_credentials_file (sent as the "
+                "Authorization header)"
+            )
+
+
+# RFC 5322 dot-atom local part (no quoted strings or comments) at a host name.
+_ATEXT = r"[A-Za-z0-9!#$%&'*+/=?^_`{|}~-]+"
+_ADDRESS = re.compile(rf"{_ATEXT}(\.{_ATEXT})*@{_HOST_NAME.pattern}")
+
+
+@_format("email")
+def _email(text: str) -> None:
+    name, address = email.utils.parseaddr(text)
+    if (
+        not _ADDRESS.fullmatch(address)
+        or text not in (address, f"{name} <{address}>")
+        or _control_character(text)
+        or '"' in name
+    ):
+        raise ValueError(
+            f"{text!r} is not an e-mail address; write e.g. alerts@example.org "
+            "(or Name <alerts@example.org> for smtp_from)"
+        )
+
+
+@_format("email-list")
+def _email_list(text: str) -> None:
+    """Alertmanager's `to`: one address, or several separated by commas."""
+    for address in text.split(","):
+        if not _ADDRESS.fullmatch(address.strip()):
+            raise ValueError(
+                f"{address.strip()!r} is not an e-mail address; write e.g. team@example.org, "
+                "several separated by commas"
+            )
+
+
+@_format("host-port")
+def _host_port(text: str) -> None:
+    host, _, port = text.rpartition(":")
+    bracketed = host.startswith("[") and host.endswith("]")
+    try:
+        valid_host = ipaddress.ip_address(host[1:-1]).version == 6 if bracketed else bool(_HOST_NAME.fullmatch(host))
+    except ValueError:
+        valid_host = False
+    if not valid_host or not re.fullmatch(r"[0-9]{1,5}", port) or not 1 <= int(port) <= 65535:
+        raise ValueError(
+            f"{text!r} is not host:port; write e.g. mail-relay.example.org:25 (port 1-65535, [::1]:25 for IPv6)"
+        )
+
+
+def _sensor_format(name: str, problem: Callable[[str], str | None]) -> None:
+    """A grammar of hpcobs.security.names: site values that reach Falco conditions, Tetragon selectors and
+    bpftrace arguments, checked there by the same functions."""
+
+    def check(text: str) -> None:
+        found = problem(text)
+        if found:
+            raise ValueError(found)
+
+    _format(name)(check)
+
+
+_sensor_format("sensor-path", sensor_values.path_problem)
+_sensor_format("cidr", sensor_values.cidr_problem)
+_sensor_format("cgroup-fragment", sensor_values.cgroup_fragment_problem)
+
+
+def problems(doc: Any) -> list[tuple[KeyPath, str]]:
+    """What relates keys to each other, or needs the catalogue: (key path, "problem; fix") each."""
+    if not isinstance(doc, dict):
+        return []
+    return [
+        *_non_finite_numbers(doc, []),
+        *_windows(doc),
+        *_nccl_warn_burst(doc),
+        *_metric_names(doc),
+        *_alertmanager(doc),
+        *_team_routes(doc),
+        *_datasource_uids(doc),
+        *_folder_uid(doc),
+        *_shipped_policy_name(doc),
+        *_job_info_names_its_scrape_job(doc),
+    ]
+
+
+def conflicts(doc: Any) -> list[tuple[KeyPath, list[KeyPath], str]]:
+    """What keys get wrong together: (key reported, the other keys, "problem; fix") each."""
+    if not isinstance(doc, dict):
+        return []
+    return [*_job_info_apart_from_job_written(doc)]
+
+
+def _non_finite_numbers(node: Any, path: KeyPath) -> Iterator[tuple[KeyPath, str]]:
+    """YAML's .nan and .inf load as floats that every number check of the schema lets through."""
+    if isinstance(node, float) and not math.isfinite(node):
+        yield path, f"{node} is not a finite number; write an ordinary number (e.g. 0.5)"
+    elif isinstance(node, dict):
+        for key, value in node.items():
+            yield from _non_finite_numbers(value, path + [key])
+    elif isinstance(node, list):
+        for index, value in enumerate(node):
+            yield from _non_finite_numbers(value, path + [index])
+
+
+def _seconds(text: Any) -> int | None:
+    try:
+        return promql.duration_seconds(text) if isinstance(text, str) else None
+    except ValueError:
+        return None  # the schema's duration format reports it
+
+
+# Thresholds that are ranges read back from now (range selectors, offsets, predict_linear's history).
+_WINDOW_SUFFIXES = ("_window", "_lookback", "_horizon")
+
+
+def _windows(doc: dict) -> Iterator[tuple[KeyPath, str]]:
+    """The scrape interval divides every schedule (rule groups, rate windows, test series); a window needs at
+    least two scrapes in it, or rate(), increase() and predict_linear() return nothing and its alerts never fire."""
+    interval = _seconds(doc.get("scrape_interval"))
+    if interval is None:
+        return
+    if interval < 1:
+        yield ["scrape_interval"], f"{doc['scrape_interval']!r} is shorter than a second; write at least 1s (e.g. 30s)"
+        return
+    thresholds = doc.get("thresholds")
+    for key, value in thresholds.items() if isinstance(thresholds, dict) else ():
+        seconds = _seconds(value) if isinstance(key, str) and key.endswith(_WINDOW_SUFFIXES) else None
+        if seconds is not None and seconds < 2 * interval:
+            yield (
+                ["thresholds", key],
+                f"{value!r} holds fewer than two scrapes of scrape_interval "
+                f"{doc['scrape_interval']}; write at least {promql.duration(2 * interval)}",
+            )
+
+
+def _nccl_warn_burst(doc: dict) -> Iterator[tuple[KeyPath, str]]:
+    """TrainingNcclWarnBurst counts a window of lines: a burst stays in the count for one window, so a `for` as long
+    as the window would never let it fire."""
+    window = _seconds(_get(doc, "thresholds", "log_nccl_warn_window"))
+    for_ = _seconds(_get(doc, "thresholds", "log_nccl_warn_for"))
+    if window is not None and for_ is not None and for_ >= window:
+        yield (
+            ["thresholds", "log_nccl_warn_for"],
+            f"{doc['thresholds']['log_nccl_warn_for']!r} is not shorter than log_nccl_warn_window "
+            f"{doc['thresholds']['log_nccl_warn_window']!r}, so a burst of NCCL warnings would leave the window before "
+            "TrainingNcclWarnBurst fires; write a shorter duration",
+        )
+
+
+def _metric_names(doc: dict) -> Iterator[tuple[KeyPath, str]]:
+    overrides = _get(doc, "exporters", "dcgm", "metric_names")
+    if not isinstance(overrides, dict):
+        return
+    known = catalogue.load()["dcgm"].signals()
+    for signal in overrides:
+        if signal not in known:
+            guess = difflib.get_close_matches(str(signal), known, n=1)
+            hint = f"did you mean {guess[0]!r}?" if guess else "use a signal id"
+            yield (
+                ["exporters", "dcgm", "metric_names", signal],
+                f"unknown signal; {hint} (signal ids are listed in hpcobs/exporters/catalogue/dcgm.yaml)",
+            )
+
+
+def _alertmanager(doc: dict) -> Iterator[tuple[KeyPath, str]]:
+    """Receivers are referred to by name: each defined once, and every reference defined."""
+    receivers = _get(doc, "alertmanager", "receivers")
+    receivers = receivers if isinstance(receivers, list) else []
+    names = [r["name"] for r in receivers if isinstance(r, dict) and isinstance(r.get("name"), str)]
+    if len(names) != len(receivers):
+        return  # references cannot be judged against a list the schema refuses
+    for index, name in enumerate(names):
+        if name in names[:index]:
+            yield (
+                ["alertmanager", "receivers", index, "name"],
+                f"receiver {name!r} is defined twice; rename one or merge them",
+            )
+    defined = sorted(set(names))
+    references: list[tuple[KeyPath, Any]] = [
+        (["alertmanager", "default_receiver"], _get(doc, "alertmanager", "default_receiver"))
+    ]
+    routes = _get(doc, "alertmanager", "routes")
+    for index, route in enumerate(routes if isinstance(routes, list) else []):
+        if isinstance(route, dict):
+            references.append((["alertmanager", "routes", index, "receiver"], route.get("receiver")))
+    for path, name in references:
+        if isinstance(name, str) and name not in defined:
+            guess = difflib.get_close_matches(name, defined, n=1)
+            hint = f"did you mean {guess[0]!r}?" if guess else f"define it under alertmanager.receivers ({defined})"
+            yield path, f"receiver {name!r} is not defined; {hint}"
+
+
+def _team_routes(doc: dict) -> Iterator[tuple[KeyPath, str]]:
+    """Every team an alert can carry (hpcobs.settings.names.Team) has a route matching it on `team`: an alert of a team
+    without one falls through to the default receiver, where nobody on that team reads it. A route that also
+    matches other labels (severity) counts: the site chose to split the team's alerts. Team.NONE is for alerts
+    that only inhibit others; the default route drops them. No route at all is a choice (a small site sending
+    everything to one receiver), not a forgotten team."""
+    routes = _get(doc, "alertmanager", "routes")
+    if not isinstance(routes, list) or not routes:
+        return
+    if not all(_judgeable_route(route) for route in routes):
+        return  # the schema refuses the routes; a team's route cannot be told apart from a broken one
+    routed = {route["match"].get("team") for route in routes}
+    for team in Team:
+        if team is not Team.NONE and team.value not in routed:
+            yield (
+                ["alertmanager", "routes"],
+                f"no route for team {team.value!r} (its alerts would reach only the default receiver); add "
+                f"{{receiver: ..., match: {{team: {team.value}}}}}",
+            )
+
+
+def _judgeable_route(route: Any) -> bool:
+    """A route whose match the schema accepts: a non-empty mapping of label names to text."""
+    match = route.get("match") if isinstance(route, dict) else None
+    if not isinstance(match, dict) or not match:
+        return False
+    try:
+        for label, value in match.items():
+            if not isinstance(label, str) or not isinstance(value, str):
+                return False
+            _label_name(label)
+            _text(value)
+    except ValueError:
+        return False
+    return True
+
+
+def _datasource_uids(doc: dict) -> Iterator[tuple[KeyPath, str]]:
+    datasources = _get(doc, "grafana", "datasources")
+    seen: dict[str, str] = {}
+    for kind, settings in datasources.items() if isinstance(datasources, dict) else ():
+        uid = settings.get("uid") if isinstance(settings, dict) else None
+        if isinstance(uid, str) and uid in seen:
+            yield (
+                ["grafana", "datasources", kind, "uid"],
+                f"{uid!r} is already the uid of the {seen[uid]} datasource; give each datasource its own uid",
+            )
+        elif isinstance(uid, str):
+            seen[uid] = kind
+
+
+def _folder_uid(doc: dict) -> Iterator[tuple[KeyPath, str]]:
+    """Grafana keeps folders and dashboards under one set of uids: a folder cannot take a dashboard's."""
+    uid = _get(doc, "grafana", "folder_uid")
+    if isinstance(uid, str) and uid in set(DashboardUid):
+        yield (
+            ["grafana", "folder_uid"],
+            f"{uid!r} is the uid of an hpcobs dashboard, and Grafana gives folders and dashboards distinct uids; "
+            "choose another, such as 'hpcobs'",
+        )
+
+
+def _shipped_policy_name(doc: dict) -> Iterator[tuple[KeyPath, str]]:
+    """The first checkpoint policy is also the name of the TracingPolicy hpcobs ships."""
+    policies = _get(doc, "thresholds", "security_checkpoint_policies")
+    if isinstance(policies, list) and policies and isinstance(policies[0], str):
+        problem = sensor_values.object_name_problem(policies[0])
+        if problem:
+            yield ["thresholds", "security_checkpoint_policies", 0], problem
+
+
+# The prolog's job-info series says who owns a job, and the rules attribute GPUs to users and accounts through it, so
+# it is trusted only from the root-written textfile directory. Jobs write the series of these roles themselves
+# (files in their own metrics directory, their own endpoints): they are told apart by the scrape job, which a file
+# cannot set (Prometheus renames a `job` label it writes to exported_job). docs/slurm.md#security.
+_JOB_WRITTEN = ("training", "nccl_inspector")
+_SECURITY = "see docs/slurm.md#security"
+
+
+def _enabled_matchers(doc: dict, role: str) -> frozenset[Matcher] | None:
+    """The matchers of an enabled role's selector; None when the role is off or the selector is refused (the
+    schema's format check reports it)."""
+    selector = _get(doc, "exporters", role, "selector")
+    if _get(doc, "exporters", role, "enabled") is not True or not isinstance(selector, str):
+        return None
+    try:
+        return frozenset(parse_selector(selector))
+    except ValueError:
+        return None
+
+
+def _prolog_job_info(doc: dict) -> frozenset[Matcher] | None:
+    return _enabled_matchers(doc, "job_info") if _get(doc, "exporters", "job_info", "source") == "prolog" else None
+
+
+def _names_its_scrape_job(matchers: frozenset[Matcher]) -> bool:
+    return any(m.label == "job" and m.op == "=" for m in matchers)
+
+
+def _job_info_names_its_scrape_job(doc: dict) -> Iterator[tuple[KeyPath, str]]:
+    """Only a selector naming its scrape job keeps out the job-info series a job forges in its own files."""
+    job_info = _prolog_job_info(doc)
+    if job_info is not None and not _names_its_scrape_job(job_info):
+        yield (
+            ["exporters", "job_info", "selector"],
+            f'{doc["exporters"]["job_info"]["selector"]!r} has no job="..." matcher, so it can select job-info '
+            "series that a job forges in its own metric files; select the job of the node_exporter that reads the "
+            f'root-only textfile directory (e.g. job="node"), {_SECURITY}',
+        )
+
+
+def _job_info_apart_from_job_written(doc: dict) -> Iterator[tuple[KeyPath, list[KeyPath], str]]:
+    """The job-info selector must not be the selector of a role whose series jobs write: matchers compared as
+    parsed, so spacing, quotes and order make no difference. A selector without its scrape job has its own line."""
+    job_info = _prolog_job_info(doc)
+    if job_info is None or not _names_its_scrape_job(job_info):
+        return
+    same = [role for role in _JOB_WRITTEN if _enabled_matchers(doc, role) == job_info]
+    if same:
+        named = " and ".join(f"exporters.{role}.selector ({doc['exporters'][role]['selector']!r})" for role in same)
+        yield (
+            ["exporters", "job_info", "selector"],
+            [["exporters", role, "selector"] for role in same],
+            f"{doc['exporters']['job_info']['selector']!r} selects the same series as {named}, written by the jobs "
+            "themselves, so a job could forge job-info series naming another user or account; select the job of "
+            'the node_exporter that reads the root-only textfile directory here (e.g. job="node") and the job of '
+            f'the one that reads the jobs\' own directories there (e.g. job="training"), {_SECURITY}',
+        )
+
+
+def _get(doc: Any, *path: str) -> Any:
+    for key in path:
+        doc = doc.get(key) if isinstance(doc, dict) else None
+    return doc
