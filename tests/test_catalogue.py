@@ -84,7 +84,9 @@ def test_a_build_reads_the_catalogue_once_on_demand_and_never_imports_the_simula
     code = (
         "import sys\n"
         "import hpcobs.cli\n"
-        "from hpcobs.build import pipeline\nfrom hpcobs.exporters import catalogue\nfrom hpcobs.settings import config\n"
+        "from hpcobs.build import pipeline\n"
+        "from hpcobs.exporters import catalogue\n"
+        "from hpcobs.settings import config\n"
         "hpcobs.cli.parser().parse_args(['build', '--out', 'x'])\n"
         "print(catalogue.load.cache_info().misses)\n"
         "pipeline.generate(config.load())\n"

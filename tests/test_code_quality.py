@@ -8,6 +8,8 @@ import pytest
 
 from tests.conftest import ROOT
 
+pytestmark = pytest.mark.lint
+
 # Paths and rules come from pyproject.toml ([tool.ruff], [tool.mypy]); --no-cache and a temporary mypy cache
 # keep the checks from writing into the repository. One line per finding: the file, the line and the rule.
 CHECKS = {

@@ -8,8 +8,11 @@ import pytest
 from hpcobs.proof.servers import Prometheus, VictoriaMetrics
 
 
-def pytest_configure(config):
-    config.addinivalue_line("markers", "live: starts real Prometheus / VictoriaMetrics servers on loopback")
+def pytest_collection_modifyitems(items):
+    """Every test of this folder is a live one (`make test-live`), marked or not."""
+    for item in items:
+        if Path(item.fspath).is_relative_to(Path(__file__).parent):
+            item.add_marker(pytest.mark.live)
 
 
 @pytest.fixture(scope="session")

@@ -1,0 +1,34 @@
+# The developer commands: README.md's two commands and .ci/run use them (README.md, "Tests").
+# Run `make setup` once (or `make venv` to build only); each target then uses the project's virtualenv.
+PYTHON := .venv/bin/python
+
+.PHONY: venv setup generate check lint test test-live all
+
+venv:  # the virtualenv with hpcobs installed editable: enough to build
+	python3 -m venv .venv
+	$(PYTHON) -m pip install -e .
+
+setup: venv  # plus the test extras (pytest, ruff, mypy, import-linter) and the pinned LogQL parser
+	$(PYTHON) -m pip install -e '.[test]'
+	npm ci --prefix tests/logql
+
+generate:  # every generated file: the typed thresholds from the schema, then out/ (validated)
+	$(PYTHON) -m hpcobs.settings.schema_codegen
+	$(PYTHON) build.py
+
+check:  # the committed generated files are what the sources generate (writes nothing)
+	$(PYTHON) build.py check
+
+lint:  # format, lint, types and the import layers, each on its own
+	$(PYTHON) -m ruff check --no-cache --output-format concise .
+	$(PYTHON) -m ruff format --check --no-cache .
+	$(PYTHON) -m mypy
+	.venv/bin/lint-imports --no-cache
+
+test:  # every test but the live servers' and the lint (`make lint` runs those tools directly)
+	$(PYTHON) -m pytest -m "not live and not lint and not grafana"
+
+test-live:  # Slurm, node_exporter, Prometheus, VictoriaMetrics and Alertmanager started on loopback
+	$(PYTHON) -m pytest -m live
+
+all: lint test test-live check
