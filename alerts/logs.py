@@ -201,265 +201,273 @@ class _Rules:
         return out
 
     def node_alerts(self) -> list[LogRule]:
-        xids = self.ctx.sources["dcgm"].exporter
-        node_alert = alerts_of("logs", DashboardUid.GPU_CLUSTER, self.ctx.cluster, "node")
-        where = f"GPU {label('pci_address')} of {label('node')} (cluster {label(self.ctx.cluster)})"
-        drain = LogQuery(
-            XID,
-            ("node", "pci_address", "err_code"),
-            (LabelFilter("err_code", "=~", regex_alternation(xids.xids("drain"))),),
-        )
-        warning = LogQuery(
-            XID,
-            ("node", "pci_address", "err_code"),
-            (LabelFilter("err_code", "=~", regex_alternation(xids.xids("warning"))),),
-        )
-        global_oom = LogQuery(KERNEL_OOM, ("node", "process"), (LabelFilter("oom_kind", "=", "Out of memory"),))
-        no_for = "a kernel line is an event; the count over the event window keeps the alert active that long"
-        return [
-            self.rule(
-                node_alert,
-                XID_DRAIN_LOGGED,
-                self.event(drain),
-                severity="critical",
-                team=Team.GPU_OPS,
-                for_=None,
-                no_for_reason=no_for,
-                summary="The kernel logged an Xid error that needs a GPU reset or a node drain.",
-                description=f"{where} logged Xid {label('err_code')}, a drain-class error: drain the node, reset "
-                "the GPU or reboot, and run dcgmi diag before resuming it.",
-                fires_on=[
-                    LogCase(
-                        "Xid 79, GPU fallen off the bus",
-                        expect=[self.on_node(pci_address="0000:91:00", err_code="79")],
-                        lines=("xid-79-unknown-pid", "nvrm-gpu-fell-off-bus"),
-                    ),
-                    LogCase(
-                        "Xid 48, double-bit ECC, on a syslog line",
-                        expect=[self.on_node(pci_address="0000:07:00", err_code="48")],
-                        lines=("xid-48-syslog",),
-                    ),
-                ],
-                silent_on=[
-                    LogCase(
-                        "application-class Xids 13, 31, 43, 45 are the job's",
-                        lines=("xid-13-unknown-pid", "xid-31-pid", "xid-43-pid", "xid-45-caused-by-149"),
-                    ),
-                    LogCase("NVSwitch SXid lines", lines=("sxid-20034",)),
-                    LogCase(
-                        "Xid 79 older than the event window",
-                        at=self.event_window,
-                        lines=("xid-79-unknown-pid",),
-                    ),
-                ],
-            ),
-            self.rule(
-                node_alert,
-                "GpuXidWarningClassLogged",
-                self.event(warning),
-                severity="info",
-                team=Team.GPU_OPS,
-                for_=None,
-                no_for_reason=no_for,
-                summary="The kernel logged an Xid error that asks for a GPU reset when the GPU is free.",
-                description=f"{where} logged Xid {label('err_code')} (row remap pending, high single-bit ECC "
-                "rate or contained memory error): reset the GPU when its job ends.",
-                fires_on=[
-                    LogCase(
-                        "Xid 94, contained ECC error, on a MIG instance",
-                        expect=[self.on_node(pci_address="0000:01:00", err_code="94")],
-                        lines=("xid-94-mig",),
-                    ),
-                    LogCase(
-                        "Xid 63, row remap pending",
-                        expect=[self.on_node(pci_address="0000:10:1c", err_code="63")],
-                        lines=("xid-63-pid",),
-                    ),
-                ],
-                silent_on=[LogCase("drain-class Xid 95", lines=("xid-95-uncontained",))],
-            ),
-            self.rule(
-                node_alert,
-                "NodeKernelOomKill",
-                self.event(global_oom),
-                severity="warning",
-                team=Team.SLURM_ADMINS,
-                for_=None,
-                no_for_reason=no_for,
-                summary="The kernel's OOM killer killed a process because the node ran out of memory.",
-                description=f"Node {label('node')} (cluster {label(self.ctx.cluster)}) ran out of memory and the "
-                f"kernel killed {label('process')}: the jobs' memory cgroups did not hold it; check the node "
-                "before it takes more jobs.",
-                fires_on=[
-                    LogCase(
-                        "a python process killed by the global OOM killer",
-                        expect=[self.on_node(process="python3")],
-                        lines=("oom-global-killed", "oom-reaper"),
-                    ),
-                    LogCase(
-                        "older kernels' wording",
-                        expect=[self.on_node(process="R")],
-                        lines=("oom-global-kill-old", "oom-killed-line-old"),
-                    ),
-                ],
-                silent_on=[
-                    LogCase(
-                        "a memory cgroup at its limit (the job's own, SlurmJobOomKilled's case)",
-                        lines=("oom-memcg-killed", "oom-memcg-kill-old", "oom-invoked", "oom-task-table-header"),
-                    )
-                ],
-            ),
-        ]
+        return [self.xid_drain_logged(), self.xid_warning_logged(), self.node_kernel_oom_kill()]
 
     def job_alerts(self) -> list[LogRule]:
-        thresholds = self.ctx.thresholds
-        job_alert = alerts_of("logs", DashboardUid.TRAINING, self.ctx.cluster, "hpc_job")
-        job = f"Job {label('hpc_job')} (cluster {label(self.ctx.cluster)})"
+        return [
+            self.training_nccl_warn_burst(),
+            self.training_nccl_watchdog_timeout(),
+            self.slurm_job_oom_killed(),
+            self.training_cuda_error(),
+        ]
+
+    def node_event(self, name: str, metric: LogMetric, **fields: Any) -> LogRule:
+        """A node alert on the GPU cluster dashboard that one kernel line fires."""
+        node_alert = alerts_of("logs", DashboardUid.GPU_CLUSTER, self.ctx.cluster, "node")
+        no_for = "a kernel line is an event; the count over the event window keeps the alert active that long"
+        return self.rule(node_alert, name, metric, for_=None, no_for_reason=no_for, **fields)
+
+    def job_rule(self, name: str, metric: LogMetric, **fields: Any) -> LogRule:
+        """A job alert on the training dashboard."""
+        return self.rule(alerts_of("logs", DashboardUid.TRAINING, self.ctx.cluster, "hpc_job"), name, metric, **fields)
+
+    def job_event(self, name: str, query: LogQuery, **fields: Any) -> LogRule:
+        """A job alert that one line of the job's log fires."""
         no_for = "a job's log line is an event; the count over the event window keeps the alert active that long"
+        return self.job_rule(name, self.event(query), for_=None, no_for_reason=no_for, **fields)
+
+    def xid_query(self, xid_class: str) -> LogQuery:
+        """Xid lines whose code the deployed dcgm-exporter's catalogue puts in `xid_class`."""
+        xids = self.ctx.sources["dcgm"].exporter.xids(xid_class)
+        return LogQuery(
+            XID, ("node", "pci_address", "err_code"), (LabelFilter("err_code", "=~", regex_alternation(xids)),)
+        )
+
+    @property
+    def gpu_where(self) -> str:
+        return f"GPU {label('pci_address')} of {label('node')} (cluster {label(self.ctx.cluster)})"
+
+    @property
+    def job_where(self) -> str:
+        return f"Job {label('hpc_job')} (cluster {label(self.ctx.cluster)})"
+
+    def xid_drain_logged(self) -> LogRule:
+        return self.node_event(
+            XID_DRAIN_LOGGED,
+            self.event(self.xid_query("drain")),
+            severity="critical",
+            team=Team.GPU_OPS,
+            summary="The kernel logged an Xid error that needs a GPU reset or a node drain.",
+            description=f"{self.gpu_where} logged Xid {label('err_code')}, a drain-class error: drain the node, "
+            "reset the GPU or reboot, and run dcgmi diag before resuming it.",
+            fires_on=[
+                LogCase(
+                    "Xid 79, GPU fallen off the bus",
+                    expect=[self.on_node(pci_address="0000:91:00", err_code="79")],
+                    lines=("xid-79-unknown-pid", "nvrm-gpu-fell-off-bus"),
+                ),
+                LogCase(
+                    "Xid 48, double-bit ECC, on a syslog line",
+                    expect=[self.on_node(pci_address="0000:07:00", err_code="48")],
+                    lines=("xid-48-syslog",),
+                ),
+            ],
+            silent_on=[
+                LogCase(
+                    "application-class Xids 13, 31, 43, 45 are the job's",
+                    lines=("xid-13-unknown-pid", "xid-31-pid", "xid-43-pid", "xid-45-caused-by-149"),
+                ),
+                LogCase("NVSwitch SXid lines", lines=("sxid-20034",)),
+                LogCase(
+                    "Xid 79 older than the event window",
+                    at=self.event_window,
+                    lines=("xid-79-unknown-pid",),
+                ),
+            ],
+        )
+
+    def xid_warning_logged(self) -> LogRule:
+        return self.node_event(
+            "GpuXidWarningClassLogged",
+            self.event(self.xid_query("warning")),
+            severity="info",
+            team=Team.GPU_OPS,
+            summary="The kernel logged an Xid error that asks for a GPU reset when the GPU is free.",
+            description=f"{self.gpu_where} logged Xid {label('err_code')} (row remap pending, high single-bit ECC "
+            "rate or contained memory error): reset the GPU when its job ends.",
+            fires_on=[
+                LogCase(
+                    "Xid 94, contained ECC error, on a MIG instance",
+                    expect=[self.on_node(pci_address="0000:01:00", err_code="94")],
+                    lines=("xid-94-mig",),
+                ),
+                LogCase(
+                    "Xid 63, row remap pending",
+                    expect=[self.on_node(pci_address="0000:10:1c", err_code="63")],
+                    lines=("xid-63-pid",),
+                ),
+            ],
+            silent_on=[LogCase("drain-class Xid 95", lines=("xid-95-uncontained",))],
+        )
+
+    def node_kernel_oom_kill(self) -> LogRule:
+        global_oom = LogQuery(KERNEL_OOM, ("node", "process"), (LabelFilter("oom_kind", "=", "Out of memory"),))
+        return self.node_event(
+            "NodeKernelOomKill",
+            self.event(global_oom),
+            severity="warning",
+            team=Team.SLURM_ADMINS,
+            summary="The kernel's OOM killer killed a process because the node ran out of memory.",
+            description=f"Node {label('node')} (cluster {label(self.ctx.cluster)}) ran out of memory and the "
+            f"kernel killed {label('process')}: the jobs' memory cgroups did not hold it; check the node "
+            "before it takes more jobs.",
+            fires_on=[
+                LogCase(
+                    "a python process killed by the global OOM killer",
+                    expect=[self.on_node(process="python3")],
+                    lines=("oom-global-killed", "oom-reaper"),
+                ),
+                LogCase(
+                    "older kernels' wording",
+                    expect=[self.on_node(process="R")],
+                    lines=("oom-global-kill-old", "oom-killed-line-old"),
+                ),
+            ],
+            silent_on=[
+                LogCase(
+                    "a memory cgroup at its limit (the job's own, SlurmJobOomKilled's case)",
+                    lines=("oom-memcg-killed", "oom-memcg-kill-old", "oom-invoked", "oom-task-table-header"),
+                )
+            ],
+        )
+
+    def training_nccl_warn_burst(self) -> LogRule:
+        thresholds = self.ctx.thresholds
         burst = LogMetric(
             LogQuery(NCCL_WARN, ("hpc_job", "node")),
             thresholds.log_nccl_warn_window,
             above=thresholds.log_nccl_warn_lines,
         )
         many = thresholds.log_nccl_warn_lines + 1
-        cuda_errors = LogQuery(
-            CUDA_ERROR, ("hpc_job", "cuda_error"), (LabelFilter("cuda_error", "!=", CUDA_OUT_OF_MEMORY),)
+        return self.job_rule(
+            "TrainingNcclWarnBurst",
+            burst,
+            severity="warning",
+            team=Team.ML_PLATFORM,
+            for_=thresholds.log_nccl_warn_for,
+            summary="NCCL keeps logging warnings for a job on one node.",
+            description=f"{self.job_where} logged more than {thresholds.log_nccl_warn_lines} NCCL WARN lines "
+            f"within {thresholds.log_nccl_warn_window} on {label('node')}: NCCL is failing or retrying there "
+            "(network, peer, CUDA); its collectives are slow or about to time out.",
+            fires_on=[
+                LogCase(
+                    "InfiniBand completion errors, over the threshold",
+                    expect=[self.on_job(node="kp-ddp-worker-0")],
+                    lines=("nccl-warn-ib-plugin",),
+                    times=many,
+                )
+            ],
+            silent_on=[
+                LogCase(
+                    "as many NCCL INFO lines",
+                    lines=("nccl-info-trace", "nccl-info-channel"),
+                    times=many,
+                ),
+                LogCase(
+                    "a few warnings at start-up, one per rank",
+                    lines=("nccl-warn-libibverbs",),
+                    times=thresholds.log_nccl_warn_lines,
+                ),
+            ],
         )
-        return [
-            self.rule(
-                job_alert,
-                "TrainingNcclWarnBurst",
-                burst,
-                severity="warning",
-                team=Team.ML_PLATFORM,
-                for_=thresholds.log_nccl_warn_for,
-                summary="NCCL keeps logging warnings for a job on one node.",
-                description=f"{job} logged more than {thresholds.log_nccl_warn_lines} NCCL WARN lines within "
-                f"{thresholds.log_nccl_warn_window} on {label('node')}: NCCL is failing or retrying there "
-                "(network, peer, CUDA); its collectives are slow or about to time out.",
-                fires_on=[
-                    LogCase(
-                        "InfiniBand completion errors, over the threshold",
-                        expect=[self.on_job(node="kp-ddp-worker-0")],
-                        lines=("nccl-warn-ib-plugin",),
-                        times=many,
-                    )
-                ],
-                silent_on=[
-                    LogCase(
-                        "as many NCCL INFO lines",
-                        lines=("nccl-info-trace", "nccl-info-channel"),
-                        times=many,
+
+    def training_nccl_watchdog_timeout(self) -> LogRule:
+        return self.job_event(
+            "TrainingNcclWatchdogTimeout",
+            LogQuery(WATCHDOG, ("hpc_job",), distinct="rank"),
+            severity="warning",
+            team=Team.JOB_OWNER,
+            summary="PyTorch's NCCL watchdog timed out a collective and took the job's ranks down.",
+            description=f"{self.job_where}: PyTorch's NCCL watchdog caught a collective that did not finish "
+            "within its timeout and stopped the job's processes; a rank hung (a straggler, a dead peer, a network "
+            "or GPU fault) before the others timed out.",
+            fires_on=[
+                LogCase(
+                    "two ranks time out, each logged twice",
+                    expect=[self.on_job()],
+                    lines=(
+                        "watchdog-2x-rank1",
+                        "watchdog-old-rank1",
+                        "watchdog-terminated-rank2",
+                        "watchdog-what-rank2",
                     ),
-                    LogCase(
-                        "a few warnings at start-up, one per rank",
-                        lines=("nccl-warn-libibverbs",),
-                        times=thresholds.log_nccl_warn_lines,
+                ),
+                LogCase(
+                    "PyTorch 1.x behind a progress bar",
+                    expect=[self.on_job()],
+                    lines=("watchdog-progress-bar",),
+                ),
+            ],
+            silent_on=[
+                LogCase(
+                    "the watchdog's follow-up lines",
+                    lines=(
+                        "watchdog-exception-neighbour",
+                        "watchdog-failed-or-timed-out",
+                        "watchdog-failure-detected",
+                        "watchdog-blocking-wait",
                     ),
-                ],
-            ),
-            self.rule(
-                job_alert,
-                "TrainingNcclWatchdogTimeout",
-                self.event(LogQuery(WATCHDOG, ("hpc_job",), distinct="rank")),
-                severity="warning",
-                team=Team.JOB_OWNER,
-                for_=None,
-                no_for_reason=no_for,
-                summary="PyTorch's NCCL watchdog timed out a collective and took the job's ranks down.",
-                description=f"{job}: PyTorch's NCCL watchdog caught a collective that did not finish within "
-                "its timeout and stopped the job's processes; a rank hung (a straggler, a dead peer, a network "
-                "or GPU fault) before the others timed out.",
-                fires_on=[
-                    LogCase(
-                        "two ranks time out, each logged twice",
-                        expect=[self.on_job()],
-                        lines=(
-                            "watchdog-2x-rank1",
-                            "watchdog-old-rank1",
-                            "watchdog-terminated-rank2",
-                            "watchdog-what-rank2",
-                        ),
-                    ),
-                    LogCase(
-                        "PyTorch 1.x behind a progress bar",
-                        expect=[self.on_job()],
-                        lines=("watchdog-progress-bar",),
-                    ),
-                ],
-                silent_on=[
-                    LogCase(
-                        "the watchdog's follow-up lines",
-                        lines=(
-                            "watchdog-exception-neighbour",
-                            "watchdog-failed-or-timed-out",
-                            "watchdog-failure-detected",
-                            "watchdog-blocking-wait",
-                        ),
-                    )
-                ],
-            ),
-            self.rule(
-                job_alert,
-                "SlurmJobOomKilled",
-                self.event(LogQuery(SLURM_OOM, ("hpc_job", "slurm_step"))),
-                severity="warning",
-                team=Team.JOB_OWNER,
-                for_=None,
-                no_for_reason=no_for,
-                summary="Slurm's memory cgroup killed processes of a job step.",
-                description=f"{job}: step {label('slurm_step')} reached its memory limit and the kernel killed "
-                "some of its processes (slurmstepd's OOM report); request more memory (--mem, --mem-per-gpu) "
-                "or use less.",
-                fires_on=[
-                    LogCase(
-                        "Slurm 23.02+ wording",
-                        expect=[self.on_job(slurm_step="440575.0")],
-                        lines=("slurm-oom-23-02", "srun-out-of-memory", "slurmstepd-step-cancelled"),
-                    ),
-                    LogCase(
-                        "Slurm 20.02 wording, host in the program name",
-                        expect=[self.on_job(slurm_step="3361579.batch")],
-                        lines=("slurm-oom-host-prefix",),
-                    ),
-                ],
-                silent_on=[
-                    LogCase(
-                        "a shell reporting a killed command",
-                        lines=("slurm-script-killed", "srun-out-of-memory"),
-                    )
-                ],
-            ),
-            self.rule(
-                job_alert,
-                "TrainingCudaError",
-                self.event(cuda_errors),
-                severity="warning",
-                team=Team.JOB_OWNER,
-                for_=None,
-                no_for_reason=no_for,
-                summary="A job logged a CUDA error.",
-                description=f"{job} logged `CUDA error: {label('cuda_error')}`; its process has most likely "
-                "crashed. Memory-fault and assert errors are the program's; ECC and launch failures point to the "
-                "GPU (see the node's Xid alerts).",
-                fires_on=[
-                    LogCase(
-                        "an illegal memory access",
-                        expect=[self.on_job(cuda_error="an illegal memory access was encountered")],
-                        lines=("cuda-illegal-address", "cuda-kernel-errors-hint", "cuda-launch-blocking-hint"),
-                    ),
-                    LogCase(
-                        "an uncorrectable ECC error with PyTorch's search hint",
-                        expect=[self.on_job(cuda_error="uncorrectable ECC error encountered")],
-                        lines=("cuda-ecc-search-hint", "cuda-ecc-runtime"),
-                    ),
-                ],
-                silent_on=[
-                    LogCase(
-                        "a GPU out of memory, in both wordings (recorded, not alerted)",
-                        lines=("cuda-error-out-of-memory", "cuda-oom-torch2"),
-                    ),
-                    LogCase("PyTorch's debugging hints", lines=("cuda-dsa-hint",)),
-                ],
-            ),
-        ]
+                )
+            ],
+        )
+
+    def slurm_job_oom_killed(self) -> LogRule:
+        return self.job_event(
+            "SlurmJobOomKilled",
+            LogQuery(SLURM_OOM, ("hpc_job", "slurm_step")),
+            severity="warning",
+            team=Team.JOB_OWNER,
+            summary="Slurm's memory cgroup killed processes of a job step.",
+            description=f"{self.job_where}: step {label('slurm_step')} reached its memory limit and the kernel "
+            "killed some of its processes (slurmstepd's OOM report); request more memory (--mem, --mem-per-gpu) "
+            "or use less.",
+            fires_on=[
+                LogCase(
+                    "Slurm 23.02+ wording",
+                    expect=[self.on_job(slurm_step="440575.0")],
+                    lines=("slurm-oom-23-02", "srun-out-of-memory", "slurmstepd-step-cancelled"),
+                ),
+                LogCase(
+                    "Slurm 20.02 wording, host in the program name",
+                    expect=[self.on_job(slurm_step="3361579.batch")],
+                    lines=("slurm-oom-host-prefix",),
+                ),
+            ],
+            silent_on=[
+                LogCase(
+                    "a shell reporting a killed command",
+                    lines=("slurm-script-killed", "srun-out-of-memory"),
+                )
+            ],
+        )
+
+    def training_cuda_error(self) -> LogRule:
+        return self.job_event(
+            "TrainingCudaError",
+            LogQuery(CUDA_ERROR, ("hpc_job", "cuda_error"), (LabelFilter("cuda_error", "!=", CUDA_OUT_OF_MEMORY),)),
+            severity="warning",
+            team=Team.JOB_OWNER,
+            summary="A job logged a CUDA error.",
+            description=f"{self.job_where} logged `CUDA error: {label('cuda_error')}`; its process has most likely "
+            "crashed. Memory-fault and assert errors are the program's; ECC and launch failures point to the "
+            "GPU (see the node's Xid alerts).",
+            fires_on=[
+                LogCase(
+                    "an illegal memory access",
+                    expect=[self.on_job(cuda_error="an illegal memory access was encountered")],
+                    lines=("cuda-illegal-address", "cuda-kernel-errors-hint", "cuda-launch-blocking-hint"),
+                ),
+                LogCase(
+                    "an uncorrectable ECC error with PyTorch's search hint",
+                    expect=[self.on_job(cuda_error="uncorrectable ECC error encountered")],
+                    lines=("cuda-ecc-search-hint", "cuda-ecc-runtime"),
+                ),
+            ],
+            silent_on=[
+                LogCase(
+                    "a GPU out of memory, in both wordings (recorded, not alerted)",
+                    lines=("cuda-error-out-of-memory", "cuda-oom-torch2"),
+                ),
+                LogCase("PyTorch's debugging hints", lines=("cuda-dsa-hint",)),
+            ],
+        )
