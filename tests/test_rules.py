@@ -8,9 +8,11 @@ import yaml
 from hpcobs.authoring.context import Context
 from hpcobs.authoring.rules import Alert, LinkBases, Record
 from hpcobs.authoring.ruletest import Case
-from hpcobs.build import pipeline, tools, validate
+from hpcobs.build import outdir, pipeline, tools, validate
 from hpcobs.build.cache import Cache
 from hpcobs.lang import lint
+from hpcobs.settings import config as config_module
+from hpcobs.settings.config import DEFAULT_CONFIG
 from hpcobs.settings.names import DashboardUid, Team
 
 RULE_FILES = "prometheus/rules/"
@@ -337,9 +339,6 @@ SITES = {
 @pytest.fixture(scope="module")
 def site_builds(tmp_path_factory, private_cache_dir):
     """Each site's generated files and its promtool/amtool failures; all sites' tool runs share one pool."""
-    from hpcobs.build import outdir
-    from hpcobs.settings import config as config_module
-
     builds = {}
     for site, (site_text, _, _) in SITES.items():
         folder = tmp_path_factory.mktemp("site")
@@ -362,4 +361,34 @@ def test_a_site_builds_and_passes_every_rule_test(site_builds, site):
     assert all(spelling in files[RULE_FILES + "gpu.rules.yaml"] for spelling in in_gpu_rules)
     assert not [path for path, text in files.items() for name in nowhere if name in text]
     assert rule_test_files(files)
+    assert not errors, "\n".join(errors)
+
+
+# Every `for` a site may set, at 0s: Prometheus then fires on the first evaluation where the condition holds.
+FOR_THRESHOLDS = sorted(
+    name for name in yaml.safe_load(DEFAULT_CONFIG.read_text(encoding="utf-8"))["thresholds"] if name.endswith("_for")
+)
+
+
+@pytest.fixture(scope="module")
+def zero_for_builds(tmp_path_factory, private_cache_dir):
+    """Each `for` threshold set to 0s on its own: the generated files, and promtool's failures on them; every
+    build's tool runs share one pool, and files equal to the default build's come from the cache."""
+    builds = {}
+    for name in FOR_THRESHOLDS:
+        folder = tmp_path_factory.mktemp(name)
+        (folder / "site.yaml").write_text(f"thresholds: {{{name}: 0s}}\n")
+        files = pipeline.generate(config_module.load(folder / "site.yaml"))
+        outdir.write_tree(folder / "out", files)
+        builds[name] = (folder / "out", files)
+    errors = validate.trees_tool_errors(dict(builds.values()), Cache(private_cache_dir))
+    return {name: (files, errors[root]) for name, (root, files) in builds.items()}
+
+
+@pytest.mark.parametrize("threshold", FOR_THRESHOLDS)
+def test_a_for_of_0s_builds_and_its_alerts_fire_at_once(zero_for_builds, threshold):
+    """A site may set any `for` to 0s: its alerts' cases still pass promtool, firing on the fault and silent on
+    it before its onset (the cases before `for` has elapsed have no time left to evaluate)."""
+    files, errors = zero_for_builds[threshold]
+    assert any("for: 0s" in text for text in files.values())
     assert not errors, "\n".join(errors)

@@ -1,10 +1,11 @@
 """The standard proof of an alert with a `for`, derived from when its fault starts and from its `for`.
 
 Every such alert is proven by the same three cases: it fires on a fault once `for` has elapsed, it stays silent
-on healthy data, and it stays silent on the same fault before `for` has elapsed. Only the series differ from
-alert to alert; when to evaluate each case follows from the fault's onset and the `for`, so it is computed here
-once instead of retyped with its arithmetic in every alert. Cases that prove something specific (a value just
-under the threshold, a sticky counter, a shared GPU) are written by hand beside these.
+on healthy data, and it stays silent on the same fault before `for` has elapsed (before the fault's onset when a
+site's `for` is too short to leave time after it, 0s included). Only the series differ from alert to alert; when
+to evaluate each case follows from the fault's onset and the `for`, so it is computed here once instead of
+retyped with its arithmetic in every alert. Cases that prove something specific (a value just under the
+threshold, a sticky counter, a shared GPU) are written by hand beside these.
 """
 
 from __future__ import annotations
@@ -39,31 +40,26 @@ class Timing:
     earliest: int | None = None  # from here on it may already hold
     settle: int | None = None  # how long after `for` has elapsed the firing case is evaluated (default 10 scrapes)
 
-    def __post_init__(self) -> None:
-        if self.pending_seconds <= self.onset:
-            raise ValueError(
-                f"a `for` of {self.hold}s leaves no time between the onset ({self.onset}s) and the end of `for`"
-            )
-
     @property
     def firing_seconds(self) -> int:
         return self.onset + self.hold + (10 * self.step if self.settle is None else self.settle)
 
     @property
-    def pending_seconds(self) -> int:
-        # Three scrapes before `for` ends (half the `for` when it is shorter), counted from the earliest onset.
-        earliest = self.onset if self.earliest is None else self.earliest
-        return earliest + self.hold - min(3 * self.step, self.hold // 2)
+    def pending_seconds(self) -> int | None:
+        """When the fault holds but `for` has not elapsed: three scrapes before `for` ends (half the `for` when it
+        is shorter), counted from the earliest onset; None when a site's short `for` (0s fires at once) ends
+        before the condition holds on every Prometheus version."""
+        during = self._earliest + self.hold - min(3 * self.step, self.hold // 2)
+        return during if during > self.onset else None
+
+    @property
+    def _earliest(self) -> int:
+        return self.onset if self.earliest is None else self.earliest
 
     @property
     def firing_at(self) -> str:
         """An evaluation time well after `for` has elapsed."""
         return duration(self.firing_seconds)
-
-    @property
-    def pending_at(self) -> str:
-        """An evaluation time after the condition holds but before `for` has elapsed."""
-        return duration(self.pending_seconds)
 
     def fires(self, name: str, series: list[Series], expect: list[Sample]) -> Case:
         """A further fault, evaluated when the standard one fires."""
@@ -72,6 +68,18 @@ class Timing:
     def silent(self, name: str, series: list[Series]) -> Case:
         """Further data the alert must not fire on (a borderline value), evaluated when the fault fires."""
         return Case(name, self.firing_at, series)
+
+    def not_yet(self, name: str, fault_series: list[Series], pending_series: list[Series]) -> list[Case]:
+        """The alert silent before `for` has elapsed: on `pending_series` after the onset or, when the `for` is
+        too short to leave time after it, on the fault before its onset; nothing when the fault holds from the
+        first scrape."""
+        if self.pending_seconds is not None:
+            return [Case(name, duration(self.pending_seconds), pending_series)]
+        before_onset = self._earliest - self.step  # one scrape before the condition may hold
+        if before_onset >= 0:
+            name = f"the fault before its onset (a `for` of {duration(self.hold)} leaves no time after it)"
+            return [Case(name, duration(before_onset), fault_series)]
+        return []
 
 
 def timing(
@@ -108,6 +116,6 @@ def standard_cases(
         silent_on=[
             when.silent(healthy, healthy_series),
             *also_silent,
-            Case(pending, when.pending_at, fault_series if pending_series is None else pending_series),
+            *when.not_yet(pending, fault_series, fault_series if pending_series is None else pending_series),
         ],
     )
