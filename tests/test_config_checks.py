@@ -568,6 +568,27 @@ def test_receivers_defined_once_and_every_reference_defined(tmp_path):
     ]
 
 
+def test_a_site_receivers_list_that_replaces_the_defaults_is_blamed_for_their_references(tmp_path):
+    """Lists replace: a site's own receivers drop config/default.yaml's, whose default receiver and routes the site
+    left alone still name them. The site file is to blame, once per key it left, with both ways out."""
+    assert refused(tmp_path, 'alertmanager:\n  receivers: [{name: ops, webhook_url: "https://x.example/hook"}]\n') == [
+        "config error: SITE: alertmanager.receivers: this list replaced the one of config/default.yaml (lists "
+        "replace, mappings merge), but alertmanager.default_receiver of config/default.yaml still names 'default', "
+        "which no longer exists; list it too, or set alertmanager.default_receiver as well",
+        "config error: SITE: alertmanager.receivers: this list replaced the one of config/default.yaml (lists "
+        "replace, mappings merge), but alertmanager.routes of config/default.yaml still name 'blackhole', "
+        "'job-owner', 'gpu-ops-pager', 'gpu-ops', 'network', 'storage', 'ml-platform', 'security', 'slurm-admins', "
+        "which no longer exist; list them too, or set alertmanager.routes as well",
+    ]
+    # Routes the site writes itself are its own lines.
+    assert (
+        "config error: SITE: alertmanager.routes[0].receiver: receiver 'ops' is not defined; define it under "
+        "alertmanager.receivers (['default'])"
+    ) in refused(
+        tmp_path, "alertmanager:\n  receivers: [{name: default}]\n  routes: [{receiver: ops, match: {team: x}}]\n"
+    )
+
+
 def test_every_team_has_a_route(tmp_path):
     """An alert's team that no route matches reaches only the default receiver: nobody of that team reads it."""
     without_storage = TEAM_ROUTES.replace("    - {receiver: default, match: {team: storage}}\n", "")
@@ -613,14 +634,6 @@ def test_team_routes_not_judged_while_the_schema_refuses_a_route(tmp_path):
         "config error: SITE: alertmanager.routes[0].match: {} is empty; write at least one label: value (a route "
         "without one would catch every alert)",
     ]
-
-
-def test_undefined_receiver_of_the_defaults_blames_the_defaults(tmp_path):
-    lines = refused(tmp_path, "alertmanager:\n  receivers: [{name: default}]\n")
-    assert lines[0] == (
-        "config error: config/default.yaml: alertmanager.routes[0].receiver: receiver 'blackhole' is "
-        "not defined; define it under alertmanager.receivers (['default'])"
-    )
 
 
 # --- datasource uids --------------------------------------------------------------------------------------

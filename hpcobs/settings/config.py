@@ -131,15 +131,23 @@ def _key_path(path: list[Any]) -> str:
     return out or "(top level)"
 
 
-def _holds(doc: Any, path: list[Any]) -> bool:
+_ABSENT = object()
+
+
+def _at(doc: Any, path: list[Any], absent: Any = None) -> Any:
+    """The value at `path`, or `absent` where `doc` does not hold it."""
     node = doc
     for part in path:
         in_list = isinstance(node, list) and isinstance(part, int) and part < len(node)
         if isinstance(node, dict) and part in node or in_list:
             node = node[part]
         else:
-            return False
-    return True
+            return absent
+    return node
+
+
+def _holds(doc: Any, path: list[Any]) -> bool:
+    return _at(doc, path, _ABSENT) is not _ABSENT
 
 
 def _explain(error: jsonschema.ValidationError) -> list[tuple[list[Any], list[Any], str]]:
@@ -181,7 +189,8 @@ def _explain(error: jsonschema.ValidationError) -> list[tuple[list[Any], list[An
 
 def validate(doc: Any, sources: list[tuple[Path, Any]]) -> None:
     """Raise UserError listing every problem, schema and config_checks alike, blaming the last file that sets
-    the key (for a conflict between keys, any of them: the site file that set one is where to fix it).
+    the key (for a conflict between keys, any of them: the site file that set one is where to fix it; when that
+    is a list replacing an earlier file's, the line says so).
     A key the schema already refuses gets no second line from the checks that assume it valid."""
     schema = json.loads(SCHEMA.read_text(encoding="utf-8"))
     validator = jsonschema.Draft7Validator(schema, format_checker=config_checks.FORMATS)
@@ -194,12 +203,49 @@ def validate(doc: Any, sources: list[tuple[Path, Any]]) -> None:
         for path, held, message in checked
         if not any(key[: len(r)] == r for key in held for r in refused)
     ]
-    lines = []
+    # A line each, except the keys left to an earlier file that refer into a list a later one replaced: one line
+    # per list and key, naming every value that no longer exists.
+    lines: dict[str | tuple[Path, str, Path, str], list[Any]] = {}
     for path, held, message in sorted(found, key=lambda f: (list(map(str, f[0])), f[2])):
-        blamed = next((p for p, d in reversed(sources) if any(_holds(d, key) for key in held)), sources[-1][0])
-        lines.append(f"config error: {blamed}: {_key_path(path)}: {message}")
+        blamed, blamed_doc = next(
+            ((p, d) for p, d in reversed(sources) if any(_holds(d, key) for key in held)), sources[-1]
+        )
+        replaced = _replaced_list(sources, blamed_doc, path, held)
+        if replaced is None:
+            lines.setdefault(f"config error: {blamed}: {_key_path(path)}: {message}", [])
+        else:
+            lines.setdefault((blamed, *replaced), []).append(_at(doc, path))
     if lines:
-        raise UserError(sorted(set(lines), key=lines.index))
+        raise UserError(
+            [line if isinstance(line, str) else _left_behind(*line, values) for line, values in lines.items()]
+        )
+
+
+def _replaced_list(
+    sources: list[tuple[Path, Any]], doc: Any, path: list[Any], held: list[list[Any]]
+) -> tuple[str, Path, str] | None:
+    """When `doc` leaves `path` to an earlier file and replaced that file's list at another held key (lists
+    replace, so `path` still names values of the list it dropped): that list's key, the earlier file, and the
+    first key of `path` that `doc` does not set."""
+    if _holds(doc, path):
+        return None
+    origin, origin_doc = next(((p, d) for p, d in reversed(sources) if _holds(d, path)), (None, None))
+    replaced = [key for key in held[1:] if isinstance(_at(doc, key), list) and isinstance(_at(origin_doc, key), list)]
+    if origin is None or not replaced:
+        return None
+    unset = next(path[:n] for n in range(1, len(path) + 1) if not _holds(doc, path[:n]))
+    return _key_path(replaced[0]), origin, _key_path(unset)
+
+
+def _left_behind(blamed: Path, replaced: str, origin: Path, unset: str, values: list[Any]) -> str:
+    """One line for every value that `unset`, left to `origin`, names in the list `blamed` replaced."""
+    distinct = list(dict.fromkeys(repr(value) for value in values))
+    names, exist, them = ("name", "exist", "them") if len(distinct) > 1 else ("names", "exists", "it")
+    return (
+        f"config error: {blamed}: {replaced}: this list replaced the one of {origin} (lists replace, mappings "
+        f"merge), but {unset} of {origin} still {names} {', '.join(distinct)}, which no longer {exist}; "
+        f"list {them} too, or set {unset} as well"
+    )
 
 
 def load(site: str | Path | None = None) -> Config:

@@ -320,7 +320,7 @@ def problems(doc: Any) -> list[tuple[KeyPath, str]]:
         *_windows(doc),
         *_nccl_warn_burst(doc),
         *_metric_names(doc),
-        *_alertmanager(doc),
+        *_receivers_defined_once(doc),
         *_team_routes(doc),
         *_datasource_uids(doc),
         *_folder_uid(doc),
@@ -333,7 +333,7 @@ def conflicts(doc: Any) -> list[tuple[KeyPath, list[KeyPath], str]]:
     """What keys get wrong together: (key reported, the other keys, "problem; fix") each."""
     if not isinstance(doc, dict):
         return []
-    return [*_job_info_apart_from_job_written(doc)]
+    return [*_receivers_referred_to(doc), *_job_info_apart_from_job_written(doc)]
 
 
 def _non_finite_numbers(node: Any, path: KeyPath) -> Iterator[tuple[KeyPath, str]]:
@@ -408,19 +408,23 @@ def _metric_names(doc: dict) -> Iterator[tuple[KeyPath, str]]:
             )
 
 
-def _alertmanager(doc: dict) -> Iterator[tuple[KeyPath, str]]:
-    """Receivers are referred to by name: each defined once, and every reference defined."""
-    receivers = _get(doc, "alertmanager", "receivers")
-    receivers = receivers if isinstance(receivers, list) else []
-    names = [r["name"] for r in receivers if isinstance(r, dict) and isinstance(r.get("name"), str)]
-    if len(names) != len(receivers):
-        return  # references cannot be judged against a list the schema refuses
+def _receivers_defined_once(doc: dict) -> Iterator[tuple[KeyPath, str]]:
+    """Receivers are referred to by name: each defined once."""
+    names = _receiver_names(doc) or []
     for index, name in enumerate(names):
         if name in names[:index]:
             yield (
                 ["alertmanager", "receivers", index, "name"],
                 f"receiver {name!r} is defined twice; rename one or merge them",
             )
+
+
+def _receivers_referred_to(doc: dict) -> Iterator[tuple[KeyPath, list[KeyPath], str]]:
+    """Every reference to a receiver names one the list defines: a conflict with the list, so a site file that
+    replaced it is blamed for the references it left to config/default.yaml."""
+    names = _receiver_names(doc)
+    if names is None:
+        return
     defined = sorted(set(names))
     references: list[tuple[KeyPath, Any]] = [
         (["alertmanager", "default_receiver"], _get(doc, "alertmanager", "default_receiver"))
@@ -433,7 +437,15 @@ def _alertmanager(doc: dict) -> Iterator[tuple[KeyPath, str]]:
         if isinstance(name, str) and name not in defined:
             guess = difflib.get_close_matches(name, defined, n=1)
             hint = f"did you mean {guess[0]!r}?" if guess else f"define it under alertmanager.receivers ({defined})"
-            yield path, f"receiver {name!r} is not defined; {hint}"
+            yield path, [["alertmanager", "receivers"]], f"receiver {name!r} is not defined; {hint}"
+
+
+def _receiver_names(doc: dict) -> list[str] | None:
+    """The receivers' names in order; None when the schema refuses the list (references cannot be judged)."""
+    receivers = _get(doc, "alertmanager", "receivers")
+    receivers = receivers if isinstance(receivers, list) else []
+    names = [r["name"] for r in receivers if isinstance(r, dict) and isinstance(r.get("name"), str)]
+    return names if len(names) == len(receivers) else None
 
 
 def _team_routes(doc: dict) -> Iterator[tuple[KeyPath, str]]:
