@@ -14,10 +14,10 @@ from __future__ import annotations
 from dataclasses import dataclass
 from math import prod
 
-from hpcobs.lang import lint
-from hpcobs.exporters.catalogue import Metric
 from hpcobs.authoring.rules import Group, Record
+from hpcobs.exporters.catalogue import Metric
 from hpcobs.exporters.sources import Sources
+from hpcobs.lang import lint
 
 REFERENCE = {
     "nodes": 2048,

@@ -20,9 +20,9 @@ from pathlib import Path
 
 import yaml
 
-from hpcobs.lang import promql
 from hpcobs.build.cache import Cache, digest
 from hpcobs.errors import ToolError
+from hpcobs.lang import promql
 from hpcobs.lang.render import load_yaml
 
 # (env var, binary, Debian package, minimum version)

@@ -15,14 +15,14 @@ from typing import Any
 
 import jsonschema
 
-from hpcobs.targets import rule_targets
 from hpcobs.build import tools
 from hpcobs.build.cache import Cache, digest
+from hpcobs.build.timing import Timings
 from hpcobs.errors import UserError
 from hpcobs.lang.render import load_yaml
 from hpcobs.lang.sensor_values import OBJECT_NAME
-from hpcobs.build.timing import Timings
 from hpcobs.paths import ROOT
+from hpcobs.targets import rule_targets
 
 SCHEMAS = ROOT / "schemas"
 RULES_SCHEMA = "schemastore/prometheus.rules.json"
