@@ -350,10 +350,15 @@ def test_exit_code_and_json(rerouted, capsys, tmp_path):
 
 
 def test_bad_bases_are_one_line_errors(capsys, tmp_path):
-    assert diff(capsys, "no-such-ref-or-directory") == (
+    # A repository of its own: the checkout may be a release tarball, without history.
+    repo = tmp_path / "repo"
+    repo.mkdir()
+    git(repo, "init", "-q", "-b", "main")
+    git(repo, "commit", "-q", "--allow-empty", "-m", "empty")
+    assert diff(capsys, "--repo", str(repo), "no-such-ref-or-directory") == (
         2,
         "",
-        f"diff error: BASE no-such-ref-or-directory: neither a directory nor a commit of {ROOT}; give an out/ "
+        f"diff error: BASE no-such-ref-or-directory: neither a directory nor a commit of {repo}; give an out/ "
         "directory or a git ref (CI: fetch the history, actions/checkout with fetch-depth: 0)\n",
     )
     assert diff(capsys, str(tmp_path)) == (
