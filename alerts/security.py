@@ -202,14 +202,15 @@ def _checkpoint_foreign_read(events: _Events) -> Alert:
         events.ctx.thresholds.security_checkpoint_policies,
     )
     rule, policy = rules[0], policies[0]
+    reads = security_content.checkpoint_foreign_reads(events.ctx.thresholds)
     priority = security_content.falco_rule(events.ctx.thresholds, "checkpoint").priority_number
     falco_read = events.falco(KEEPS_MATCHING, rule, priority, node="n3")
     tetragon_read = events.tetragon("_x10 2+0.5x30", policy, node="n3")
     return events.event_alert(
         "SecurityCheckpointForeignRead",
         severity="critical",
-        expr=f"{events.rose('falco', 'rule_matches', ('node',), {'rule_name': one_of(rules)})} or "
-        f"{events.rose('tetragon', 'policy_events', ('node',), {'policy': one_of(policies)})}",
+        expr=f"{events.rose('falco', 'rule_matches', ('node',), reads.falco)} or "
+        f"{events.rose('tetragon', 'policy_events', ('node',), reads.tetragon)}",
         summary="A process outside the owning job read a training checkpoint.",
         description=f"On {label('node')} ({events.where}) a process outside the owning job opened a checkpoint within "
         f"the last {events.window} (Falco rules {go_template_text(', '.join(rules))} or Tetragon "

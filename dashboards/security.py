@@ -2,14 +2,17 @@
 critical events, logs (docs/dashboards.md).
 
 Recorded series only. Falco rule names are not typed here: the outbound and checkpoint panels select
-the rules listed in config (thresholds.security_outbound_rules / security_checkpoint_rules), the first of each
-being the rule hpcobs ships in out/falco/ (hpcobs.security.names, docs/security-content.md).
+the rules listed in config (thresholds.security_outbound_rules / security_checkpoint_rules, and the checkpoint
+panel the Tetragon policies of security_checkpoint_policies), the first of each being the rule or policy hpcobs
+ships in out/falco/ and out/tetragon/ (hpcobs.security.names, docs/security-content.md).
 """
 
 from dataclasses import dataclass
 
+from hpcobs.security import names as security_content
+
 from hpcobs.authoring.context import Context
-from hpcobs.authoring.dashboard import Column, DashboardSpec, Panel, Row, Variable, logs, stat, table, timeseries
+from hpcobs.authoring.dashboard import Column, DashboardSpec, Panel, Query, Row, Variable, logs, stat, table, timeseries
 from hpcobs.lang import promql
 from hpcobs.settings.names import DashboardUid
 
@@ -31,7 +34,7 @@ class _Series:
     critical_nodes: str
     critical_rules: str
     outbound: str
-    checkpoint: str
+    checkpoint: list[Query]  # Falco's matches and Tetragon's events, read like SecurityCheckpointForeignRead
     actions: str
 
     @classmethod
@@ -41,7 +44,7 @@ class _Series:
         critical = int(ctx.thresholds.security_falco_critical_priority)
         critical_match = f"priority{promql.one_of([str(priority) for priority in range(critical + 1)])}"
         outbound_rules = f"rule_name{promql.one_of(ctx.thresholds.security_outbound_rules)}"
-        checkpoint_rules = f"rule_name{promql.one_of(ctx.thresholds.security_checkpoint_rules)}"
+        checkpoint = security_content.checkpoint_foreign_reads(ctx.thresholds)
         return cls(
             in_cluster=in_cluster,
             nodes=nodes,
@@ -49,9 +52,19 @@ class _Series:
             critical_nodes=f"node:falco_events:rate{{{nodes}, {critical_match}}}",
             critical_rules=f"cluster:falco_events:rate{{{in_cluster}, {critical_match}}}",
             outbound=f"cluster:falco_events:rate{{{in_cluster}, {outbound_rules}}}",
-            checkpoint=f"cluster:falco_events:rate{{{in_cluster}, {checkpoint_rules}}}",
+            checkpoint=[
+                Query(f"cluster:falco_events:rate{{{in_cluster}, {_matchers(checkpoint.falco)}}}", "{{rule_name}}"),
+                Query(
+                    f"cluster:tetragon_policy_events:rate{{{in_cluster}, {_matchers(checkpoint.tetragon)}}}",
+                    "{{policy}} {{binary}}",
+                ),
+            ],
             actions=f"node:tetragon_policy_actions:rate{{{nodes}}}",
         )
+
+
+def _matchers(matchers: dict[str, str]) -> str:
+    return ", ".join(f"{label}{match}" for label, match in matchers.items())
 
 
 def _overview(ctx: Context, series: _Series) -> Row:
@@ -199,11 +212,12 @@ def _falco(ctx: Context, series: _Series) -> Row:
             timeseries(
                 "Checkpoint reads by foreign processes",
                 series.checkpoint,
-                legend="{{rule_name}}",
                 unit="eps",
                 shows=("checkpoint_foreign_read",),
-                description="Falco matches of the rules reporting a checkpoint read by a process outside its job "
-                "(config thresholds.security_checkpoint_rules).",
+                description="Falco matches of the rules and Tetragon events of the policies reporting a checkpoint "
+                "read by a process outside its job (config thresholds.security_checkpoint_rules and "
+                "security_checkpoint_policies), by rule, or by policy and binary; what SecurityCheckpointForeignRead "
+                "pages on.",
             ),
         ],
     )

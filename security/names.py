@@ -15,6 +15,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from hpcobs.lang.promql import one_of
 from hpcobs.lang.sensor_values import network
 from hpcobs.settings.thresholds import Thresholds
 
@@ -155,6 +156,24 @@ def falco_rule(thresholds: Thresholds, key: str) -> FalcoRule:
 
 def tetragon_policy(thresholds: Thresholds, key: str) -> TetragonPolicy:
     return next(policy for policy in tetragon_policies(thresholds) if policy.key == key)
+
+
+@dataclass(frozen=True)
+class SensorReads:
+    """The events of one fault each sensor reports, as matchers (label -> PromQL match) on its series: Falco's rule
+    matches, Tetragon's policy events. The fault's alert and its panel read both, so a site running only one
+    sensor is paged and sees the fault alike."""
+
+    falco: dict[str, str]
+    tetragon: dict[str, str]
+
+
+def checkpoint_foreign_reads(thresholds: Thresholds) -> SensorReads:
+    """A checkpoint opened by a process outside its job: the checkpoint rules and policies of config."""
+    return SensorReads(
+        falco={"rule_name": one_of(thresholds.security_checkpoint_rules)},
+        tetragon={"policy": one_of(thresholds.security_checkpoint_policies)},
+    )
 
 
 def allowed_networks(security: dict) -> list[str]:

@@ -355,3 +355,20 @@ def test_slurm_job_table_grades_efficiency_like_jobstats(dashboards):
     assert len(steps) == 1
     colour = lambda v: [s["color"] for s in steps[0] if s["value"] <= v][-1]  # noqa: E731
     assert (colour(10), colour(15), colour(20), colour(25), colour(80)) == ("red", "red", "orange", "green", "green")
+
+
+# A label matched against a list of names: a Falco rule's or a Tetragon policy's.
+SENSOR_SELECTION = re.compile(r'\b(?:rule_name|policy)=~"(?:[^"\\]|\\.)*"')
+
+
+def test_the_checkpoint_panel_reads_the_sensors_its_alert_reads(dashboards, generated):
+    """SecurityCheckpointForeignRead pages on a Falco rule or a Tetragon policy; its panel shows the same rules
+    and policies, so a site running only Tetragon sees the reads too."""
+    security = next(d for d in dashboards.values() if d["uid"] == DashboardUid.SECURITY)
+    panel = next(p for p in panels(security) if p["title"] == "Checkpoint reads by foreign processes")
+    panel_exprs = " ".join(target["expr"] for target in panel["targets"])
+    rules = yaml.safe_load(generated["prometheus/rules/security.rules.yaml"])["groups"]
+    alert_expr = next(r["expr"] for g in rules for r in g["rules"] if r.get("alert") == "SecurityCheckpointForeignRead")
+    assert "cluster:falco_events:rate{" in panel_exprs and "cluster:tetragon_policy_events:rate{" in panel_exprs
+    assert set(SENSOR_SELECTION.findall(panel_exprs)) == set(SENSOR_SELECTION.findall(alert_expr))
+    assert len(set(SENSOR_SELECTION.findall(alert_expr))) == 2
