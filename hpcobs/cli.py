@@ -20,6 +20,7 @@ from hpcobs.delivery import deploy, review
 from hpcobs.errors import UserError
 from hpcobs.paths import ROOT
 from hpcobs.settings import config as config_module
+from hpcobs.targets import dashboards, prometheus
 
 # The options shared by the commands: flags, argparse keywords, and the value when given nowhere.
 _SHARED: dict[str, tuple[dict[str, Any], Any]] = {
@@ -145,9 +146,9 @@ def build(args: argparse.Namespace) -> int:
 
         outdir.publish(out, files, validated)
         timings.lap("publish: exchange with out/, remove the previous tree")
-        rules = sum(1 for p in files if p.startswith(pipeline.RULES_DIR))
-        dashboards = sum(1 for p in files if p.startswith("grafana/dashboards/"))
-        counts = f"{len(files)} files: {rules} rule files, {dashboards} dashboards"
+        rules = sum(1 for p in files if prometheus.TARGET.owns(p))
+        boards = sum(1 for p in files if dashboards.TARGET.owns(p))
+        counts = f"{len(files)} files: {rules} rule files, {boards} dashboards"
         print(f"wrote {out} ({counts}) from {', '.join(config.origin)}")
         budget = pipeline.budget_report(config)
         timings.lap("cardinality budget")

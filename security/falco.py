@@ -1,4 +1,4 @@
-"""out/falco/hpcobs_rules.yaml: the Falco rules whose matches the security alerts and panels count
+"""The Falco rules file (hpcobs.targets.falco writes it): the rules whose matches the security alerts and panels count
 (docs/security-content.md), named, prioritised and tagged as hpcobs.security.names defines them.
 
 The file is self-contained: its own lists and macros (prefixed hpcobs_), none from Falco's default ruleset, so it
@@ -22,12 +22,10 @@ from typing import Any
 
 from hpcobs.authoring.context import Context
 from hpcobs.lang import sensor_values
-from hpcobs.lang.render import GENERATED, yaml_text
 
 from . import names as security_content
 from .names import FalcoRule
 
-PATH = f"falco/{security_content.FALCO_RULES_FILE}"
 # Falco 0.41.0's engine: the schema (schemas/falco) and field list the rules are checked against are its own.
 ENGINE_VERSION = "0.50.0"
 OPEN = '("open", "openat", "openat2")'
@@ -155,7 +153,3 @@ def document(ctx: Context) -> list[dict[str, Any]]:
     """The rules file's items in load order: the engine version, the lists and macros, then the rules."""
     rules = [rule(definition) for definition in security_content.falco_rules(ctx.thresholds)]
     return [{"required_engine_version": ENGINE_VERSION}, *lists_and_macros(ctx), *rules]
-
-
-def files(ctx: Context) -> dict[str, str]:
-    return {PATH: yaml_text(document(ctx), GENERATED)}

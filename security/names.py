@@ -19,8 +19,6 @@ from hpcobs.lang.promql import one_of
 from hpcobs.lang.sensor_values import network
 from hpcobs.settings.thresholds import Thresholds
 
-# The rules file's name, in out/falco/ and where Falco loads it from (a rules.d directory of its config).
-FALCO_RULES_FILE = "hpcobs_rules.yaml"
 # Falco's priorities, most severe first: a rule's position here is the number Falco's native metrics write in the
 # `priority` label of falcosecurity_falco_rules_matches_total (falcosecurity/falco falco_common.h, priority_type).
 FALCO_PRIORITIES = ("EMERGENCY", "ALERT", "CRITICAL", "ERROR", "WARNING", "NOTICE", "INFORMATIONAL", "DEBUG")

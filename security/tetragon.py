@@ -1,6 +1,6 @@
-"""out/tetragon/<policy>.yaml: Tetragon TracingPolicies (cilium.io/v1alpha1, checked against the CRD of Tetragon
-v1.5.0) whose events and actions the security alerts and panels count (docs/security-content.md), named and
-hooked as hpcobs.security.names defines them.
+"""Tetragon TracingPolicies (cilium.io/v1alpha1, checked against the CRD of Tetragon v1.5.0; hpcobs.targets.tetragon
+writes one file each) whose events and actions the security alerts and panels count (docs/security-content.md),
+named and hooked as hpcobs.security.names defines them.
 
 Tetragon cannot see Slurm's cgroups: it knows a job's processes as slurmstepd and its descendants
 (matchBinaries In slurmstepd with followChildren, which only follows processes started after the policy was
@@ -20,12 +20,10 @@ from typing import Any
 
 from hpcobs.authoring.context import Context
 from hpcobs.lang import sensor_values
-from hpcobs.lang.render import GENERATED, yaml_text
 
 from . import names as security_content
 from .names import TetragonPolicy
 
-FOLDER = "tetragon"
 EPERM = -1
 _MESSAGES = {
     "checkpoint-guard": "hpcobs: checkpoint opened by a process outside the Slurm jobs",
@@ -128,9 +126,6 @@ def policy_document(ctx: Context, policy: TetragonPolicy) -> dict[str, Any]:
     }
 
 
-def files(ctx: Context) -> dict[str, str]:
-    """One file per policy, named by its key: the name is the site's to choose (a config key), a path is not."""
-    return {
-        f"{FOLDER}/hpcobs-{policy.key}.yaml": yaml_text(policy_document(ctx, policy), GENERATED)
-        for policy in security_content.tetragon_policies(ctx.thresholds)
-    }
+def documents(ctx: Context) -> dict[str, dict[str, Any]]:
+    """Every policy's TracingPolicy, by the policy's key."""
+    return {policy.key: policy_document(ctx, policy) for policy in security_content.tetragon_policies(ctx.thresholds)}

@@ -3,7 +3,7 @@
 import pytest
 
 from hpcobs.authoring.context import Context
-from hpcobs.authoring.rules import Record
+from hpcobs.authoring.rules import Record, layers
 from hpcobs.build import cardinality, pipeline
 from hpcobs.lang import lint
 
@@ -76,7 +76,7 @@ def test_the_build_prints_the_budget(tmp_path):
 
 
 def test_groups_form_layers_without_reading_their_own_records(groups):
-    layered = pipeline.layers(groups)
+    layered = layers(groups)
     assert sum(map(len, layered)) == len(groups)
     produced_by = {r.record: g.name for g in groups for r in g.rules if isinstance(r, Record)}
     for group in groups:

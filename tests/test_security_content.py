@@ -13,7 +13,6 @@ import jsonschema
 import promql_parser
 import pytest
 import yaml
-from hpcobs.security import falco as falco_rules
 from hpcobs.security import names as security_content
 
 from hpcobs.build import pipeline, validate
@@ -22,6 +21,8 @@ from hpcobs.lang.render import load_yaml
 from hpcobs.proof.simulate import Simulation
 from hpcobs.settings import config as config_module
 from hpcobs.settings.thresholds import Thresholds
+from hpcobs.targets import falco as falco_rules
+from hpcobs.targets.tetragon import TRACING_POLICY_SCHEMA
 from tests.conftest import ROOT
 
 FIELDS = ROOT / "schemas" / "falco" / "fields.txt"
@@ -174,7 +175,7 @@ def test_job_processes_are_never_selected_by_name(rules_file):
 def test_policies_are_valid_for_the_tracingpolicy_crd(config, generated, policies):
     assert len(policies) == len(security_content.tetragon_policies(Thresholds.from_config(config["thresholds"])))
     for path in policies:
-        assert validate.schema_for(path) == validate.TRACING_POLICY_SCHEMA
+        assert validate.schema_for(path) == TRACING_POLICY_SCHEMA
         assert validate.schema_errors(path, generated[path]) == []
     path = "tetragon/hpcobs-checkpoint-guard.yaml"
     document = load_yaml(generated[path])

@@ -11,7 +11,8 @@ dashboard links, severity and team labels). promtool cannot run LogQL, so their 
 each case (LogCase) names real log lines (tests/data/log_lines.yaml) the metric is computed on in Python with RE2
 by tests/test_loki_rules.py, which also parses every expression with Grafana's LogQL grammar.
 
-Streams, labels and how the rules are loaded into Loki's ruler: docs/loki.md.
+The rule file they are written to is hpcobs.targets.loki; streams, labels and how the rules are loaded into Loki's
+ruler: docs/loki.md.
 """
 
 from __future__ import annotations
@@ -19,14 +20,12 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
-from hpcobs.authoring.rules import Alert, Group, LinkBases, Record
+from hpcobs.authoring.rules import Alert, Group, Record
 from hpcobs.authoring.ruletest import Case, Series
 from hpcobs.lang import escape, promql, promregex
-from hpcobs.lang.render import GENERATED, yaml_text
 from hpcobs.lang.selectors import Matcher, parse_selector
 from hpcobs.settings.config import Config
 
-RULES_FILE = "loki/rules/hpcobs.yaml"
 # Loki's ruler scans every line of a rule's window at each evaluation: once a minute (its default evaluation
 # interval), not at the scrape interval.
 INTERVAL = "1m"
@@ -196,8 +195,3 @@ class LogGroup:
 
     def group(self) -> Group:
         return Group(self.name, domain="logs", interval=INTERVAL, rules=[r.rule for r in self.rules])
-
-
-def rule_file(groups: list[LogGroup], links: LinkBases) -> str:
-    """The Loki ruler's rule file: Prometheus' rule-file format, holding LogQL."""
-    return yaml_text({"groups": [g.group().to_dict(links) for g in groups]}, GENERATED)

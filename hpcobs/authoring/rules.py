@@ -8,6 +8,7 @@ from dataclasses import dataclass, field
 from functools import partial
 
 from hpcobs.authoring.ruletest import Case
+from hpcobs.lang import lint
 from hpcobs.lang.escape import go_template_text, url_query
 from hpcobs.lang.promql import duration_seconds
 from hpcobs.settings.config import Config
@@ -178,3 +179,26 @@ class Group:
             "interval": self.interval,
             "rules": [rule.to_dict(links) if isinstance(rule, Alert) else rule.to_dict() for rule in self.rules],
         }
+
+
+def _names_read(group: Group) -> set[str]:
+    return {name for rule in group.rules for name in lint.metric_names(rule.expr)}
+
+
+def layers(groups: list[Group]) -> list[list[Group]]:
+    """Groups ordered by dependency: a group only reads raw series or records of earlier layers.
+
+    Rulers evaluate groups independently, and backfilling (promtool tsdb create-blocks-from rules,
+    vmalert replay) sees only what is already stored, so records are replayed layer by layer.
+    """
+    producer = {r.record: g.name for g in groups for r in g.rules if isinstance(r, Record)}
+    needs = {g.name: {producer[n] for n in _names_read(g) if n in producer} - {g.name} for g in groups}
+    ordered: list[list[Group]] = []
+    placed: set[str] = set()
+    while len(placed) < len(groups):
+        ready = [g for g in groups if g.name not in placed and needs[g.name] <= placed]
+        if not ready:
+            raise ValueError(f"rule groups depend on each other in a cycle: {sorted(set(needs) - placed)}")
+        ordered.append(ready)
+        placed |= {g.name for g in ready}
+    return ordered

@@ -1,4 +1,5 @@
-"""Check generated files before they reach out/: JSON schemas for shape, promtool and amtool for meaning."""
+"""Check generated files before they reach out/: JSON schemas for shape, promtool and amtool for meaning, each file
+as the target that owns it declares (hpcobs.targets.registry)."""
 
 from __future__ import annotations
 
@@ -19,34 +20,13 @@ from hpcobs.build import tools
 from hpcobs.build.cache import Cache, digest
 from hpcobs.build.timing import Timings
 from hpcobs.errors import UserError
-from hpcobs.lang.render import load_yaml
+from hpcobs.lang.render import GENERATED, load_yaml, yaml_text
 from hpcobs.lang.sensor_values import OBJECT_NAME
 from hpcobs.paths import ROOT
-from hpcobs.targets import rule_targets
+from hpcobs.targets import registry
+from hpcobs.targets.base import Tool
 
 SCHEMAS = ROOT / "schemas"
-RULES_SCHEMA = "schemastore/prometheus.rules.json"
-# The Mimir ruler's namespace file: a Prometheus rule file naming, beside its groups, the namespace they load into.
-MIMIR_SCHEMA = f"{RULES_SCHEMA}#mimir-namespace"
-# The API server silently prunes fields the CRD's structural schema does not know; closed, the schema refuses them.
-PROMETHEUS_RULE_SCHEMA = "prometheus-operator/prometheusrule.v1.openapi.json#closed"
-# Tetragon's TracingPolicy CRD, closed the same way, with the object name the API server requires of it.
-TRACING_POLICY_SCHEMA = "tetragon/tracingpolicy.v1alpha1.openapi.json#closed-named"
-# (folder, file name ending, schema: a file under schemas/, with a #variant derived from it by schema())
-_BY_PATH = (
-    ("prometheus/rules/", "", RULES_SCHEMA),
-    ("prometheus/tests/", ".rules.yaml", RULES_SCHEMA),  # the rules a test loads
-    ("prometheus/tests/", ".tests.yaml", "schemastore/prometheus.rules.test.json"),
-    ("alertmanager/", "", "schemastore/prometheus-alertmanager.json"),
-    ("grafana/dashboards/", "", "grafana-v11.6/dashboard.jsonschema.json"),
-    (rule_targets.PROMETHEUS_RULE, "", PROMETHEUS_RULE_SCHEMA),
-    (f"{rule_targets.MIMIR_DIR}/", ".yaml", MIMIR_SCHEMA),
-    # Loki's ruler reads Prometheus' rule-file format with LogQL in it: shape checked here, never by promtool
-    # (_TOOL_CHECKS runs it on prometheus/ only); the LogQL is parsed by tests/test_loki_rules.py.
-    ("loki/rules/", ".yaml", RULES_SCHEMA),
-    ("falco/", ".yaml", "falco/rule_schema.json"),  # the schema Falco checks rules files with (its --rule-schema)
-    ("tetragon/", ".yaml", TRACING_POLICY_SCHEMA),
-)
 # Besides the file and the schema, the libraries that read and check them decide a schema validation.
 _VALIDATORS = {name: metadata.version(name) for name in ("jsonschema", "PyYAML")}
 
@@ -98,7 +78,9 @@ def _schema_digest(relative: str) -> str:
 
 
 def schema_for(path: str) -> str | None:
-    return next((s for folder, ending, s in _BY_PATH if path.startswith(folder) and path.endswith(ending)), None)
+    """The schema the target owning path checks it against (hpcobs.targets.registry), None when it has none."""
+    target = registry.owner(path)
+    return next((check.schema for check in target.checks_of(path) if check.schema), None) if target else None
 
 
 def schema_errors(path: str, text: str, cache: Cache | None = None) -> list[str]:
@@ -128,35 +110,49 @@ def schema_errors(path: str, text: str, cache: Cache | None = None) -> list[str]
     return errors
 
 
-# (folder, file name ending, the tool run for such files, one run per file or per folder). Rule tests run a
-# folder (a domain) at a time: starting promtool costs about as much as a small test.
-_TOOL_CHECKS = (
-    ("prometheus/rules/", "", tools.rules_check, "file"),
-    ("prometheus/tests/", ".tests.yaml", tools.rules_test, "folder"),
-    ("alertmanager/", "alertmanager.yml", tools.config_check, "file"),
-)
+_TOOLS: dict[Tool, Callable[..., tools.Command]] = {
+    "promtool check rules": tools.rules_check,
+    "promtool test rules": tools.rules_test,
+    "amtool check-config": tools.config_check,
+}
+# Tools run on a folder at a time (a domain of rule tests): starting promtool costs about as much as a small test.
+_PER_FOLDER: set[Tool] = {"promtool test rules"}
+
+
+def _tools_of(path: str) -> list[Tool]:
+    target = registry.owner(path)
+    return [check.tool for check in target.checks_of(path) if check.tool] if target else []
+
+
+def _on_copied_groups(path: str, tool: Tool) -> bool:
+    """Whether the tool checks the rule groups the file copies rather than the file (see _groups_only_runs)."""
+    target = registry.owner(path)
+    return tool == "promtool check rules" and target is not None and bool(target.rule_groups_at)
 
 
 def _tool_runs(root: Path, files: dict[str, str]) -> dict[str, tools.Command]:
-    """Each tool run, by what it checks (a file, or a folder ending in /)."""
-    operands: dict[tuple[str, Callable[..., tools.Command]], list[str]] = defaultdict(list)
-    for folder, ending, command, unit in _TOOL_CHECKS:
-        for path in files:
-            if path.startswith(folder) and path.endswith(ending):
-                operands[path if unit == "file" else f"{posixpath.dirname(path)}/", command].append(path)
-    return {name: command(*paths, cwd=root) for (name, command), paths in operands.items()}
+    """Each tool run the targets ask for, by what it checks (a file, or a folder ending in /)."""
+    operands: dict[tuple[str, Tool], list[str]] = defaultdict(list)
+    for path in files:
+        for tool in (tool for tool in _tools_of(path) if not _on_copied_groups(path, tool)):
+            operands[f"{posixpath.dirname(path)}/" if tool in _PER_FOLDER else path, tool].append(path)
+    return {name: _TOOLS[tool](*paths, cwd=root) for (name, tool), paths in operands.items()}
 
 
 def _groups_only_runs(scratch: Path, files: dict[str, str]) -> dict[str, tools.Command]:
-    """promtool check rules on the groups of each rule target file (hpcobs.targets.rule_targets), which promtool cannot
-    read as they are: their groups-only form is written to scratch under the file's own path, so promtool's
-    messages name the file, and the run is cached by those bytes like any other."""
+    """promtool check rules on the rule groups a target's file holds a copy of (Target.rule_groups_at), which
+    promtool cannot read as it is: the groups alone are written to scratch under the file's own path, so promtool's
+    messages name the file, and the run is cached by those bytes like any other. A file holding no list of groups
+    where its target keeps them gets no run: its schema check reports that."""
     runs = {}
     for path, text in files.items():
-        groups = rule_targets.groups_only(path, text) if rule_targets.is_target(path) else None
-        if groups is not None:
+        target = registry.owner(path)
+        if target is None or not any(_on_copied_groups(path, tool) for tool in _tools_of(path)):
+            continue
+        groups = target.copied_groups(load_yaml(text))
+        if isinstance(groups, list):
             (scratch / path).parent.mkdir(parents=True, exist_ok=True)
-            (scratch / path).write_text(groups, encoding="utf-8")
+            (scratch / path).write_text(yaml_text({"groups": groups}, GENERATED), encoding="utf-8")
             runs[path] = tools.rules_check(path, cwd=scratch)
     return runs
 

@@ -33,11 +33,13 @@ from typing import TYPE_CHECKING, Any, TextIO, TypeVar
 import yaml
 
 from hpcobs.build import pipeline
-from hpcobs.delivery.endpoint import Endpoint, Failure
+from hpcobs.delivery.endpoint import PROVISIONED, Endpoint, Failure
 from hpcobs.errors import UserError
 from hpcobs.paths import ROOT
 from hpcobs.settings import config as config_module
 from hpcobs.settings.config import Config
+from hpcobs.targets.dashboards import folder_dir
+from hpcobs.targets.provisioning import DATASOURCES_FILE
 
 if TYPE_CHECKING:
     from hpcobs.delivery.grafana_api import Grafana
@@ -51,7 +53,6 @@ GRAFANA_KEYS = (MARK, "id", "version")
 # A datasource keeps these settings from Grafana when deploy updates it: the build does not set them, and
 # Grafana's update replaces the whole datasource. Its secrets (secureJsonData) are kept by Grafana itself.
 KEPT_DATASOURCE_FIELDS = ("user", "database", "basicAuth", "basicAuthUser", "withCredentials", "isDefault")
-DATASOURCES_FILE = "grafana/provisioning/datasources/hpcobs.yaml"
 Result = TypeVar("Result")
 
 
@@ -264,8 +265,7 @@ class Build:
     @classmethod
     def of(cls, config: Config, files: dict[str, str]) -> Build:
         folder = config.get("grafana", "folder")
-        prefix = f"grafana/dashboards/{folder}/"
-        models = [json.loads(text) for path, text in files.items() if path.startswith(prefix)]
+        models = [json.loads(text) for path, text in files.items() if path.startswith(folder_dir(config))]
         dashboards = [Dashboard(m["uid"], m["title"], m, digest(m)) for m in sorted(models, key=lambda m: m["uid"])]
         provisioned = yaml.safe_load(files[DATASOURCES_FILE])["datasources"]
         return cls(config.get("grafana", "folder_uid"), folder, [_literal(ds) for ds in provisioned], dashboards)
@@ -505,10 +505,7 @@ class Deployment:
             stored, meta = found["dashboard"], found.get("meta", {})
             mark = stored.get(MARK) if isinstance(stored.get(MARK), dict) else {}
             if meta.get("provisioned"):
-                raise Failure(
-                    "it is provisioned from files in this Grafana; deploy through one way only, files "
-                    "(out/grafana/provisioning) or build.py deploy"
-                )
+                raise Failure(PROVISIONED)
             if OWNER_TAG not in stored.get("tags", []) and not mark:
                 raise Failure(
                     f"a dashboard with this uid exists in Grafana without the {OWNER_TAG!r} tag, so hpcobs does "

@@ -7,6 +7,13 @@ from dataclasses import dataclass
 from urllib.parse import urlsplit
 
 from hpcobs.errors import UserError
+from hpcobs.targets.provisioning import PROVISIONING_DIR
+
+# Why a dashboard Grafana reports as provisioned is not deployed, whether deploy or Grafana finds it so.
+PROVISIONED = (
+    f"it is provisioned from files in this Grafana; deploy through one way only, files (out/{PROVISIONING_DIR}) or "
+    "build.py deploy"
+)
 
 
 @dataclass(frozen=True)

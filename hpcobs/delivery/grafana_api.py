@@ -26,7 +26,7 @@ from grafana_client.client import (
     GrafanaUnauthorizedError,
 )
 
-from hpcobs.delivery.endpoint import Endpoint, Failure
+from hpcobs.delivery.endpoint import PROVISIONED, Endpoint, Failure
 
 Result = TypeVar("Result")
 # Waits between attempts double from --backoff up to this: a Grafana restart takes seconds, and a deploy that
@@ -279,12 +279,7 @@ _CLIENT_ERRORS = (
     ),
     (412, "plugin-dashboard", "a plugin provides this dashboard; remove the plugin's dashboard first"),
     (400, "folder not found", "the folder was deleted while deploy ran; rerun deploy, which creates it again"),
-    (
-        400,
-        "provisioned",
-        "it is provisioned from files in this Grafana; deploy through one way only, files (out/grafana/provisioning) "
-        "or build.py deploy",
-    ),
+    (400, "provisioned", PROVISIONED),
 )
 
 

@@ -27,8 +27,7 @@ from typing import Protocol
 import promql_parser
 
 from hpcobs.authoring.context import raw_matcher
-from hpcobs.authoring.rules import Group, Record
-from hpcobs.build import pipeline
+from hpcobs.authoring.rules import Group, Record, layers
 from hpcobs.exporters.sources import Sources
 from hpcobs.lang import escape, lint
 from hpcobs.lang.lint import GRAFANA_VARIABLE
@@ -91,7 +90,7 @@ def raw_names_read(config: Config, groups: Iterable[Group]) -> set[str]:
 def recording_layer_files(groups: Sequence[Group], folder: Path) -> list[list[Path]]:
     """One rule file per dependency layer, holding that layer's recording rules (for replay/backfill)."""
     files = []
-    for index, layer in enumerate(pipeline.layers(list(groups))):
+    for index, layer in enumerate(layers(list(groups))):
         recording = [
             {"name": g.name, "interval": g.interval, "rules": [r.to_dict() for r in g.rules if isinstance(r, Record)]}
             for g in layer

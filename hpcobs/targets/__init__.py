@@ -1,2 +1,3 @@
-"""One module per output format that is not content: Grafana provisioning, Prometheus rule tests, the
-Kubernetes and Mimir rule files."""
+"""The output targets: one module per format a build writes into out/, each declaring its paths, files, checks,
+diff section and docs (hpcobs.targets.base), all listed in hpcobs.targets.registry. Formats only: what the files
+say is content, built by the build and handed to them."""

@@ -1,9 +1,22 @@
-"""Turn the cases declared on records and alerts into promtool rule-test files."""
+"""out/prometheus/tests/<domain>/<rule>.tests.yaml: the cases declared on records and alerts as promtool rule-test
+files, one per rule name, each loading <rule>.rules.yaml beside it: that rule and every record it reads (copies of
+groups of out/prometheus/rules/)."""
 
 from __future__ import annotations
 
-from hpcobs.authoring.rules import Alert, LinkBases, Record, render_template
+import posixpath
+from collections import defaultdict
+from collections.abc import Mapping, Sequence
+from dataclasses import replace
+
+from hpcobs.authoring.rules import Alert, Group, LinkBases, Record, layers, render_template
 from hpcobs.authoring.ruletest import Case, selector_text
+from hpcobs.lang import lint
+from hpcobs.lang.render import GENERATED, yaml_text
+from hpcobs.targets.base import Check, Model, Target
+from hpcobs.targets.prometheus import RULES_SCHEMA
+
+TESTS_DIR = "prometheus/tests"
 
 
 def _input(case: Case) -> list[dict]:
@@ -55,3 +68,61 @@ def test_file(rules: list[Record | Alert], rule_files: list[str], interval: str,
             annotations = rule.annotations(links)
             tests += [_alert_test(rule, case, interval, annotations) for case in rule.fires_on + rule.silent_on]
     return {"rule_files": rule_files, "evaluation_interval": interval, "tests": tests}
+
+
+def rules_by_name(groups: Sequence[Group]) -> dict[str, list[Record | Alert]]:
+    """The rules of these groups by name, in file order: rules sharing a name (an alert's warning and critical
+    levels) are tested together, as promtool reports every alert of a name at once."""
+    by_name: dict[str, list[Record | Alert]] = defaultdict(list)
+    for group in groups:
+        for rule in group.rules:
+            by_name[rule.record if isinstance(rule, Record) else rule.alert].append(rule)
+    return dict(by_name)
+
+
+def rules_read(groups: Mapping[str, Sequence[Group]], tested: list[Record | Alert]) -> list[Group]:
+    """What a test of these rules loads: them and every recording rule they read, transitively, each in its own
+    group (same name and interval, rules in file order) and the groups in dependency order. promtool evaluates
+    every loaded rule at every step of every test, so nothing else is loaded; the rules loaded behave as in
+    the full files, since everything they read is loaded with them."""
+    producers: dict[str, list[Record]] = defaultdict(list)
+    for group in (g for gs in groups.values() for g in gs):
+        for rule in group.rules:
+            if isinstance(rule, Record):
+                producers[rule.record].append(rule)
+    wanted = {id(rule) for rule in tested}
+    todo = list(tested)
+    while todo:
+        for name in lint.metric_names(todo.pop().expr):
+            for rule in producers.get(name, []):
+                if id(rule) not in wanted:
+                    wanted.add(id(rule))
+                    todo.append(rule)
+    loaded = [replace(g, rules=[r for r in g.rules if id(r) in wanted]) for gs in groups.values() for g in gs]
+    return [g for layer in layers([g for g in loaded if g.rules]) for g in layer]
+
+
+def files(model: Model) -> dict[str, str]:
+    written = {}
+    for domain, groups in model.rule_groups.items():
+        for name, tested in rules_by_name(groups).items():
+            stem = f"{TESTS_DIR}/{domain}/{name.replace(':', '.')}"
+            loaded = [g.to_dict(model.links) for g in rules_read(model.rule_groups, tested)]
+            written[f"{stem}.rules.yaml"] = yaml_text({"groups": loaded}, GENERATED)
+            loading = [f"{posixpath.basename(stem)}.rules.yaml"]
+            test = test_file(tested, loading, model.config["scrape_interval"], model.links)
+            written[f"{stem}.tests.yaml"] = yaml_text(test, GENERATED)
+    return written
+
+
+TARGET = Target(
+    name="Prometheus rule tests",
+    paths=(f"{TESTS_DIR}/",),
+    files=files,
+    checks=(
+        Check(".rules.yaml", RULES_SCHEMA),
+        Check(".tests.yaml", "schemastore/prometheus.rules.test.json", "promtool test rules"),
+    ),
+    diff="rule copies",
+    docs="output.md#prometheus-rule-tests",
+)

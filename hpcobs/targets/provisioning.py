@@ -1,10 +1,17 @@
-"""Grafana file provisioning: the dashboard provider and the datasources with stable uids."""
+"""out/grafana/provisioning/: Grafana's file provisioning, the dashboard provider and the datasources with stable
+uids (mounted at /etc/grafana/provisioning/)."""
 
 from __future__ import annotations
 
 from hpcobs.lang.escape import grafana_provisioning
+from hpcobs.lang.render import GENERATED, yaml_text
 from hpcobs.settings.config import Config
+from hpcobs.targets.base import Model, Target
 
+PROVISIONING_DIR = "grafana/provisioning"
+PROVIDERS_DIR = f"{PROVISIONING_DIR}/dashboards"
+DATASOURCES_DIR = f"{PROVISIONING_DIR}/datasources"
+DATASOURCES_FILE = f"{DATASOURCES_DIR}/hpcobs.yaml"
 DASHBOARDS_MOUNT = "/var/lib/grafana/dashboards/hpcobs"
 
 
@@ -63,3 +70,20 @@ def datasources(config: Config) -> dict:
             },
         ],
     }
+
+
+def files(model: Model) -> dict[str, str]:
+    return {
+        f"{PROVIDERS_DIR}/hpcobs.yaml": yaml_text(dashboards_provider(), GENERATED),
+        DATASOURCES_FILE: yaml_text(datasources(model.config), GENERATED),
+    }
+
+
+TARGET = Target(
+    name="Grafana provisioning",
+    paths=(f"{PROVISIONING_DIR}/",),
+    files=files,
+    checks=(),
+    diff="provisioning",
+    docs="output.md#grafana-provisioning",
+)

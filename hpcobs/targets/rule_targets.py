@@ -5,13 +5,17 @@ the same dicts as the rule files, in the same order."""
 
 from __future__ import annotations
 
-from typing import Any
-
-from hpcobs.lang.render import GENERATED, load_yaml, yaml_text
+from hpcobs.lang.render import GENERATED, yaml_text
 from hpcobs.settings.config import Config
+from hpcobs.targets.base import Check, Model, Target
+from hpcobs.targets.prometheus import RULES_SCHEMA
 
 PROMETHEUS_RULE = "kubernetes/prometheusrule.yaml"
 MIMIR_DIR = "mimir"
+# The API server silently prunes fields the CRD's structural schema does not know; closed, the schema refuses them.
+PROMETHEUS_RULE_SCHEMA = "prometheus-operator/prometheusrule.v1.openapi.json#closed"
+# The Mimir ruler's namespace file: a Prometheus rule file naming, beside its groups, the namespace they load into.
+MIMIR_SCHEMA = f"{RULES_SCHEMA}#mimir-namespace"
 
 
 def mimir_path(config: Config) -> str:
@@ -32,22 +36,29 @@ def mimir_namespace(config: Config, groups: list[dict]) -> dict:
     return {"namespace": config.get("rule_targets", "mimir_namespace"), "groups": groups}
 
 
-def files(config: Config, groups: list[dict]) -> dict[str, str]:
-    """Both files, by path relative to out/, from the rule groups as the rule files render them."""
-    return {
-        PROMETHEUS_RULE: yaml_text(prometheus_rule(config, groups), GENERATED),
-        mimir_path(config): yaml_text(mimir_namespace(config, groups), GENERATED),
-    }
+def kubernetes_files(model: Model) -> dict[str, str]:
+    return {PROMETHEUS_RULE: yaml_text(prometheus_rule(model.config, model.every_group), GENERATED)}
 
 
-def is_target(path: str) -> bool:
-    return path == PROMETHEUS_RULE or path.startswith(f"{MIMIR_DIR}/")
+def mimir_files(model: Model) -> dict[str, str]:
+    return {mimir_path(model.config): yaml_text(mimir_namespace(model.config, model.every_group), GENERATED)}
 
 
-def groups_only(path: str, text: str) -> str | None:
-    """The groups of a rule target file as a Prometheus rule file, which promtool checks; None when the file
-    holds no list of groups where its format puts them (its schema check reports that)."""
-    data: Any = load_yaml(text)
-    holder = data.get("spec") if path == PROMETHEUS_RULE and isinstance(data, dict) else data
-    groups = holder.get("groups") if isinstance(holder, dict) else None
-    return yaml_text({"groups": groups}, GENERATED) if isinstance(groups, list) else None
+KUBERNETES = Target(
+    name="Kubernetes PrometheusRule",
+    paths=(PROMETHEUS_RULE,),
+    files=kubernetes_files,
+    checks=(Check(schema=PROMETHEUS_RULE_SCHEMA, tool="promtool check rules"),),
+    diff="files",
+    docs="output.md#more-rule-targets",
+    rule_groups_at=("spec", "groups"),
+)
+MIMIR = Target(
+    name="Mimir ruler namespace",
+    paths=(f"{MIMIR_DIR}/",),
+    files=mimir_files,
+    checks=(Check(".yaml", MIMIR_SCHEMA, "promtool check rules"),),
+    diff="files",
+    docs="output.md#more-rule-targets",
+    rule_groups_at=("groups",),
+)

@@ -36,6 +36,7 @@ from hpcobs.build import pipeline
 from hpcobs.exporters.labels import dcgm_gpu_labels
 from hpcobs.exporters.sources import Sources
 from hpcobs.proof.servers import Prometheus, free_port
+from hpcobs.targets.prometheus import RULES_DIR
 from tests.conftest import MEASUREMENT, ROOT
 
 pytestmark = pytest.mark.live
@@ -477,7 +478,7 @@ def fast_rule_files(config, folder: Path) -> list[Path]:
     """The generated rule files, every group evaluated each second instead of each scrape interval."""
     paths = []
     for name, text in pipeline.generate(config).items():
-        if name.startswith(f"{pipeline.RULES_DIR}/"):
+        if name.startswith(f"{RULES_DIR}/"):
             document = yaml.safe_load(text)
             for group in document["groups"]:
                 group["interval"] = RULE_INTERVAL

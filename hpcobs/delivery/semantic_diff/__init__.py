@@ -1,36 +1,35 @@
 """Two builds (every file of out/, by path) compared for a reviewer, as Markdown or JSON (docs/review.md).
 
-Each file goes to the area that understands it: dashboards, rule groups, the Alertmanager configuration, Grafana
-provisioning; any other file is compared leaf by leaf when it is JSON or YAML. What changes nothing a server does
-(ids, versions, positions, formatting, the copies of the rule groups) is counted in the first line, not listed.
+Each file goes to the area its target names (hpcobs.targets.registry): dashboards, rule groups, the Alertmanager
+configuration, Grafana provisioning; any other file is compared leaf by leaf when it is JSON or YAML. What changes
+nothing a server does (ids, versions, positions, formatting, the copies of the rule groups) is counted in the first
+line, not listed.
 """
 
 from __future__ import annotations
 
 import json
 from collections import Counter
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
 import yaml
 
 from hpcobs.build.outdir import MARKER
-from hpcobs.build.pipeline import RULES_DIR, TESTS_DIR
 from hpcobs.delivery.semantic_diff.alertmanager import alertmanager_section
 from hpcobs.delivery.semantic_diff.core import NOISE_KINDS, Change, Section, code, count, leaf_changes, section_lines
 from hpcobs.delivery.semantic_diff.dashboards import compare_dashboards, dashboard_section
 from hpcobs.delivery.semantic_diff.provisioning import provisioning_section
 from hpcobs.delivery.semantic_diff.rules import rule_sections
 from hpcobs.lang.render import SafeLoader
-from hpcobs.targets.rule_targets import PROMETHEUS_RULE, is_target
+from hpcobs.targets import registry
+from hpcobs.targets.base import DiffSection
+from hpcobs.targets.dashboards import DASHBOARDS_DIR
+from hpcobs.targets.provisioning import DATASOURCES_DIR, PROVIDERS_DIR
 
 __all__ = ["Report", "Side", "compare", "compare_dashboards", "markdown", "as_json"]
 
-DASHBOARDS = "grafana/dashboards/"
-ALERTMANAGER = "alertmanager/alertmanager.yml"
-DATASOURCES = "grafana/provisioning/datasources/"
-PROVIDERS = "grafana/provisioning/dashboards/"
 # In report order: area, its heading, and what the summary line counts in it ("": it names the area).
 AREAS = (
     ("dashboards", "Dashboards", "dashboard"),
@@ -39,6 +38,8 @@ AREAS = (
     ("provisioning", "Grafana provisioning", ""),
     ("files", "Other files", "other file"),
 )
+# Files counted as copies of the rule files, never read: the rule tests follow the rules they test.
+COPIES: DiffSection = "rule copies"
 
 
 @dataclass(frozen=True)
@@ -69,26 +70,24 @@ class Report:
 def compare(old: Mapping[str, str], new: Mapping[str, str]) -> Report:
     """What changed from the build old to the build new (file texts by path under out/)."""
     noise: Counter[str] = Counter()
-    # Only files that differ are read: one written alike in both builds holds no change. The rule test files
-    # follow the rules they test; they are only counted, as rule copies.
+    # Only files that differ are read: one written alike in both builds holds no change.
     differing = sorted(path for path in {*old, *new} if old.get(path) != new.get(path))
-    read = [path for path in differing if not path.startswith(f"{TESTS_DIR}/")]
+    read = [path for path in differing if section_of(path) != COPIES]
     old_docs = _parsed({path: old[path] for path in read if path in old})
     new_docs = _parsed({path: new[path] for path in read if path in new})
 
-    def parsed(test: Callable[[str], bool]) -> tuple[str, ...]:
-        return tuple(path for path in read if (path in old_docs or path in new_docs) and test(path))
+    def parsed(section: DiffSection) -> tuple[str, ...]:
+        return tuple(path for path in read if (path in old_docs or path in new_docs) and section_of(path) == section)
 
-    dashboards = parsed(_is_dashboard)
-    # Prometheus' rule files, and any other file of rule groups that is not a copy of them (Loki's ruler).
-    rules = parsed(lambda path: path.startswith(f"{RULES_DIR}/") or _rule_file(path, old_docs, new_docs))
-    alertmanager = parsed(lambda path: path == ALERTMANAGER)
-    datasources = parsed(lambda path: path.startswith(DATASOURCES))
-    providers = parsed(lambda path: path.startswith(PROVIDERS))
+    dashboards = tuple(path for path in parsed("dashboards") if _is_dashboard(path))
+    rules = parsed("rules")
+    alertmanager = parsed("alertmanager")
+    provisioning = parsed("provisioning")
+    datasources = tuple(path for path in provisioning if path.startswith(f"{DATASOURCES_DIR}/"))
+    providers = tuple(path for path in provisioning if path.startswith(f"{PROVIDERS_DIR}/"))
     sections = _dashboard_sections(_of(old_docs, dashboards), _of(new_docs, dashboards), noise)
     sections += rule_sections(_of(old_docs, rules), _of(new_docs, rules), noise)
-    if alertmanager:
-        sections.append(alertmanager_section(old_docs.get(ALERTMANAGER), new_docs.get(ALERTMANAGER)))
+    sections += [alertmanager_section(old_docs.get(path), new_docs.get(path)) for path in alertmanager]
     sections.append(
         provisioning_section(
             (_of(old_docs, datasources), _of(new_docs, datasources)),
@@ -103,6 +102,12 @@ def compare(old: Mapping[str, str], new: Mapping[str, str]) -> Report:
     )
     sections.append(_other_files(old, new, old_docs, new_docs, covered, noise))
     return Report(tuple(section for section in sections if section is not None), noise)
+
+
+def section_of(path: str) -> DiffSection:
+    """Where the diff compares a file: its target's section, or among the other files when no target owns it."""
+    target = registry.owner(path)
+    return target.diff if target else "files"
 
 
 def _parsed(files: Mapping[str, str]) -> dict[str, Any]:
@@ -124,19 +129,12 @@ def _of(docs: Mapping[str, Any], paths: tuple[str, ...]) -> dict[str, Any]:
     return {path: docs[path] for path in sorted(paths) if path in docs}
 
 
-def _rule_file(path: str, *docs: Mapping[str, Any]) -> bool:
-    """A file of rule groups (in either build) that is not a rule target's copy of Prometheus' groups."""
-    return not is_target(path) and any(
-        isinstance(side.get(path), dict) and isinstance(side[path].get("groups"), list) for side in docs
-    )
-
-
 def _is_dashboard(path: str) -> bool:
-    return path.startswith(DASHBOARDS) and path.endswith(".json")
+    return section_of(path) == "dashboards" and path.endswith(".json")
 
 
 def _folder(path: str) -> str:
-    return path.removeprefix(DASHBOARDS).rpartition("/")[0] or "(General)"
+    return path.removeprefix(f"{DASHBOARDS_DIR}/").rpartition("/")[0] or "(General)"
 
 
 def _folders(files: Mapping[str, str]) -> set[str]:
@@ -165,13 +163,13 @@ def _other_files(
     noise: Counter[str],
 ) -> Section | None:
     """Files no area covers: added, removed, or changed leaf by leaf (a list of items that name themselves, such
-    as Falco rules, by name). The rule test files and the groups the rule targets copy (kubernetes/, mimir/)
-    follow the rule files: they count as rule copies."""
+    as Falco rules, by name). The rule test files and the groups other targets copy (Target.rule_groups_at: the
+    PrometheusRule, the Mimir namespace file) follow the rule files: they count as rule copies."""
     changes: list[Change] = []
     for path in sorted(set(old) | set(new)):
         if path in covered or path == MARKER or old.get(path) == new.get(path):
             continue
-        if path.startswith(f"{TESTS_DIR}/"):
+        if section_of(path) == COPIES:
             noise["rule copies"] += 1
         elif path not in old or path not in new:
             changes.append(Change("file", path, "added" if path not in old else "removed"))
@@ -187,13 +185,20 @@ def _other_files(
 
 
 def _without_rule_copy(path: str, doc: Any) -> tuple[Any, Any]:
-    """(a rule target's document without the rule groups it copies, those groups); (doc, None) for other files."""
-    if not is_target(path) or not isinstance(doc, dict):
+    """(the document without the rule groups its target copies, those groups); (doc, None) for other files."""
+    target = registry.owner(path)
+    if target is None or not target.rule_groups_at:
         return doc, None
-    spec = doc.get("spec")
-    holder: dict = spec if path == PROMETHEUS_RULE and isinstance(spec, dict) else doc
-    rest = {key: value for key, value in holder.items() if key != "groups"}
-    return ({**doc, "spec": rest} if holder is not doc else rest), holder.get("groups")
+    return _without(doc, target.rule_groups_at), target.copied_groups(doc)
+
+
+def _without(doc: Any, keys: tuple[str, ...]) -> Any:
+    """The document without what it holds under these keys."""
+    if not isinstance(doc, dict) or keys[0] not in doc:
+        return doc
+    if len(keys) == 1:
+        return {key: value for key, value in doc.items() if key != keys[0]}
+    return {**doc, keys[0]: _without(doc[keys[0]], keys[1:])}
 
 
 def _named(doc: Any) -> dict:

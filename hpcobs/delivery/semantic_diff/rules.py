@@ -14,7 +14,6 @@ from collections.abc import Mapping
 from dataclasses import dataclass, replace
 from typing import Any
 
-from hpcobs.build.pipeline import RULES_DIR
 from hpcobs.delivery.semantic_diff import queries
 from hpcobs.delivery.semantic_diff.core import (
     Change,
@@ -28,6 +27,7 @@ from hpcobs.delivery.semantic_diff.core import (
     renames,
     value_change,
 )
+from hpcobs.targets.prometheus import RULES_DIR
 
 
 @dataclass(frozen=True)

@@ -10,13 +10,13 @@ from collections.abc import Iterator
 
 from hpcobs.proof.simulate.core import Family, accumulate, seeded, to_unit, where
 from hpcobs.proof.simulate.model import Node
-from hpcobs.security.names import FALCO_RULES_FILE
+from hpcobs.targets.falco import RULES_FILE
 
 FALCO_VERSION = "0.41.0"
 # Falco's default rules and hpcobs' rules file, installed as docs/security-content.md says.
 FALCO_RULES_FILES = (
     ("/etc/falco/falco_rules.yaml", "1d7f3c9a"),
-    (f"/etc/falco/rules.d/{FALCO_RULES_FILE}", "9b2e40c7"),
+    (f"/etc/falco/rules.d/{RULES_FILE}", "9b2e40c7"),
 )
 SCAP_DROP_BUFFERS = (
     ("enter", "clone_fork"),
