@@ -12,8 +12,8 @@ setup: venv  # plus the test extras (pytest, ruff, mypy, import-linter) and the 
 	$(PYTHON) -m pip install -e '.[test]'
 	npm ci --prefix tests/logql
 
-generate:  # every generated file: the typed thresholds from the schema, then out/ (validated)
-	$(PYTHON) -m hpcobs.settings.schema_codegen
+generate:  # every generated file: the settings files from the threshold declarations, then out/ (validated)
+	$(PYTHON) -m hpcobs.build.codegen
 	$(PYTHON) build.py
 
 check:  # the committed generated files are what the sources generate (writes nothing)

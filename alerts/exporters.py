@@ -14,6 +14,7 @@ from hpcobs.authoring.rules import Alert, Group, alerts_of, label
 from hpcobs.authoring.ruletest import Series, alert
 from hpcobs.authoring.synthetic import SLURM_CONTROLLER, dcgm, gpu_utilization, job_info, raw_value, series, up_series
 from hpcobs.lang.promql import label_replace, one_of
+from hpcobs.settings import declare
 from hpcobs.settings.names import DashboardUid, Team
 
 # The host part of a target's `instance` (host:port): a node is named by its host, whatever the exporter's port.
@@ -21,6 +22,42 @@ INSTANCE_HOST = "([^:]+)(?::[0-9]+)?"
 # A GPU counts as busy when its utilisation rose above gpu_busy_ratio within this window (a
 # checkpoint pauses a training job's kernels for a minute or two).
 BUSY_WINDOW = "5m"
+
+THRESHOLDS = (
+    declare.duration(
+        "exporter_down_for",
+        "5m",
+        "How long a scrape target may fail (up == 0) before Exporter*Down (a restart takes a scrape or two).",
+    ),
+    declare.ratio(
+        "gpu_busy_ratio",
+        0.1,
+        "Utilisation above which a GPU counts as in use (ExporterJobMappingMissing: busy GPUs without a job label).",
+    ),
+    declare.duration(
+        "exporter_job_mapping_for",
+        "15m",
+        "How long busy GPUs on a node Slurm allocates may lack the hpc_job label before ExporterJobMappingMissing.",
+    ),
+    declare.duration(
+        "exporter_job_info_for",
+        "10m",
+        "How long a job seen on GPUs may lack its job-info series before ExporterJobInfoMissing.",
+    ),
+    declare.names(
+        "exporter_node_collectors",
+        ["infiniband", "filesystem", "textfile"],
+        "node_exporter collectors every GPU node must run successfully (ExporterCollectorFailed): the ones hpcobs "
+        "reads (IB ports, filesystems, the prolog's job-info textfiles). node_exporter reports 0 for a collector that "
+        "finds nothing to read, so list only collectors that always have data on a GPU node.",
+        item={
+            "type": "string",
+            "pattern": "^[a-z0-9_]+$",
+            "x-expected": "a node_exporter collector name such as infiniband (lower case, digits, _)",
+        },
+        expected="a list of node_exporter collector names such as [infiniband, textfile]",
+    ),
+)
 
 
 @dataclass(frozen=True)

@@ -19,6 +19,7 @@ from hpcobs.authoring.rules import Alert, Group, alerts_of, label
 from hpcobs.authoring.ruletest import Case, Sample, Series, alert
 from hpcobs.authoring.synthetic import dcgm, gpu_si_series, gpu_utilization, job_info, series
 from hpcobs.lang.promql import ABOVE_ZERO, aggregate, duration_seconds, label_replace, one_of
+from hpcobs.settings import declare
 from hpcobs.settings.names import DashboardUid, Team
 
 GPU = ("node", "gpu")
@@ -40,6 +41,69 @@ NVLINK_REPLAY = ("nvlink_replay_errors", "nvlink_recovery_errors")
 FLAG_FOR = "1m"
 # Test series of a flag raised from the third scrape on ("0 0 1x10"), evaluated three minutes after `for`.
 FLAG_ONSET, FLAG_SETTLE = 2, 180
+
+THRESHOLDS = (
+    declare.duration(
+        "gpu_fell_off_bus_for",
+        "1m",
+        "How long Xid 79 must be seen before GpuFellOffBus pages (the value is sticky, so this only filters glitches).",
+    ),
+    declare.duration(
+        "gpu_idle_window",
+        "1h",
+        "A GPU held by the same job for this long with every utilisation sample at 0 is allocated-but-idle "
+        '(GpuAllocatedIdle; Princeton jobstats\' "0%" means all samples zero; its first warning comes at 60 minutes).',
+    ),
+    declare.number(
+        "gpu_temperature_celsius",
+        85,
+        "GPU temperature (dcgm-exporter DCGM_FI_DEV_GPU_TEMP) above which GpuTemperatureHigh warns; below the ~87 C "
+        "max operating temperature nvidia-smi -q reports for H100 SXM.",
+        expected="a temperature in degrees Celsius such as 85",
+        minimum=0,
+    ),
+    declare.ratio(
+        "gpu_thermal_violation_ratio",
+        0.1,
+        "Fraction of time a GPU is clocked down by thermal constraints (DCGM_FI_DEV_THERMAL_VIOLATION rate) above "
+        "which GpuThermalViolation warns.",
+    ),
+    declare.duration(
+        "gpu_throttle_for",
+        "5m",
+        "How long a GPU must stay hot or throttled before GpuTemperatureHigh, GpuThermalSlowdown and "
+        "GpuThermalViolation (a burst at a kernel launch is not a cooling fault).",
+    ),
+    declare.limit(
+        "gpu_pcie_replays_per_minute",
+        8,
+        "PCIe replays per minute per GPU above which the link is degrading and GpuPcieReplayRate fires (DCGM's own "
+        'health limit, DCGM_LIMIT_MAX_PCIREPLAY_RATE: "8 replays per minute is the maximum recommended").',
+    ),
+    declare.limit(
+        "gpu_nvlink_crc_errors_per_second",
+        100,
+        "NVLink CRC (flit + data) errors per second per GPU above which GpuNvlinkErrors fires (DCGM: CRC errors "
+        '"only matter at rates of 100+ per second", DCGM_LIMIT_MAX_NVLINK_CRC_ERROR).',
+    ),
+    declare.limit(
+        "gpu_nvlink_replay_errors_per_minute",
+        1,
+        "NVLink replay + recovery errors per minute per GPU above which GpuNvlinkErrors fires (DCGM's limit for "
+        "these is 1, DCGM_LIMIT_MAX_NVLINK_ERROR).",
+    ),
+    declare.duration(
+        "gpu_link_errors_for",
+        "5m",
+        "How long PCIe replay or NVLink error rates must stay above their limits before GpuPcieReplayRate or "
+        "GpuNvlinkErrors fires.",
+    ),
+    declare.duration(
+        "gpu_count_lookback",
+        "1d",
+        "A node reporting fewer GPUs than its maximum over this window has lost GPUs (GpuSeriesMissing).",
+    ),
+)
 
 
 def groups(ctx: Context) -> list[Group]:

@@ -33,7 +33,36 @@ from hpcobs.authoring.rules import Alert, Record, alerts_of, label
 from hpcobs.authoring.ruletest import Sample, alert, sample
 from hpcobs.lang.escape import regex_alternation
 from hpcobs.lang.promql import duration_seconds
+from hpcobs.settings import declare
 from hpcobs.settings.names import DashboardUid, Team
+
+THRESHOLDS = (
+    declare.duration(
+        "log_event_window",
+        "15m",
+        "How long one log line (an Xid, an OOM kill, a watchdog timeout, a CUDA error) keeps its Loki alert active: "
+        "those alerts count the lines of this window and have no `for:` (docs/loki.md).",
+    ),
+    declare.number(
+        "log_nccl_warn_lines",
+        50,
+        "NCCL WARN lines one job may log on one node within log_nccl_warn_window before TrainingNcclWarnBurst; above "
+        'what start-up warnings give (one per rank and communicator, e.g. "Failed to open libibverbs" on a node '
+        "without IB).",
+        expected="a whole number of log lines, at least 1",
+        whole=True,
+        minimum=1,
+    ),
+    declare.duration(
+        "log_nccl_warn_window", "5m", "Window over which NCCL WARN lines are counted (TrainingNcclWarnBurst)."
+    ),
+    declare.duration(
+        "log_nccl_warn_for",
+        "2m",
+        "How long the count must stay above log_nccl_warn_lines before TrainingNcclWarnBurst; shorter than "
+        "log_nccl_warn_window (refused otherwise), or a lone burst never fires.",
+    ),
+)
 
 # The driver prints `NVRM: Xid (PCI:%04x:%02x:%02x[ GPU-I:%02u[ GPU-CI:%02u]]): %d, pid=%s, name=%s, %s`; older
 # drivers leave out `PCI:` and the process. The code is the number right after the parenthesis: a later

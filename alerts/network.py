@@ -15,12 +15,80 @@ from hpcobs.authoring.rules import Alert, Group, alerts_of, label
 from hpcobs.authoring.ruletest import Case, Series, alert
 from hpcobs.authoring.synthetic import series
 from hpcobs.lang.promql import duration, duration_seconds
+from hpcobs.settings import declare
 from hpcobs.settings.names import DashboardUid, Team
 from hpcobs.settings.thresholds import Thresholds
 
 PORT = ("node", "device", "port")
 # Faults start at this scrape in every case.
 START = 10
+
+THRESHOLDS = (
+    declare.number(
+        "ib_port_rate_bytes_per_second",
+        50_000_000_000,
+        "Nominal InfiniBand port rate in bytes/s as node_exporter reports it (NDR 400 Gb/s = 5e10); a port that "
+        "trained slower is counted as below nominal.",
+        expected=None,
+        whole=True,
+        minimum=1,
+    ),
+    declare.duration(
+        "ib_port_not_active_for",
+        "5m",
+        "How long an IB port may stay out of ACTIVE (link retraining, a subnet manager sweep) before IbPortNotActive "
+        "pages.",
+    ),
+    declare.duration(
+        "ib_link_flap_window", "1h", "Window over which IB link downs are counted per port (IbLinkFlapping)."
+    ),
+    declare.number(
+        "ib_link_flaps",
+        2,
+        "Downs of one port within ib_link_flap_window that make it flapping (IbLinkFlapping; one down is a port that "
+        "went down, IbPortNotActive's case, or a peer reboot).",
+        expected="a whole number of link downs, at least 1",
+        whole=True,
+        minimum=1,
+    ),
+    declare.rate(
+        "ib_symbol_errors_per_second",
+        0.01,
+        "Symbol errors per second on a node's IB ports above which IbSymbolErrors fires (~36 an hour; a healthy link "
+        "counts none).",
+    ),
+    declare.rate(
+        "ib_receive_errors_per_second",
+        0.01,
+        "Malformed packets received per second on a node's IB ports above which IbReceiveErrors fires.",
+    ),
+    declare.rate(
+        "ib_transmit_discards_per_second",
+        0.1,
+        "Outbound packets discarded per second on a node's IB ports above which IbTransmitDiscards fires.",
+    ),
+    declare.duration(
+        "ib_errors_for",
+        "10m",
+        "How long an IB error rate must stay above its threshold before IbSymbolErrors, IbReceiveErrors or "
+        "IbTransmitDiscards (a reseat or a burst is not a trend).",
+    ),
+    declare.rate(
+        "ib_transmit_wait_ticks_per_second",
+        1_000_000,
+        "port_xmit_wait ticks per second summed over a node's ports above which the fabric is congested "
+        "(IbCongestion; a busy healthy node counts thousands, a congested one millions).",
+    ),
+    declare.duration(
+        "ib_congestion_for", "10m", "How long congestion must last before IbCongestion (collective bursts are normal)."
+    ),
+    declare.duration(
+        "ib_rate_below_nominal_for",
+        "10m",
+        "How long a port may run below ib_port_rate_bytes_per_second before IbLinkRateBelowNominal (link training "
+        "after a reset).",
+    ),
+)
 
 
 @dataclass(frozen=True)

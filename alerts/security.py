@@ -21,6 +21,7 @@ from hpcobs.authoring.ruletest import Case, Sample, Series, alert
 from hpcobs.authoring.synthetic import falco_match, series, tetragon_action, tetragon_event
 from hpcobs.lang.escape import go_template_text
 from hpcobs.lang.promql import duration, duration_seconds, one_of, rise_within
+from hpcobs.settings import declare
 from hpcobs.settings.names import DashboardUid, Team
 
 # A first match at the 11th scrape: the series starts at 1.
@@ -29,6 +30,37 @@ APPEAR = "_x10 1x30"
 KEEPS_MATCHING = "_x10 3+0.5x30"
 SHELL = "Terminal shell in container"
 UNRELATED_RULE = "Read sensitive file untrusted"
+
+THRESHOLDS = (
+    declare.duration(
+        "security_event_window",
+        "10m",
+        "How long a Falco rule match or a Tetragon event keeps its security alert active (SecurityFalcoCritical, "
+        "SecurityUnexpectedOutbound, SecurityCheckpointForeignRead, SecurityTetragonEnforcement: they have no "
+        "`for:`).",
+    ),
+    declare.number(
+        "security_falco_critical_priority",
+        2,
+        "Falco native priority number at or below which a match pages, SecurityFalcoCritical (0 Emergency, "
+        "1 Alert, 2 Critical).",
+        expected="a Falco priority number, 0 (Emergency) to 7 (Debug)",
+        whole=True,
+        minimum=0,
+        maximum=7,
+    ),
+    declare.names(
+        "security_tetragon_enforcement_actions",
+        ["signal", "override", "notify_enforcer"],
+        "Tetragon selector action label values that enforce (kill or deny), SecurityTetragonEnforcement; monitor_* "
+        "only observe.",
+    ),
+    declare.duration(
+        "security_falco_drops_for",
+        "10m",
+        "How long Falco may keep dropping kernel events or alerts before SecurityFalcoDroppingEvents.",
+    ),
+)
 
 
 def groups(ctx: Context) -> list[Group]:

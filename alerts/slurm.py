@@ -15,8 +15,40 @@ from hpcobs.authoring.rules import Alert, Group, alerts_of, label
 from hpcobs.authoring.ruletest import Case, Series, alert
 from hpcobs.authoring.synthetic import JOB_OWNER, gpu_utilization, job_info, slurm_partition
 from hpcobs.lang.promql import duration_seconds
+from hpcobs.settings import declare
 from hpcobs.settings.names import DashboardUid, Team
 from hpcobs.settings.thresholds import Thresholds
+
+THRESHOLDS = (
+    declare.count(
+        "slurm_partition_nodes_down",
+        0,
+        "Nodes of a partition that may be down (or failing) before SlurmNodesDown (SlurmNodesFailing) fires; 0 = any.",
+    ),
+    declare.count(
+        "slurm_partition_nodes_drained",
+        0,
+        "Nodes of a partition that may be drained or draining before SlurmNodesDrained fires; 0 = any. Large "
+        "clusters always have a few: raise it to the number your team handles in its normal cycle.",
+    ),
+    declare.duration(
+        "slurm_nodes_drained_for",
+        "15m",
+        "How long nodes may stay drained above slurm_partition_nodes_drained before SlurmNodesDrained (a "
+        "drain-reboot-resume cycle).",
+    ),
+    declare.count(
+        "slurm_partition_pending_jobs",
+        100,
+        "Pending jobs in one partition above which the queue is backlogged, SlurmQueueBacklog (scale it with the "
+        "partition).",
+    ),
+    declare.duration(
+        "slurm_queue_backlog_for",
+        "30m",
+        "How long the backlog must last before SlurmQueueBacklog (a burst of submissions drains in minutes).",
+    ),
+)
 
 
 @dataclass(frozen=True)

@@ -19,6 +19,7 @@ from hpcobs.authoring.ruletest import Sample, Series, alert
 from hpcobs.authoring.synthetic import JOB_OWNER, job_info, series
 from hpcobs.lang.escape import promql_matcher
 from hpcobs.lang.promql import duration_seconds
+from hpcobs.settings import declare
 from hpcobs.settings.names import DashboardUid, Team
 from hpcobs.settings.thresholds import Thresholds
 
@@ -29,6 +30,76 @@ TIB_KIB = 1024**3  # one TiB in the KiB the Lustre exporter reports
 NODE_DISK = 10**12  # a node mount of 1 TB
 # Full filesystems are full from this scrape on in every case.
 FULL_FROM = 6
+
+THRESHOLDS = (
+    declare.regex(
+        "storage_shared_mountpoints",
+        "/lustre(/.*)?|/home(/.*)?",
+        "Mountpoints (RE2 regex, anchored at both ends as in PromQL) of shared filesystems that the node mount alerts "
+        "(StorageFilesystemFillingUp, StorageFilesystemFull) skip: Lustre has its own alerts, and an NFS server's own "
+        "node_exporter sees its export as a local mount.",
+    ),
+    declare.duration(
+        "storage_fill_window",
+        "6h",
+        "History predict_linear fits to forecast a filesystem's fill ratio (StorageFilesystemFillingUp, "
+        "StorageLustreFillingUp).",
+    ),
+    declare.duration(
+        "storage_fill_horizon",
+        "24h",
+        "A filesystem forecast to be full within this horizon is filling up (StorageFilesystemFillingUp, "
+        "StorageLustreFillingUp).",
+    ),
+    declare.fraction(
+        "storage_fill_min_ratio",
+        0.3,
+        "Filling-up alerts ignore filesystems less used than this (a data set landing on an empty one).",
+    ),
+    declare.duration(
+        "storage_fill_for",
+        "30m",
+        "How long the forecast must say full before StorageFilesystemFillingUp / StorageLustreFillingUp.",
+    ),
+    declare.fraction(
+        "storage_full_ratio",
+        0.95,
+        "Used fraction above which a node mount or a Lustre OST is full (StorageFilesystemFull, StorageLustreOstFull).",
+    ),
+    declare.duration(
+        "storage_full_for",
+        "5m",
+        "How long a filesystem must stay above storage_full_ratio before StorageFilesystemFull or "
+        "StorageLustreOstFull (a file written then deleted).",
+    ),
+    declare.rate(
+        "storage_checkpoint_stalled_bytes_per_second",
+        50_000_000,
+        "A training job that makes no step while writing to Lustre slower than this (bytes/s, the whole job) has a "
+        "stalled checkpoint (StorageCheckpointWriteStalled).",
+    ),
+    declare.duration(
+        "storage_checkpoint_stall_for",
+        "5m",
+        "How long a checkpoint may crawl before StorageCheckpointWriteStalled (a healthy one takes ~1-2 min).",
+    ),
+    declare.rate(
+        "storage_nfs_retransmissions_per_second",
+        0.05,
+        "NFS RPC retransmissions per second on a client above which StorageNfsRetransmissions fires (each one "
+        "follows a timeout).",
+    ),
+    declare.duration(
+        "storage_nfs_retransmissions_for",
+        "10m",
+        "How long NFS retransmissions must continue before StorageNfsRetransmissions.",
+    ),
+    declare.duration(
+        "storage_lustre_unhealthy_for",
+        "2m",
+        "How long a Lustre host may report health_check unhealthy before StorageLustreUnhealthy pages.",
+    ),
+)
 
 
 def groups(ctx: Context) -> list[Group]:

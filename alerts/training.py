@@ -16,11 +16,69 @@ from hpcobs.authoring.rules import Alert, Group, alerts_of, label
 from hpcobs.authoring.ruletest import Sample, Series, alert
 from hpcobs.authoring.synthetic import JOB_OWNER, gpu_utilization, job_info, nccl_collective, series
 from hpcobs.lang.promql import duration_seconds
+from hpcobs.settings import declare
 from hpcobs.settings.names import DashboardUid, Team
 from hpcobs.settings.thresholds import Thresholds
 
 OWNER = tuple(JOB_OWNER)
 TOKENS_PER_STEP = 750  # per rank
+
+THRESHOLDS = (
+    declare.fraction(
+        "training_straggler_ratio",
+        0.75,
+        "Median rank step time / slowest rank step time below which a job has a straggler, TrainingStraggler "
+        "(nvidia-resiliency-ext's straggler score threshold).",
+    ),
+    declare.duration("training_straggler_for", "10m", "How long a straggler must persist before TrainingStraggler."),
+    declare.factor(
+        "training_step_time_regression_factor",
+        1.5,
+        "Median step time above this multiple of the job's own best over training_step_time_baseline_window "
+        "(TrainingStepTimeRegression).",
+    ),
+    declare.duration(
+        "training_step_time_baseline_window",
+        "6h",
+        "Window of the job's own best median step time (TrainingStepTimeRegression).",
+    ),
+    declare.duration(
+        "training_step_time_regression_for",
+        "15m",
+        "How long a step time regression must last before TrainingStepTimeRegression.",
+    ),
+    declare.duration(
+        "training_hang_for",
+        "10m",
+        "How long a job holding GPUs may make no step before TrainingHang (PyTorch's NCCL watchdog default).",
+    ),
+    declare.factor(
+        "training_nccl_slowdown_factor",
+        3,
+        "Mean collective time above this multiple of the job's own median over training_baseline_window "
+        "(TrainingNcclCollectiveSlow).",
+    ),
+    declare.duration(
+        "training_baseline_window",
+        "1h",
+        "Window of a job's own recent level for NCCL collective time and throughput (TrainingNcclCollectiveSlow, "
+        "TrainingThroughputDrop).",
+    ),
+    declare.duration(
+        "training_nccl_slow_for", "5m", "How long collectives must stay slow before TrainingNcclCollectiveSlow."
+    ),
+    declare.fraction(
+        "training_throughput_drop_ratio",
+        0.8,
+        "Tokens/s below this fraction of the job's own recent level (90th percentile over training_baseline_window) "
+        "is a throughput drop (TrainingThroughputDrop).",
+    ),
+    declare.duration(
+        "training_throughput_drop_for",
+        "10m",
+        "How long a throughput drop must last before TrainingThroughputDrop (a checkpoint pauses training ~1-2 min).",
+    ),
+)
 
 
 def owned(ctx: Context, expr: str) -> str:

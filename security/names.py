@@ -17,6 +17,7 @@ from dataclasses import dataclass
 
 from hpcobs.lang.promql import one_of
 from hpcobs.lang.sensor_values import network
+from hpcobs.settings import declare
 from hpcobs.settings.thresholds import Thresholds
 
 # Falco's priorities, most severe first: a rule's position here is the number Falco's native metrics write in the
@@ -34,6 +35,28 @@ MINER_PORTS = (
 )  # fmt: skip
 # The URI schemes miners name their pool with (the sandbox rule "Detect crypto miners using the Stratum protocol").
 STRATUM_SCHEMES = ("stratum+tcp", "stratum+ssl", "stratum2+tcp", "stratum2+ssl")
+
+# The names the alerts select; the first of each is the one the shipped rule or policy carries.
+THRESHOLDS = (
+    declare.names(
+        "security_outbound_rules",
+        ["Unexpected outbound connection destination"],
+        "Falco rules reporting an unexpected outbound connection (SecurityUnexpectedOutbound); the first is the name "
+        "of the rule hpcobs ships (docs/security-content.md#names).",
+    ),
+    declare.names(
+        "security_checkpoint_rules",
+        ["Checkpoint read by foreign process"],
+        "Falco rules reporting a checkpoint read by a process outside its job (SecurityCheckpointForeignRead); the "
+        "first names the shipped rule.",
+    ),
+    declare.names(
+        "security_checkpoint_policies",
+        ["hpcobs-checkpoint-guard"],
+        "Tetragon tracing policies guarding checkpoint files (SecurityCheckpointForeignRead); the first names the "
+        "shipped policy, so it must be a Kubernetes object name (refused otherwise).",
+    ),
+)
 
 
 @dataclass(frozen=True)

@@ -1,18 +1,28 @@
-"""The typed thresholds are the schema's: generated from it, up to date, and what the build reads."""
-
-import json
+"""A threshold is declared once, in the content module that reads it: the schema, the defaults and their comments,
+the configuration table and the typed thresholds are generated from the declarations, up to date, and what the
+build reads."""
 
 import pytest
+import yaml
 
-from hpcobs.settings import schema_codegen
+from hpcobs.build import codegen
+from hpcobs.paths import ROOT
+from hpcobs.settings.config import DEFAULT_CONFIG
 from hpcobs.settings.thresholds import Thresholds
 
 
-def test_the_thresholds_module_is_generated_from_the_current_schema():
-    schema = json.loads(schema_codegen.SCHEMA.read_text(encoding="utf-8"))
-    assert schema_codegen.MODULE.read_text(encoding="utf-8") == schema_codegen.thresholds_module(schema), (
-        "hpcobs/settings/thresholds.py is stale: run `python -m hpcobs.settings.schema_codegen`"
+@pytest.mark.parametrize("path", codegen.generated(), ids=lambda path: str(path.relative_to(ROOT)))
+def test_the_generated_settings_files_are_up_to_date(path):
+    assert path.read_text(encoding="utf-8") == codegen.generated()[path], (
+        f"{path.relative_to(ROOT)} is stale: run `python -m hpcobs.build.codegen`"
     )
+
+
+def test_the_defaults_are_the_declared_ones():
+    declared = {threshold.name: threshold.default for ts in codegen.declared().values() for threshold in ts}
+    defaults = yaml.safe_load(DEFAULT_CONFIG.read_text(encoding="utf-8"))["thresholds"]
+    assert defaults == declared
+    assert {name: type(value) for name, value in defaults.items()} == {k: type(v) for k, v in declared.items()}
 
 
 def test_every_configured_threshold_is_a_typed_field(config):
@@ -21,3 +31,11 @@ def test_every_configured_threshold_is_a_typed_field(config):
     assert thresholds.security_outbound_rules == tuple(config["thresholds"]["security_outbound_rules"])
     with pytest.raises(AttributeError):
         thresholds.gpu_temprature_celsius  # noqa: B018  (a misspelt threshold fails, it is not a silent default)
+
+
+def test_a_threshold_declared_twice_is_refused(monkeypatch):
+    from hpcobs.alerts import gpu, network
+
+    monkeypatch.setattr(network, "THRESHOLDS", (*network.THRESHOLDS, gpu.THRESHOLDS[0]))
+    with pytest.raises(ValueError, match="gpu_fell_off_bus_for is declared in alerts/gpu.py and alerts/network.py"):
+        codegen.declared()

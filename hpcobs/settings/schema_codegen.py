@@ -1,39 +1,122 @@
-"""Write hpcobs/settings/thresholds.py from config/schema.json: the thresholds as a typed, frozen dataclass, so
-that a misspelt threshold in a rule or a panel is an AttributeError at import and a type error under mypy, not a
-KeyError at build time (or a silent default). Run `python -m hpcobs.settings.schema_codegen` after changing the
-schema's thresholds; tests/test_thresholds.py fails while the module is stale."""
+"""The settings files written from declarations, as text: what config/schema.json, the `thresholds:` section of
+config/default.yaml, the thresholds table of docs/configuration.md and hpcobs/settings/thresholds.py say about
+the thresholds content declares (hpcobs.settings.declare).
+
+Each function takes the file as it is and returns it as it must be: the hand-written parts are kept, the
+generated parts replaced whole. `python -m hpcobs.build.codegen` finds the declarations (it imports content,
+which settings may not) and writes the files; tests/test_thresholds.py fails while one of them is stale.
+"""
 
 from __future__ import annotations
 
 import json
-import sys
-from pathlib import Path
+import re
+import textwrap
+from collections.abc import Mapping, Sequence
+from typing import Any
 
-from hpcobs.paths import ROOT
+import yaml
 
-SCHEMA = ROOT / "config" / "schema.json"
-MODULE = Path(__file__).resolve().parent / "thresholds.py"
+from hpcobs.settings.declare import Threshold
+
+COMMAND = "python -m hpcobs.build.codegen"
+# Declared thresholds by the content module that declares them ("alerts/gpu.py"), in the order of the files.
+Declared = Mapping[str, Sequence[Threshold]]
+
+YAML_BEGIN = (
+    f"  # Generated from the THRESHOLDS of the content modules by `{COMMAND}`, down to the end marker:\n"
+    "  # change a default or its comment where the threshold is declared (docs/configuration.md#thresholds).\n"
+)
+YAML_END = "  # End of the generated thresholds.\n"
+DOC_BEGIN = f"<!-- Generated from the THRESHOLDS of the content modules by `{COMMAND}`, down to the end marker. -->\n"
+DOC_END = "<!-- End of the generated thresholds. -->\n"
+COMMENT_WIDTH = 116
 
 
-def _python_type(spec: dict) -> str:
-    if spec["type"] == "array":
-        return f"tuple[{_python_type(spec['items'])}, ...]"
-    if spec["type"] == "string":
-        return {"duration": "Duration", "re2": "Regex"}.get(spec.get("format", ""), "str")
-    return {"number": "float", "integer": "int", "boolean": "bool"}[spec["type"]]
+def _all(declared: Declared) -> list[Threshold]:
+    return [threshold for thresholds in declared.values() for threshold in thresholds]
 
 
-def thresholds_module(schema: dict) -> str:
-    properties = schema["properties"]["thresholds"]["properties"]
+def _replace_between(text: str, begin: str, end: str, generated: str, where: str) -> str:
+    before, found_begin, rest = text.partition(begin)
+    _, found_end, after = rest.partition(end)
+    if not (found_begin and found_end):
+        raise ValueError(f"{where}: the generated part's markers are missing; restore {begin.strip()!r} and {end!r}")
+    return before + begin + generated + end + after
+
+
+def schema(current: dict[str, Any], declared: Declared) -> str:
+    """config/schema.json with its `thresholds` object."""
+    thresholds = _all(declared)
+    out = json.loads(json.dumps(current))
+    out["properties"]["thresholds"] = {
+        "type": "object",
+        "additionalProperties": False,
+        "required": [threshold.name for threshold in thresholds],
+        "properties": {threshold.name: threshold.schema for threshold in thresholds},
+    }
+    return json.dumps(out, indent=2, ensure_ascii=False) + "\n"
+
+
+def _yaml_value(threshold: Threshold) -> str:
+    value = threshold.default
+    # Durations bare, as every duration of the file; other strings and lists quoted (a regex's |, a name's spaces).
+    quoted = isinstance(value, list) or isinstance(value, str) and threshold.schema.get("format") != "duration"
+    text = json.dumps(value, ensure_ascii=False) if quoted else str(value)
+    if yaml.safe_load(text) != value:
+        raise ValueError(f"{threshold.name}: the default {value!r} does not read back from YAML as itself ({text})")
+    return text
+
+
+def default_config(current: str, declared: Declared) -> str:
+    """config/default.yaml with its `thresholds:` section between the markers: each default under its doc."""
+    lines = [
+        textwrap.fill(threshold.doc, COMMENT_WIDTH, initial_indent="  # ", subsequent_indent="  # ")
+        + f"\n  {threshold.name}: {_yaml_value(threshold)}\n"
+        for threshold in _all(declared)
+    ]
+    return _replace_between(current, YAML_BEGIN, YAML_END, "".join(lines), "config/default.yaml")
+
+
+def _markdown_default(value: Any) -> str:
+    text = f"[{', '.join(value)}]" if isinstance(value, list) else str(value)
+    return f"`{text}`".replace("|", "\\|")
+
+
+def _markdown_doc(doc: str, names: Sequence[str]) -> str:
+    """The doc in docs/: other thresholds as code, paths under docs/ as links relative to it."""
+    text = re.sub(rf"\b({'|'.join(map(re.escape, names))})\b", r"`\1`", doc)
+    text = re.sub(r"\bdocs/([\w/-]+\.md)(#[\w-]+)?", r"[\1](\1\2)", text)
+    return text.replace("|", "\\|")
+
+
+def configuration_doc(current: str, declared: Declared) -> str:
+    """docs/configuration.md with its thresholds table between the markers: key, default and doc of each."""
+    thresholds = _all(declared)
+    names = [threshold.name for threshold in thresholds]
+    rows = [
+        f"| `{threshold.name}` | {_markdown_default(threshold.default)} | {_markdown_doc(threshold.doc, names)} |\n"
+        for threshold in thresholds
+    ]
+    table = "| key | default | meaning |\n|---|---|---|\n" + "".join(rows)
+    return _replace_between(current, DOC_BEGIN, DOC_END, table, "docs/configuration.md")
+
+
+def thresholds_module(declared: Declared) -> str:
+    """hpcobs/settings/thresholds.py: a frozen dataclass with a typed field per threshold, so that a misspelt
+    threshold in a rule or a panel is an AttributeError at import and a type error under mypy, not a KeyError at
+    build time (or a silent default)."""
     fields = []
-    for name, spec in properties.items():
-        explained = spec.get("description") or spec.get("x-expected")
-        fields.append(f"    {name}: {_python_type(spec)}" + (f"  # {explained}" if explained else ""))
+    for module, thresholds in declared.items():
+        fields.append(f"    # {module}")
+        for threshold in thresholds:
+            expected = threshold.schema.get("x-expected")
+            fields.append(f"    {threshold.name}: {threshold.python_type}" + (f"  # {expected}" if expected else ""))
     return "\n".join(
         [
             '"""The thresholds of the config (`thresholds:` in config/default.yaml and site files), typed.',
             "",
-            "Generated from config/schema.json by `python -m hpcobs.settings.schema_codegen`; do not edit.",
+            f"Generated by `{COMMAND}` from the THRESHOLDS of the content modules named below; do not edit.",
             '"""',
             "",
             "from __future__ import annotations",
@@ -59,13 +142,3 @@ def thresholds_module(schema: dict) -> str:
             "",
         ]
     )
-
-
-def main() -> int:
-    MODULE.write_text(thresholds_module(json.loads(SCHEMA.read_text(encoding="utf-8"))), encoding="utf-8")
-    print(f"wrote {MODULE}", file=sys.stderr)
-    return 0
-
-
-if __name__ == "__main__":
-    sys.exit(main())
