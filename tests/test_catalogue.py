@@ -1,6 +1,8 @@
-"""The catalogue is well formed and every raw metric that rules and dashboards read is in it."""
+"""The catalogue is well formed, every raw metric that rules and dashboards read is in it, and the config and the
+docs name its version families and profiles."""
 
 import json
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -9,9 +11,11 @@ import jsonschema
 import pytest
 import yaml
 
+from hpcobs.errors import UserError
 from hpcobs.exporters import catalogue
-from hpcobs.exporters.sources import Sources
+from hpcobs.exporters.sources import PROFILES, Sources
 from hpcobs.lang import lint
+from hpcobs.settings import config as config_module
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -100,8 +104,9 @@ def test_a_build_reads_the_catalogue_once_on_demand_and_never_imports_the_simula
 
 def test_dcgm_versions_resolve_names_units_and_host_labels():
     dcgm = catalogue.load()["dcgm"]
-    assert [dcgm.host_label(v) for v in dcgm.versions] == ["Hostname", "hostname", "hostname", "hostname"]
-    util = [dcgm.metric("gpu_utilization", v) for v in dcgm.versions]
+    families = ("3.x-4.5", "4.6-4.8", "4.9", "4.10+")
+    assert [dcgm.host_label(v) for v in families] == ["Hostname", "hostname", "hostname", "hostname"]
+    util = [dcgm.metric("gpu_utilization", v) for v in families]
     assert [(m.name, m.unit) for m in util] == [("DCGM_FI_DEV_GPU_UTIL", "percent")] * 2 + [
         ("DCGM_FI_DEV_GPU_UTIL_RATIO", "ratio")
     ] * 2
@@ -131,3 +136,43 @@ def test_site_overrides_and_prefixes_reach_the_names(tmp_path):
     sources = Sources(config_module.load(site))
     assert sources["amd"].name(sources["amd"].exporter.signals()[0]).startswith("amd_")
     assert sources["dcgm"].name("row_remap_pending", "4.6-4.8") == "MY_REMAP_PENDING"
+
+
+def _fenced_block(text: str, after: str) -> str:
+    """The first fenced code block of a Markdown text after the line that starts with `after`."""
+    rest = text[text.index(f"\n{after}") :]
+    return rest.split("```")[1].partition("\n")[2]
+
+
+def test_the_readme_names_the_dcgm_families_of_the_catalogue(tmp_path):
+    """config/schema.json's enum of families is generated from the catalogue; the README's example site file is
+    valid and its example refusal is what loading that mistake prints."""
+    readme = (ROOT / "README.md").read_text(encoding="utf-8")
+    example = tmp_path / "example.yaml"
+    example.write_text(_fenced_block(readme, "`python build.py --config site.yaml` merges"), encoding="utf-8")
+    config_module.load(example)
+    site = tmp_path / "site.yaml"
+    site.write_text("exporters:\n  dcgm:\n    versions: ['4.x']\n    selectr: 'job=\"x\"'\n", encoding="utf-8")
+    with pytest.raises(UserError) as refused:
+        config_module.load(site)
+    printed = {line.replace(str(site), "site.yaml") for line in refused.value.lines}
+    assert printed == set(_fenced_block(readme, "A bad file is refused").splitlines())
+    assert f"is not one of {list(catalogue.load()['dcgm'].versions)}" in readme
+
+
+def test_the_docs_name_the_catalogues_families_profiles_and_files():
+    """docs/exporters.md: a row per dcgm family and per other catalogue file; docs/configuration.md: the value of
+    each profile a role may pick (hpcobs.exporters.sources.PROFILES)."""
+    exporters_doc = (ROOT / "docs" / "exporters.md").read_text(encoding="utf-8")
+    versions_table = exporters_doc.partition("## dcgm-exporter versions")[2].partition("\n## ")[0]
+    families = list(catalogue.load()["dcgm"].versions)
+    assert re.findall(r"^\| `([^`]+)` \|", versions_table, re.MULTILINE) == families
+    listed = re.findall(r"`(\w+)\.yaml`", exporters_doc.partition("## Other exporters")[2])
+    assert sorted(listed) == sorted(set(catalogue.load()) - {"dcgm"})
+    roles = {
+        row.split("`")[1]: set(re.findall(r"`([^`]+)`", row))
+        for row in (ROOT / "docs" / "configuration.md").read_text(encoding="utf-8").splitlines()
+        if row.startswith("| `")
+    }
+    for role, (_, profiles) in PROFILES.items():
+        assert set(profiles) <= roles[role], f"docs/configuration.md: the {role} row must name {sorted(profiles)}"

@@ -10,6 +10,7 @@ from hpcobs.authoring.rules import Alert, LinkBases, Record
 from hpcobs.authoring.ruletest import Case
 from hpcobs.build import outdir, pipeline, tools, validate
 from hpcobs.build.cache import Cache
+from hpcobs.exporters import catalogue
 from hpcobs.lang import lint
 from hpcobs.settings import config as config_module
 from hpcobs.settings.config import DEFAULT_CONFIG
@@ -310,7 +311,7 @@ def test_synthetic_series_written_in_si_units_convert_value_by_value(config):
 
 
 DCGM_DISABLED_AMD_ONLY = "exporters:\n  dcgm: {enabled: false}\n  amd: {enabled: true}\n"
-EVERY_DCGM_VERSION = "exporters:\n  dcgm:\n    versions: ['3.x-4.5', '4.6-4.8', '4.9', '4.10+']\n"
+EVERY_DCGM_VERSION = f"exporters:\n  dcgm:\n    versions: {list(catalogue.load()['dcgm'].versions)}\n"
 # 3.x-4.5 (Hostname), 4.6-4.8 (hostname), 4.9 (renamed, SI) and 4.10+ in one cluster.
 EVERY_SPELLING = (
     '"Hostname"',

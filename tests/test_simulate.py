@@ -17,6 +17,7 @@ import yaml
 from hpcobs.authoring import synthetic
 from hpcobs.authoring.context import Context
 from hpcobs.build import tools
+from hpcobs.exporters import catalogue
 from hpcobs.lang.promql import duration
 from hpcobs.proof.simulate import UP, Simulation, Spec, compress, expand, kinds, write
 from hpcobs.proof.simulate.scenarios import LLAMA3_CAUSES, Scene, realistic_week
@@ -25,9 +26,10 @@ from hpcobs.settings.thresholds import Thresholds
 from tests.conftest import ROOT, run_build
 
 EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
+DCGM_FAMILIES = catalogue.load()["dcgm"].versions
 MIXED = {
     "exporters": {
-        "dcgm": {"versions": ["3.x-4.5", "4.6-4.8", "4.9", "4.10+"]},
+        "dcgm": {"versions": list(DCGM_FAMILIES)},
         "amd": {"enabled": True, "metric_prefix": "amd_"},
         "slurm": {"flavour": "native"},
         "job_info": {"source": "jontk", "selector": 'job="slurm-jobs"'},
@@ -184,7 +186,7 @@ def test_dcgm_versions_differ_in_host_label_names_and_units(mixed):
     sim = small(mixed, nodes=8, gpus_per_node=2, hours=0.1)
     source = sim.sources["dcgm"]
     by_node = {n.name: n.version for n in sim.cluster.nodes if n.vendor == "nvidia"}
-    assert set(by_node.values()) == {"3.x-4.5", "4.6-4.8", "4.9", "4.10+"}
+    assert set(by_node.values()) == set(DCGM_FAMILIES)
     utilization = {source.name("gpu_utilization", v) for v in source.versions}
     assert utilization == {"DCGM_FI_DEV_GPU_UTIL", "DCGM_FI_DEV_GPU_UTIL_RATIO"}
     seen = set()

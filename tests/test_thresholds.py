@@ -1,6 +1,6 @@
 """A threshold is declared once, in the content module that reads it: the schema, the defaults and their comments,
-the configuration table and the typed thresholds are generated from the declarations, up to date, and what the
-build reads."""
+the configuration table and the typed thresholds are generated from the declarations (and the schema's enums of
+version families and profiles from the catalogue), up to date, and what the build reads."""
 
 import pytest
 import yaml

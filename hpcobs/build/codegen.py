@@ -1,10 +1,12 @@
 """Write the settings files generated from declarations: the thresholds content declares (THRESHOLDS of its
 modules) into config/schema.json, the `thresholds:` section of config/default.yaml, the thresholds table of
-docs/configuration.md and hpcobs/settings/thresholds.py (hpcobs.settings.schema_codegen renders each file).
+docs/configuration.md and hpcobs/settings/thresholds.py; the catalogue's profiles and version families into the
+schema's enums (hpcobs.settings.schema_codegen renders each file).
 
-Run `python -m hpcobs.build.codegen` after declaring, changing or removing a threshold; tests/test_thresholds.py
-fails while a file is stale. It lives in the build because finding the declarations imports content, which only
-the build and the layers above it may; settings then read only the files written here.
+Run `python -m hpcobs.build.codegen` after declaring, changing or removing a threshold or a catalogue version
+family; tests/test_thresholds.py fails while a file is stale. It lives in the build because finding the
+declarations imports content, which only the build and the layers above it may; settings then read only the
+files written here.
 """
 
 from __future__ import annotations

@@ -67,6 +67,14 @@ class Source:
         return scrape_labels(self.matchers)
 
 
+# Config roles that one of several catalogue profiles can serve: the key of the role that picks one, and the
+# catalogue entry each of its values reads (config/schema.json's enum of that key is generated from here).
+PROFILES: dict[str, tuple[str, dict[str, str]]] = {
+    "slurm": ("flavour", {"sckyzo": "slurm_sckyzo", "native": "slurm_native"}),
+    "job_info": ("source", {"prolog": "job_info", "jontk": "slurm_jontk"}),
+}
+
+
 class SiteConfig(Protocol):
     """What Sources reads of a loaded config (hpcobs.settings.config.Config): its sections by name."""
 
@@ -90,11 +98,10 @@ class Sources:
 
     @staticmethod
     def _catalogue_entry(exporters: dict[str, Exporter], exporter_id: str, settings: dict) -> Exporter:
-        """Config keys name a role; some roles have several catalogue profiles to choose from."""
-        if exporter_id == "slurm":
-            return exporters[f"slurm_{settings['flavour']}"]
-        if exporter_id == "job_info" and settings["source"] == "jontk":
-            return exporters["slurm_jontk"]
+        """Config keys name a role; some roles have several catalogue profiles to choose from (PROFILES)."""
+        if exporter_id in PROFILES:
+            key, profiles = PROFILES[exporter_id]
+            return exporters[profiles[settings[key]]]
         return exporters[exporter_id]
 
     def __getitem__(self, exporter_id: str) -> Source:

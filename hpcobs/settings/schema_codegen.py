@@ -1,6 +1,7 @@
 """The settings files written from declarations, as text: what config/schema.json, the `thresholds:` section of
 config/default.yaml, the thresholds table of docs/configuration.md and hpcobs/settings/thresholds.py say about
-the thresholds content declares (hpcobs.settings.declare).
+the thresholds content declares (hpcobs.settings.declare), and the schema's enums of the exporter profiles and
+version families the catalogue knows.
 
 Each function takes the file as it is and returns it as it must be: the hand-written parts are kept, the
 generated parts replaced whole. `python -m hpcobs.build.codegen` finds the declarations (it imports content,
@@ -17,6 +18,8 @@ from typing import Any
 
 import yaml
 
+from hpcobs.exporters import catalogue
+from hpcobs.exporters.sources import PROFILES
 from hpcobs.settings.declare import Threshold
 
 COMMAND = "python -m hpcobs.build.codegen"
@@ -46,7 +49,8 @@ def _replace_between(text: str, begin: str, end: str, generated: str, where: str
 
 
 def schema(current: dict[str, Any], declared: Declared) -> str:
-    """config/schema.json with its `thresholds` object."""
+    """config/schema.json: its `thresholds` object, the enum of each key that picks a catalogue profile, and the
+    enum of each exporter's `versions` (the catalogue's version families)."""
     thresholds = _all(declared)
     out = json.loads(json.dumps(current))
     out["properties"]["thresholds"] = {
@@ -55,6 +59,12 @@ def schema(current: dict[str, Any], declared: Declared) -> str:
         "required": [threshold.name for threshold in thresholds],
         "properties": {threshold.name: threshold.schema for threshold in thresholds},
     }
+    exporters = out["properties"]["exporters"]["properties"]
+    for role, (key, profiles) in PROFILES.items():
+        exporters[role]["properties"][key]["enum"] = list(profiles)
+    for role, spec in exporters.items():
+        if "versions" in spec["properties"]:
+            spec["properties"]["versions"]["items"]["enum"] = list(catalogue.load()[role].versions)
     return json.dumps(out, indent=2, ensure_ascii=False) + "\n"
 
 
