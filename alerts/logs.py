@@ -1,9 +1,9 @@
 """Log alerts and recording rules for Loki's ruler: what the kernel, NCCL, PyTorch, CUDA and slurmstepd write
 before (or instead of) a metric showing it.
 
-Not one of alerts.MODULES: these rules are LogQL, evaluated by Loki and written to out/loki/rules/ by
-hpcobs.build.pipeline through hpcobs.authoring.logs; Prometheus never loads them. Alerts and records share the line
-patterns below, so they live together here rather than split between alerts/ and recording_rules/.
+Not one of alerts.MODULES: these rules are LogQL, evaluated by Loki, built with hpcobs.authoring.logs and written
+to out/loki/rules/ by the Loki target (hpcobs.targets.loki); Prometheus never loads them. Alerts and records share
+the line patterns below, so they live together here rather than split between alerts/ and recording_rules/.
 
 Each pattern was checked against the wording of its source (the NVIDIA driver's Xid format in kernel_rc.c,
 NCCL's debug.cc, PyTorch's ProcessGroupNCCL.cpp, Slurm's task_cgroup_memory.c, Linux's oom_kill.c) and is tested

@@ -20,7 +20,6 @@ from hpcobs.targets import registry
 from hpcobs.targets.base import Model
 
 # Where tests/test_review.py still reads the rule files' folder; it belongs to hpcobs.targets.prometheus.
-from hpcobs.targets.prometheus import RULES_DIR as RULES_DIR
 
 
 def rule_groups(ctx: Context) -> dict[str, list[Group]]:
