@@ -1,5 +1,7 @@
 """The recording-rule budget (docs/recording-rules.md#budget), on the reference cluster of hpcobs.build.cardinality."""
 
+import re
+
 import pytest
 
 from hpcobs.authoring.context import Context
@@ -72,7 +74,49 @@ def test_the_build_prints_the_budget(tmp_path):
     result = run_build("--no-tool-checks", "--out", str(tmp_path / "out"))
     assert result.returncode == 0, result.stderr
     assert "cardinality on the reference cluster (2048 nodes x 8 GPUs, 300 jobs, 16384 ranks)" in result.stdout
-    assert "hpcobs-gpu-normalise" in result.stdout and "(budget 25%)" in result.stdout
+    assert "hpcobs-gpu-normalise" in result.stdout and "(budget 25%, cardinality.budget_percent)" in result.stdout
+
+
+def test_a_config_over_the_budget_does_not_build_and_the_value_it_names_does(tmp_path):
+    """The budget is a gate, for build and check alike: one line naming the key and the value that accepts the
+    estimate, nothing published; that value builds. A budget below the default config's estimate stays over it
+    whatever the content becomes."""
+    from tests.conftest import run_build
+
+    out = tmp_path / "out"
+    site = tmp_path / "site.yaml"
+    site.write_text("cardinality: {budget_percent: 10}\n")
+    for command in ("build", "check"):
+        result = run_build(command, "--no-tool-checks", "--config", str(site), "--out", str(out))
+        assert result.returncode == 2, result.stderr
+        [line] = result.stderr.splitlines()
+        assert line.startswith(f"build error: {site}: cardinality.budget_percent: "), line
+        assert "over the budget of 10%; no group grew beyond the default config's estimate" in line, line
+        assert not out.exists()
+    accepted = re.search(r"set cardinality\.budget_percent: ([0-9.]+) to accept it$", line).group(1)
+    site.write_text(f"cardinality: {{budget_percent: {accepted}}}\n")
+    result = run_build("--no-tool-checks", "--config", str(site), "--out", str(out))
+    assert result.returncode == 0, result.stderr
+    assert f"(budget {accepted}%, cardinality.budget_percent)" in result.stdout
+
+
+def test_the_refusal_names_the_groups_that_grew_and_by_how_much():
+    """Measured on the first gate: disabling tetragon moved hpcobs-security from 925 to 12,603 series."""
+
+    def estimate(**recorded):
+        return cardinality.Estimate(
+            [cardinality.GroupCost(name, 0, n, {"node": n}) for name, n in recorded.items()], yardstick=417_792
+        )
+
+    default = estimate(**{"hpcobs-gpu-normalise": 33_096, "hpcobs-security": 925, "hpcobs-slurm": 241})
+    site = estimate(**{"hpcobs-gpu-normalise": 33_096, "hpcobs-security": 12_603, "hpcobs-new": 80_000})
+    line = cardinality.overrun(site, default, 25, "site.yaml")
+    assert line == (
+        "build error: site.yaml: cardinality.budget_percent: the recording rules record 125,699 series on the "
+        "reference cluster, 30.1% of the 417,792 the GPU exporters emit, over the budget of 25%; grown beyond the "
+        "default config's estimate: hpcobs-new +80,000 (0 -> 80,000), hpcobs-security +11,678 (925 -> 12,603); "
+        "set cardinality.budget_percent: 30.1 to accept it, or turn back what grew"
+    )
 
 
 def test_groups_form_layers_without_reading_their_own_records(groups):

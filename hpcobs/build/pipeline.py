@@ -14,7 +14,10 @@ import hpcobs.recording_rules as recording_rules
 from hpcobs.alerts import alertmanager, logs
 from hpcobs.authoring.context import Context
 from hpcobs.authoring.rules import Group, LinkBases
+from hpcobs.build import cardinality
+from hpcobs.errors import UserError
 from hpcobs.security import falco, tetragon
+from hpcobs.settings import config as config_module
 from hpcobs.settings.config import Config
 from hpcobs.targets import registry
 from hpcobs.targets.base import Model
@@ -36,12 +39,15 @@ def rule_groups(ctx: Context) -> dict[str, list[Group]]:
 
 
 def model(config: Config) -> Model:
-    """The content built from the config, before any format."""
+    """The content built from the config, before any format; refused when its recording rules are over the
+    cardinality budget, so that no command (build, check, diff, deploy) ships a config that is."""
     ctx = Context(config)
+    groups = rule_groups(ctx)
+    _within_budget(config, ctx, groups)
     return Model(
         config=config,
         links=LinkBases.of(config),
-        rule_groups=rule_groups(ctx),
+        rule_groups=groups,
         dashboards=[module.dashboard(ctx) for module in dashboards.MODULES],
         inhibitions=alertmanager.inhibitions(ctx),
         log_groups=logs.loki_groups(ctx),
@@ -63,10 +69,25 @@ def generate(config: Config) -> dict[str, str]:
     return dict(sorted(files.items()))
 
 
-def budget_report(config: Config) -> list[str]:
-    """The cardinality budget of the recording rules on the reference cluster (hpcobs.build.cardinality)."""
-    from hpcobs.build import cardinality
+def estimate(ctx: Context, groups: dict[str, list[Group]]) -> cardinality.Estimate:
+    """The cost of the recording rules on the reference cluster (hpcobs.build.cardinality)."""
+    return cardinality.estimate([g for gs in groups.values() for g in gs], ctx.sources, ctx.cluster)
 
+
+def _within_budget(config: Config, ctx: Context, groups: dict[str, list[Group]]) -> None:
+    """Refuse, in one line, a config whose recording rules are over `cardinality.budget_percent`; the default
+    config's estimate, built only then, shows which groups the site made grow."""
+    budget = config.get("cardinality", "budget_percent")
+    site = estimate(ctx, groups)
+    if site.percent <= budget:
+        return
+    default_config = config_module.load(None)
+    default_ctx = Context(default_config)
+    default = estimate(default_ctx, rule_groups(default_ctx))
+    raise UserError(cardinality.overrun(site, default, budget, config.origin[-1]))
+
+
+def budget_report(config: Config) -> list[str]:
+    """The cardinality budget of the recording rules on the reference cluster, as `python build.py` prints it."""
     ctx = Context(config)
-    groups = [g for domain_groups in rule_groups(ctx).values() for g in domain_groups]
-    return cardinality.report(groups, ctx.sources, ctx.cluster)
+    return cardinality.report(estimate(ctx, rule_groups(ctx)), config.get("cardinality", "budget_percent"))
