@@ -102,6 +102,26 @@ def test_a_config_over_the_budget_does_not_build_and_the_value_it_names_does(tmp
     assert f"(budget {accepted}%, cardinality.budget_percent)" in result.stdout
 
 
+@pytest.mark.parametrize("exporter", ["lustre", "falco", "tetragon", "nccl_inspector", "training", "slurm"])
+def test_turning_an_exporter_off_makes_no_group_grow(exporter, costs, tmp_path):
+    """A record that reads only a disabled exporter's series records nothing; on the first gate, tetragon off
+    counted its records at full size (hpcobs-security 925 -> 12,603) and put the default config over budget."""
+    from hpcobs.settings import config as config_module
+
+    site = tmp_path / "site.yaml"
+    site.write_text(f"exporters: {{{exporter}: {{enabled: false}}}}\n")
+    off = Context(config_module.load(site))
+    before = {cost.group: cost.recorded for cost in costs}
+    grown = [
+        (cost.group, before.get(cost.group, 0), cost.recorded)
+        for cost in cardinality.costs(
+            [g for gs in pipeline.rule_groups(off).values() for g in gs], off.sources, off.cluster
+        )
+        if cost.recorded > before.get(cost.group, 0)
+    ]
+    assert grown == []
+
+
 def test_the_refusal_names_the_groups_that_grew_and_by_how_much():
     """Measured on the first gate: disabling tetragon moved hpcobs-security from 925 to 12,603 series."""
 
