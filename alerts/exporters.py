@@ -123,7 +123,7 @@ def groups(ctx: Context) -> list[Group]:
         *_job_mapping_missing(ctx),
         *_job_info_missing(ctx),
     ]
-    return [Group("hpcobs-exporter-alerts", domain="exporters", interval=ctx.scrape_interval, rules=rules)]
+    return [Group("hpcobs-exporter-alerts", domain="exporters", interval=ctx.evaluation_interval, rules=rules)]
 
 
 def _up_labels(ctx: Context, role: str, host: str = "n1") -> dict[str, str]:
@@ -153,6 +153,7 @@ def _targets_down(ctx: Context) -> list[Alert]:
 
 def _target_down(ctx: Context, target: Target, down_for: str) -> Alert:
     host = SLURM_CONTROLLER if target.role == "slurm" else "n1"
+    when = timing(ctx, down_for, 2)
     return _node_alert(ctx)(
         f"Exporter{target.name}Down",
         severity="warning",
@@ -165,12 +166,12 @@ def _target_down(ctx: Context, target: Target, down_for: str) -> Alert:
         "and whether the host is up.",
         fired_by=FIRED_BY.get(target.role, ()),
         **standard_cases(
-            timing(ctx, down_for, 2),
+            when,
             fault="the target stops answering",
-            fault_series=[up_series(ctx, target.role, "1 1 0x40", host)],
+            fault_series=[up_series(ctx, target.role, f"1 1 0x{when.samples}", host)],
             expect=[alert(**_up_labels(ctx, target.role, host))],
             healthy="the target answers",
-            healthy_series=[up_series(ctx, target.role, "1x40", host)],
+            healthy_series=[up_series(ctx, target.role, f"1x{when.samples}", host)],
             pending="a restart shorter than the for: duration",
         ),
     )
@@ -179,6 +180,7 @@ def _target_down(ctx: Context, target: Target, down_for: str) -> Alert:
 def _textfile_scrape_error(ctx: Context) -> list[Alert]:
     if not ctx.sources["node_exporter"].enabled:
         return []
+    when = timing(ctx, "5m", 2)
     return [
         _node_alert(ctx)(
             "ExporterTextfileScrapeError",
@@ -190,12 +192,12 @@ def _textfile_scrape_error(ctx: Context) -> list[Alert]:
             description=f"node_exporter on {label('node')} (cluster {label(ctx.cluster)}) fails to open or parse a "
             ".prom file of its textfile directory: the job-info series of our prolog may be stale or missing.",
             **standard_cases(
-                timing(ctx, "5m", 2),
+                when,
                 fault="a malformed .prom file",
-                fault_series=[_node_series(ctx, "textfile_scrape_error", "0 0 1x30")],
+                fault_series=[_node_series(ctx, "textfile_scrape_error", f"0 0 1x{when.samples}")],
                 expect=[alert(**ctx.cluster_labels, node="n1")],
                 healthy="every file reads",
-                healthy_series=[_node_series(ctx, "textfile_scrape_error", "0x30")],
+                healthy_series=[_node_series(ctx, "textfile_scrape_error", f"0x{when.samples}")],
                 pending="an error for less than the for: duration",
             ),
         )
@@ -209,8 +211,9 @@ def _collector_failed(ctx: Context) -> list[Alert]:
     failing = ctx.select(
         "node_exporter", ["collector_success"], ("node", "collector"), op="min", where={"collector": one_of(collectors)}
     )
-    gpu_node = [gpu_utilization(ctx, "0.9x60", node="n1", gpu="0")]
     when = timing(ctx, "15m", 2)
+    n = when.samples
+    gpu_node = [gpu_utilization(ctx, f"0.9x{n}", node="n1", gpu="0")]
 
     def success(values: str, collector: str = collectors[0]) -> Series:
         return _node_series(ctx, "collector_success", values, collector=collector)
@@ -228,17 +231,17 @@ def _collector_failed(ctx: Context) -> list[Alert]:
             **standard_cases(
                 when,
                 fault=f"the {collectors[0]} collector fails",
-                fault_series=[*gpu_node, success("1 1 0x60")],
+                fault_series=[*gpu_node, success(f"1 1 0x{n}")],
                 expect=[alert(**ctx.cluster_labels, node="n1", collector=collectors[0])],
                 healthy="every collector works",
-                healthy_series=[*gpu_node, success("1x60")],
+                healthy_series=[*gpu_node, success(f"1x{n}")],
                 pending="failing for less than the for: duration",
                 also_silent=[
                     when.silent(
                         "a collector hpcobs does not read, with nothing to read on this node",
-                        [*gpu_node, success("0x60", collector="zfs")],
+                        [*gpu_node, success(f"0x{n}", collector="zfs")],
                     ),
-                    when.silent("a node without GPUs (login node without an HCA)", [success("0x60")]),
+                    when.silent("a node without GPUs (login node without an HCA)", [success(f"0x{n}")]),
                 ],
             ),
         )
@@ -252,6 +255,8 @@ def _slurm_collector_failed(ctx: Context) -> list[Alert]:
 
     def collector(values: str) -> Series:
         return series(ctx, "slurm", "collector_success", values, node=SLURM_CONTROLLER, collector="partition")
+
+    when = timing(ctx, "10m", 2)
 
     return [
         Alert(
@@ -268,12 +273,12 @@ def _slurm_collector_failed(ctx: Context) -> list[Alert]:
             dashboard=DashboardUid.SLURM_JOBS,
             dashboard_vars=(ctx.cluster,),
             **standard_cases(
-                timing(ctx, "10m", 2),
+                when,
                 fault="sinfo fails",
-                fault_series=[collector("1 1 0x40")],
+                fault_series=[collector(f"1 1 0x{when.samples}")],
                 expect=[alert(**ctx.cluster_labels, collector="partition")],
                 healthy="every collector works",
-                healthy_series=[collector("1x40")],
+                healthy_series=[collector(f"1x{when.samples}")],
                 pending="one slow sinfo, shorter than the for: duration",
             ),
         )
@@ -287,6 +292,7 @@ def _gpu_exporter_without_gpus(ctx: Context) -> list[Alert]:
         return []
     answering = either([label_replace(f"{ctx.up(role)} == 1", "node", "instance", INSTANCE_HOST) for role in roles])
     role, when = roles[0], timing(ctx, "10m", 0)
+    n = when.samples
     return [
         _node_alert(ctx)(
             "ExporterGpuSeriesAbsent",
@@ -301,16 +307,16 @@ def _gpu_exporter_without_gpus(ctx: Context) -> list[Alert]:
             **standard_cases(
                 when,
                 fault="the exporter answers with its own metrics only",
-                fault_series=[up_series(ctx, role, "1x40")],
+                fault_series=[up_series(ctx, role, f"1x{n}")],
                 expect=[alert(**_up_labels(ctx, role))],
                 healthy="the exporter reports its GPUs",
                 healthy_series=[
-                    up_series(ctx, role, "1x40"),
-                    *(gpu_utilization(ctx, "0.9x40", node="n1", gpu=gpu) for gpu in "01"),
+                    up_series(ctx, role, f"1x{n}"),
+                    *(gpu_utilization(ctx, f"0.9x{n}", node="n1", gpu=gpu) for gpu in "01"),
                 ],
                 pending="GPUs missing for less than the for: duration (exporter start-up)",
                 also_silent=[
-                    when.silent("the exporter is down (ExporterDcgmDown's case)", [up_series(ctx, role, "0x40")])
+                    when.silent("the exporter is down (ExporterDcgmDown's case)", [up_series(ctx, role, f"0x{n}")])
                 ],
             ),
         )
@@ -343,7 +349,7 @@ def _job_mapping_missing(ctx: Context) -> list[Alert]:
         ctx.cluster,
     )
     when = timing(ctx, mapping_for, 0)
-    samples = (when.hold + 900) // when.step
+    samples = when.samples
 
     def slurm_gpus(count: int) -> Series:
         return series(ctx, "slurm", signal, f"{count}x{samples}", node="n1", **test_labels)
@@ -392,7 +398,7 @@ def _job_info_missing(ctx: Context) -> list[Alert]:
         return []
     info_for, cluster = ctx.thresholds.exporter_job_info_for, ctx.cluster
     when = timing(ctx, info_for, 0)
-    samples = (when.hold + 900) // when.step
+    samples = when.samples
     on_gpu = _busy_gpu(ctx, 0.9, samples, hpc_job="7")
 
     return [

@@ -13,7 +13,7 @@ Runbooks: docs/runbooks/gpu.md, one section per alert.
 from dataclasses import dataclass
 from functools import cached_property, partial
 
-from hpcobs.authoring.alert_cases import Timing, standard_cases, timing
+from hpcobs.authoring.alert_cases import Timing, counter_timing, standard_cases, timing
 from hpcobs.authoring.context import Context
 from hpcobs.authoring.rules import Alert, Group, alerts_of, label
 from hpcobs.authoring.ruletest import Case, Sample, Series, alert
@@ -127,7 +127,7 @@ def groups(ctx: Context) -> list[Group]:
         ],
     }
     return [
-        Group(name, domain="gpu", interval=ctx.scrape_interval, rules=rules)
+        Group(name, domain="gpu", interval=ctx.evaluation_interval, rules=rules)
         for name, rules in by_topic.items()
         if rules
     ]
@@ -325,11 +325,10 @@ def _xid_application_class(gpus: _TestGpu) -> Alert:
             healthy_series=[xid(0, "0x10", hpc_job="7")],
             pending="Xid 13 seen for less than the for: duration",
             also_fires=[
-                Case(
+                timing(ctx, FLAG_FOR, 1, settle=90).fires(
                     "Xid 31 (page fault) in a job that just started",
-                    at="3m",
-                    series=[xid(31, "_ 31x10", hpc_job="8")],
-                    expect=[gpus.on_gpu(hpc_job="8", err_code="31")],
+                    [xid(31, "_ 31x10", hpc_job="8")],
+                    [gpus.on_gpu(hpc_job="8", err_code="31")],
                 )
             ],
             also_silent=[
@@ -498,11 +497,12 @@ def _thermal_violation(gpus: _TestGpu) -> Alert:
     throttle_for = gpus.ctx.thresholds.gpu_throttle_for
     violation = gpus.ctx.thresholds.gpu_thermal_violation_ratio
     # A counter read through rate(): the condition holds from its second sample on.
-    throttled = timing(gpus.ctx, throttle_for, 1, settle=270)
+    throttled = counter_timing(gpus.ctx, throttle_for)
+    t, lasting = gpus.ctx.timeline, throttled.lasting
 
-    def violation_counter(ratio: float) -> Series:
+    def violation_counter(ratio: float, **labels: str) -> Series:
         """Nanoseconds spent throttled, growing at `ratio` of the time."""
-        return gpus.dcgm("thermal_violation", f"0+{round(ratio * 30e9)}x40")
+        return gpus.dcgm("thermal_violation", t.rising(round(ratio * 1e9), lasting), **labels)
 
     return gpus.gpu_alert(
         "GpuThermalViolation",
@@ -518,10 +518,10 @@ def _thermal_violation(gpus: _TestGpu) -> Alert:
         **standard_cases(
             throttled,
             fault="throttled 70% of the time",
-            fault_series=[gpus.dcgm("thermal_violation", "0+21000000000x40", hpc_job="7")],
+            fault_series=[violation_counter(0.7, hpc_job="7")],
             expect=[gpus.on_gpu(hpc_job="7")],
             healthy="healthy GPU: the counter does not move",
-            healthy_series=[gpus.dcgm("thermal_violation", "5x40")],
+            healthy_series=[gpus.dcgm("thermal_violation", t.held(5, lasting))],
             pending="throttled for less than the for: duration",
             also_silent=[throttled.silent("throttled just under the threshold", [violation_counter(0.8 * violation)])],
         ),
@@ -563,7 +563,12 @@ def _nvlink_errors(gpus: _TestGpu) -> Alert:
         thresholds.gpu_nvlink_crc_errors_per_second,
         thresholds.gpu_nvlink_replay_errors_per_minute,
     )
-    counting = timing(ctx, link_for, 1, settle=270)
+    counting = counter_timing(ctx, link_for)
+    t, lasting = ctx.timeline, counting.lasting
+
+    def errors(signal: str, per_second: float, **labels: str) -> Series:
+        return gpus.dcgm(signal, t.rising(per_second, lasting), **labels)
+
     return gpus.gpu_alert(
         "GpuNvlinkErrors",
         severity="warning",
@@ -579,24 +584,24 @@ def _nvlink_errors(gpus: _TestGpu) -> Alert:
             counting,
             fault="NVLink replays at 15/s",
             fault_series=[
-                gpus.dcgm("nvlink_replay_errors", "0+450x40", hpc_job="7"),
-                gpus.dcgm("nvlink_crc_flit_errors", "0x40", hpc_job="7"),
+                errors("nvlink_replay_errors", 15, hpc_job="7"),
+                errors("nvlink_crc_flit_errors", 0, hpc_job="7"),
             ],
             expect=[gpus.on_gpu(hpc_job="7")],
             healthy="healthy links",
-            healthy_series=[gpus.dcgm(signal, "0x40") for signal in NVLINK_CRC + NVLINK_REPLAY],
+            healthy_series=[errors(signal, 0) for signal in NVLINK_CRC + NVLINK_REPLAY],
             pending="replay errors for less than the for: duration",
             also_fires=[
                 counting.fires(
                     "CRC errors at 120/s, flit and data together",
-                    [gpus.dcgm("nvlink_crc_flit_errors", "0+2700x40"), gpus.dcgm("nvlink_crc_data_errors", "0+900x40")],
+                    [errors("nvlink_crc_flit_errors", 90), errors("nvlink_crc_data_errors", 30)],
                     [gpus.on_gpu()],
                 )
             ],
             also_silent=[
                 counting.silent(
                     "CRC errors at 90/s and replays at 0.8/min: under DCGM's limits",
-                    [gpus.dcgm("nvlink_crc_flit_errors", "0+2700x40"), gpus.dcgm("nvlink_replay_errors", "0+0.4x40")],
+                    [errors("nvlink_crc_flit_errors", 90), errors("nvlink_replay_errors", 0.8 / 60)],
                 )
             ],
         ),
@@ -645,6 +650,7 @@ def _simulated(gpus: _TestGpu, *scenarios: str) -> tuple[str, ...]:
 
 def _uncorrectable_ecc(gpus: _TestGpu) -> Alert:
     ctx = gpus.ctx
+    t = ctx.timeline
 
     def ecc(values: str, **labels: str) -> Series:
         return gpu_si_series(ctx, "ecc_uncorrectable", values, node="n1", gpu="1", **labels)
@@ -665,13 +671,21 @@ def _uncorrectable_ecc(gpus: _TestGpu) -> Alert:
             Case(
                 "a double-bit error on a GPU running a job",
                 at="10m",
-                series=[ecc("0x10 1x20", hpc_job="7")],
+                series=[ecc(f"{t.held(0, '5m')} {t.held(1, '10m')}", hpc_job="7")],
                 expect=[gpus.on_gpu(hpc_job="7")],
             )
         ],
         silent_on=[
-            Case("old errors from before the window do not count", at="80m", series=[ecc("0x10 2x160")]),
-            Case("a driver reload resets the counter: no new error", at="10m", series=[ecc("3x10 0x20")]),
+            Case(
+                "old errors from before the window do not count",
+                at="80m",
+                series=[ecc(f"{t.held(0, '5m')} {t.held(2, '80m')}")],
+            ),
+            Case(
+                "a driver reload resets the counter: no new error",
+                at="10m",
+                series=[ecc(f"{t.held(3, '5m')} {t.held(0, '10m')}")],
+            ),
         ],
     )
 
@@ -679,7 +693,8 @@ def _uncorrectable_ecc(gpus: _TestGpu) -> Alert:
 def _pcie_replay_rate(gpus: _TestGpu) -> Alert:
     ctx, thresholds = gpus.ctx, gpus.ctx.thresholds
     link_for, replays = thresholds.gpu_link_errors_for, thresholds.gpu_pcie_replays_per_minute
-    counting = timing(ctx, link_for, 1, settle=270)
+    counting = counter_timing(ctx, link_for)
+    t, lasting = ctx.timeline, counting.lasting
 
     def replay(values: str, **labels: str) -> Series:
         return gpu_si_series(ctx, "pcie_replay", values, node="n1", gpu="1", **labels)
@@ -698,12 +713,12 @@ def _pcie_replay_rate(gpus: _TestGpu) -> Alert:
         **standard_cases(
             counting,
             fault="a replay storm at 200/s",
-            fault_series=[replay("0+6000x40", hpc_job="7")],
+            fault_series=[replay(t.rising(200, lasting), hpc_job="7")],
             expect=[gpus.on_gpu(hpc_job="7")],
             healthy="healthy link: a few replays since boot, none now",
-            healthy_series=[replay("3x40")],
+            healthy_series=[replay(t.held(3, lasting))],
             pending="a storm shorter than the for: duration",
-            also_silent=[counting.silent("just under the limit", [replay(f"0+{replays * 0.4}x40")])],
+            also_silent=[counting.silent("just under the limit", [replay(t.rising(0.8 * replays / 60, lasting))])],
         ),
     )
 
@@ -713,7 +728,7 @@ def _allocated_idle(gpus: _TestGpu) -> Alert:
     idle = ctx.thresholds.gpu_idle_window
     # Idle from the first sample: the idle record holds once a whole window of zeros is in.
     when = timing(ctx, "5m", duration_seconds(idle) // duration_seconds(ctx.scrape_interval), settle=300)
-    samples = (when.onset + 1200) // when.step
+    samples = when.samples
 
     def util(ratios: str, gpu: str = "0", node: str = "n1") -> Series:
         return gpu_utilization(ctx, ratios, node=node, gpu=gpu, hpc_job="7")
@@ -734,21 +749,21 @@ def _allocated_idle(gpus: _TestGpu) -> Alert:
             when,
             fault=f"one of the job's GPUs at 0% for {idle}; its other node is busy",
             fault_series=[
-                job_info(ctx, "7", "1x300"),
-                job_info(ctx, "7", "1x300", node="n2"),
+                job_info(ctx, "7", f"1x{samples}"),
+                job_info(ctx, "7", f"1x{samples}", node="n2"),
                 util(f"0x{samples}"),
                 util(f"0.5x{samples}", gpu="1"),
                 util(f"0.5x{samples}", node="n2"),
             ],
             expect=[alert(**ctx.cluster_labels, node="n1", hpc_job="7")],
             healthy="every GPU busy",
-            healthy_series=[job_info(ctx, "7", "1x300"), util(f"0.5x{samples}")],
+            healthy_series=[job_info(ctx, "7", f"1x{samples}"), util(f"0.5x{samples}")],
             pending="idle for the window, but for less than the for: duration",
-            pending_series=[job_info(ctx, "7", "1x300"), util(f"0x{samples}")],
+            pending_series=[job_info(ctx, "7", f"1x{samples}"), util(f"0x{samples}")],
             also_silent=[
                 when.silent(
                     f"idle for 5 minutes less than {idle}",
-                    [job_info(ctx, "7", "1x300"), util(f"0.5x{(600 + 300) // 30} 0x{samples}")],
+                    [job_info(ctx, "7", f"1x{samples}"), util(f"0.5x{900 // when.step} 0x{samples}")],
                 )
             ],
         ),
@@ -764,7 +779,7 @@ def _series_missing(gpus: _TestGpu) -> Alert:
     def util(values: str, gpu: str) -> Series:
         return gpu_utilization(ctx, values, node="n1", gpu=gpu)
 
-    three_left = [util("0.9x40", gpu) for gpu in "012"] + [util("0.9x10 stale", "3")]
+    three_left = [util(f"0.9x{when.samples}", gpu) for gpu in "012"] + [util("0.9x10 stale", "3")]
     return gpus.node_alert(
         "GpuSeriesMissing",
         severity="warning",
@@ -782,7 +797,7 @@ def _series_missing(gpus: _TestGpu) -> Alert:
             fault_series=three_left,
             expect=[alert(**ctx.cluster_labels, node="n1")],
             healthy="every GPU reports",
-            healthy_series=[util("0.9x40", gpu) for gpu in "0123"],
+            healthy_series=[util(f"0.9x{when.samples}", gpu) for gpu in "0123"],
             pending="GPU missing for less than the for: duration",
             also_silent=[
                 when.silent(

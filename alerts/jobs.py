@@ -14,17 +14,17 @@ def groups(ctx: Context) -> list[Group]:
     cluster = ctx.cluster
 
     def job(minutes_running: int) -> list[Series]:
-        samples = 2 * minutes_running
+        running = ctx.timeline.held(1, minutes_running * 60)
         return [
-            job_info(ctx, "42", f"1x{samples}"),
-            gpu_utilization(ctx, f"0.9x{samples}", node="n1", gpu="0", hpc_job="42"),
+            job_info(ctx, "42", running),
+            gpu_utilization(ctx, ctx.timeline.held(0.9, minutes_running * 60), node="n1", gpu="0", hpc_job="42"),
         ]
 
     return [
         Group(
             "hpcobs-jobs-alerts",
             domain="jobs",
-            interval=ctx.scrape_interval,
+            interval=ctx.evaluation_interval,
             rules=[
                 Alert(
                     "SlurmJobEnded",

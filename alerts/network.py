@@ -161,7 +161,7 @@ def groups(ctx: Context) -> list[Group]:
         *(_error_rate(ctx, row) for row in ERROR_RATES),
         _rate_below_nominal(ctx),
     ]
-    return [Group("hpcobs-network-alerts", domain="network", interval=ctx.scrape_interval, rules=rules)]
+    return [Group("hpcobs-network-alerts", domain="network", interval=ctx.evaluation_interval, rules=rules)]
 
 
 def _node_alert(ctx: Context) -> partial[Alert]:

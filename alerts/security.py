@@ -72,7 +72,7 @@ def groups(ctx: Context) -> list[Group]:
         _tetragon_enforcement(events),
         _falco_dropping_events(events),
     ]
-    return [Group("hpcobs-security-alerts", domain="security", interval=ctx.scrape_interval, rules=rules)]
+    return [Group("hpcobs-security-alerts", domain="security", interval=ctx.evaluation_interval, rules=rules)]
 
 
 @dataclass(frozen=True)
@@ -171,7 +171,7 @@ def _falco_critical(events: _Events) -> Alert:
             ),
             Case(
                 "an Alert-priority rule that matched before matches again",
-                at=duration(40 * events.step),
+                at=duration(32 * events.step),  # the scrape after the second match
                 series=[events.falco("1x30 2x30", ssh, "1", node="n2")],
                 expect=events.on_node("n2", rule_name=ssh, priority="1"),
             ),

@@ -102,7 +102,9 @@ def groups(ctx: Context) -> list[Group]:
         else []
     )
     rules = partitions + _job_holding_idle_gpus(ctx)
-    return [Group("hpcobs-slurm-alerts", domain="slurm", interval=ctx.scrape_interval, rules=rules)] if rules else []
+    return (
+        [Group("hpcobs-slurm-alerts", domain="slurm", interval=ctx.evaluation_interval, rules=rules)] if rules else []
+    )
 
 
 def _partition_alert(ctx: Context) -> partial[Alert]:
@@ -112,7 +114,7 @@ def _partition_alert(ctx: Context) -> partial[Alert]:
 def _nodes_in_state(ctx: Context, row: _NodesInState) -> Alert:
     limit, for_ = row.limit(ctx.thresholds), row.for_(ctx.thresholds)
     when = timing(ctx, for_, 2)
-    samples = (when.hold + 900) // when.step
+    samples = when.samples
 
     def nodes(count: int | str) -> list[Series]:
         return [slurm_partition(ctx, f"partition_nodes_{row.state}", f"{count}x{samples}")]
@@ -143,7 +145,7 @@ def _nodes_in_state(ctx: Context, row: _NodesInState) -> Alert:
 def _queue_backlog(ctx: Context) -> Alert:
     pending, for_ = ctx.thresholds.slurm_partition_pending_jobs, ctx.thresholds.slurm_queue_backlog_for
     when = timing(ctx, for_, 0)
-    samples = (when.hold + 900) // when.step
+    samples = when.samples
 
     def queue(length: int, partition: str = "gpu") -> Series:
         return slurm_partition(ctx, "partition_jobs_pending", f"{length}x{samples}", partition)
@@ -216,7 +218,7 @@ def _job_holding_idle_gpus(ctx: Context) -> list[Alert]:
     step = duration_seconds(ctx.scrape_interval)
     # Idle from the first sample: the job's idle count holds once a whole window of zeros is in.
     when = timing(ctx, "5m", duration_seconds(idle) // step, settle=300)
-    samples = (when.onset + 1200) // step
+    samples = when.samples
     info = job_info(ctx, "7", f"1x{samples}")
 
     def util(ratios: str, gpu: str = "0") -> Series:
@@ -248,8 +250,8 @@ def _job_holding_idle_gpus(ctx: Context) -> list[Alert]:
                 pending_series=[info, util(f"0x{samples}")],
                 also_silent=[
                     when.silent(
-                        f"a single busy sample inside the last {idle}",
-                        [info, util(f"0x{(600 + 300) // 30} 0.6 0x{samples}")],
+                        f"busy for one rule evaluation inside the last {idle}",
+                        [info, util(f"0x{900 // step} {ctx.timeline.pulse(0.6)} 0x{samples}")],
                     )
                 ],
             ),

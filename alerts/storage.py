@@ -113,7 +113,7 @@ def groups(ctx: Context) -> list[Group]:
         _nfs_retransmissions(data),
         _lustre_unhealthy(data),
     ]
-    return [Group("hpcobs-storage-alerts", domain="storage", interval=ctx.scrape_interval, rules=rules)]
+    return [Group("hpcobs-storage-alerts", domain="storage", interval=ctx.evaluation_interval, rules=rules)]
 
 
 def _remaining(used: str, total: int) -> tuple[str, str]:

@@ -140,7 +140,7 @@ def groups(ctx: Context) -> list[Group]:
         _nccl_collective_slow(jobs),
         _throughput_drop(jobs),
     ]
-    return [Group("hpcobs-training-alerts", domain="training", interval=ctx.scrape_interval, rules=rules)]
+    return [Group("hpcobs-training-alerts", domain="training", interval=ctx.evaluation_interval, rules=rules)]
 
 
 @dataclass(frozen=True)
@@ -164,7 +164,8 @@ class _TestJob:
 
     @cached_property
     def info(self) -> list[Series]:
-        return [job_info(self.ctx, "42", "1x400", job_name="pretrain")]
+        # The job runs for the whole of every case: longer than two baseline windows and a `for`.
+        return [job_info(self.ctx, "42", self.ctx.timeline.held(1, "200m"), job_name="pretrain")]
 
     def owned(self, **labels: str) -> list[Sample]:
         """The alert on job 42, with its owner's labels."""

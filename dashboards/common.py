@@ -88,7 +88,7 @@ def owner_variables(ctx: Context, names: tuple[str, ...], given: tuple[str, ...]
 def over_range(ctx: Context, rate: str) -> str:
     """A recorded per-second series integrated over the dashboard's range (energy from watts, GPU-hours
     from GPUs, events from events/s): one sample per rule evaluation, each standing for one interval."""
-    return f"sum_over_time({rate}[$__range]) * {promql.duration_seconds(ctx.scrape_interval)}"
+    return f"sum_over_time({rate}[$__range]) * {promql.duration_seconds(ctx.evaluation_interval)}"
 
 
 def or_zero(condition_count: str, everyone: str) -> str:

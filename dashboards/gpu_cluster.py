@@ -106,7 +106,7 @@ def _fleet(ctx: Context) -> Row:
                 width=4,
                 time_from="now/d",
                 description="GPU energy since midnight: the recorded power integrated over the rule evaluation "
-                f"interval ({ctx.scrape_interval}).",
+                f"interval ({ctx.evaluation_interval}).",
             ),
             timeseries(
                 "GPUs allocated and idle",

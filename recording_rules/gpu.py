@@ -20,7 +20,7 @@ from hpcobs.authoring.context import Context
 from hpcobs.authoring.rules import Group, Record
 from hpcobs.authoring.ruletest import Case, Series, sample
 from hpcobs.authoring.synthetic import amd, dcgm, first_gpu_exporter, gpu_si_series, gpu_utilization
-from hpcobs.lang.promql import ABOVE_ZERO, aggregate, label_replace, one_of
+from hpcobs.lang.promql import ABOVE_ZERO, aggregate, duration, duration_seconds, label_replace, one_of
 
 GPU = ("node", "gpu")
 OWNED = {"hpc_job": '!=""'}
@@ -48,21 +48,21 @@ def groups(ctx: Context) -> list[Group]:
     unhealthy = _unhealthy_causes(ctx)
     throttled = _node_throttled(ctx)
     # Clock events are nine series per GPU (dcgm-exporter only): their count is a group of its own.
-    throttling = [Group("hpcobs-gpu-node-throttled", domain="gpu", interval=ctx.scrape_interval, rules=throttled)]
+    throttling = [Group("hpcobs-gpu-node-throttled", domain="gpu", interval=ctx.evaluation_interval, rules=throttled)]
     return [
         Group(
             "hpcobs-gpu-normalise",
             domain="gpu",
-            interval=ctx.scrape_interval,
+            interval=ctx.evaluation_interval,
             rules=[_utilization(ctx), _job_info(ctx)],
         ),
-        Group("hpcobs-gpu-idle", domain="gpu", interval=ctx.scrape_interval, rules=[_idle_by_job(ctx)]),
+        Group("hpcobs-gpu-idle", domain="gpu", interval=ctx.evaluation_interval, rules=[_idle_by_job(ctx)]),
         # A group's rules run one after the other, groups side by side: the node level is split in groups of
         # about the same cost, each well inside its interval on a large fleet (docs/benchmarks.md, Fleet scale).
         Group(
             "hpcobs-gpu-node",
             domain="gpu",
-            interval=ctx.scrape_interval,
+            interval=ctx.evaluation_interval,
             rules=[
                 *_node_inventory(ctx),
                 *_node_allocation(ctx),
@@ -73,11 +73,13 @@ def groups(ctx: Context) -> list[Group]:
         Group(
             "hpcobs-gpu-node-activity",
             domain="gpu",
-            interval=ctx.scrape_interval,
+            interval=ctx.evaluation_interval,
             rules=[*_node_activity(ctx), *_node_memory_and_power(ctx)],
         ),
         *(throttling if throttled else []),
-        Group("hpcobs-gpu-cluster", domain="gpu", interval=ctx.scrape_interval, rules=_cluster(ctx, bool(unhealthy))),
+        Group(
+            "hpcobs-gpu-cluster", domain="gpu", interval=ctx.evaluation_interval, rules=_cluster(ctx, bool(unhealthy))
+        ),
     ]
 
 
@@ -231,7 +233,7 @@ def _node_allocation(ctx: Context) -> list[Record]:
             tests=[
                 Case(
                     f"GPUs held by the same job for {idle_window} at 0%, over the node's jobs",
-                    at="90m",
+                    at=_idle_at(ctx),
                     series=_idle_gpus(ctx),
                     expect=[sample(2, **cluster_labels, node="n1"), sample(1, **cluster_labels, node="n2")],
                 )
@@ -241,17 +243,24 @@ def _node_allocation(ctx: Context) -> list[Record]:
 
 
 def _idle_gpus(ctx: Context) -> list[Series]:
-    """n1: GPU 0 idle under job 7 and GPU 4 under job 8; GPU 1 busy once, GPU 2 free, GPU 3 newly held by job
-    8; n2: GPU 0 idle under job 9."""
+    """Over one and a half idle windows (evaluated at `_idle_at`), n1: GPU 0 idle under job 7 and GPU 4 under job 8;
+    GPU 1 busy once, inside the last window; GPU 2 free, GPU 3 held by job 8 only for the last half window; n2:
+    GPU 0 idle under job 9."""
     util = partial(gpu_utilization, ctx)
+    t, window = ctx.timeline, duration_seconds(ctx.thresholds.gpu_idle_window)
+    total, busy_at = window * 3 // 2, window * 5 // 6
     return [
-        util("0x180", node="n1", gpu="0", hpc_job="7"),
-        util("0x100 0.01 0x79", node="n1", gpu="1", hpc_job="7"),
-        util("0x180", node="n1", gpu="2"),
-        util("_x120 0x60", node="n1", gpu="3", hpc_job="8"),
-        util("0x180", node="n1", gpu="4", hpc_job="8"),
-        util("0x180", node="n2", gpu="0", hpc_job="9"),
+        util(t.held(0, total), node="n1", gpu="0", hpc_job="7"),
+        util(f"{t.held(0, busy_at)} {t.pulse(0.01)} {t.held(0, total - busy_at)}", node="n1", gpu="1", hpc_job="7"),
+        util(t.held(0, total), node="n1", gpu="2"),
+        util(f"{t.absent(window)} {t.held(0, total - window)}", node="n1", gpu="3", hpc_job="8"),
+        util(t.held(0, total), node="n1", gpu="4", hpc_job="8"),
+        util(t.held(0, total), node="n2", gpu="0", hpc_job="9"),
     ]
+
+
+def _idle_at(ctx: Context) -> str:
+    return duration(duration_seconds(ctx.thresholds.gpu_idle_window) * 3 // 2)
 
 
 def _idle_by_job(ctx: Context) -> Record:
@@ -270,7 +279,7 @@ def _idle_by_job(ctx: Context) -> Record:
         tests=[
             Case(
                 f"a GPU held by the same job for {idle_window} at 0% is idle; a busy one or a new allocation is not",
-                at="90m",
+                at=_idle_at(ctx),
                 series=_idle_gpus(ctx),
                 expect=[
                     sample(1, **ctx.cluster_labels, node="n1", hpc_job="7"),
@@ -431,6 +440,7 @@ def _node_unhealthy(ctx: Context, causes: list[_Unhealthy]) -> list[Record]:
 
 def _node_ecc(ctx: Context) -> Record:
     gpu_si = partial(gpu_si_series, ctx)
+    t = ctx.timeline
     return Record(
         "node:gpus_ecc_uncorrectable:count",
         aggregate(
@@ -443,8 +453,13 @@ def _node_ecc(ctx: Context) -> Record:
                 "GPUs with uncorrectable ECC errors in the last hour, across a driver reload",
                 at="60m",
                 series=[
-                    gpu_si("ecc_uncorrectable", "0x60 2x30 0 1x28", node="n1", gpu="0"),
-                    gpu_si("ecc_uncorrectable", "4x120", node="n1", gpu="1"),
+                    gpu_si(
+                        "ecc_uncorrectable",
+                        f"{t.held(0, '30m')} {t.held(2, '15m')} 0 {t.held(1, '15m')}",
+                        node="n1",
+                        gpu="0",
+                    ),
+                    gpu_si("ecc_uncorrectable", t.held(4, "60m"), node="n1", gpu="1"),
                 ],
                 expect=[sample(1, **ctx.cluster_labels, node="n1")],
             )

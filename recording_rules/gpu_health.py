@@ -23,10 +23,10 @@ def groups(ctx: Context) -> list[Group]:
         Group(
             "hpcobs-gpu-health",
             domain="gpu",
-            interval=ctx.scrape_interval,
+            interval=ctx.evaluation_interval,
             rules=[_gpus_by_xid(ctx), _gpus_row_remap(ctx), _nvlink_errors(ctx)],
         ),
-        Group("hpcobs-gpu-health-cluster", domain="gpu", interval=ctx.scrape_interval, rules=[_cluster_xids(ctx)]),
+        Group("hpcobs-gpu-health-cluster", domain="gpu", interval=ctx.evaluation_interval, rules=[_cluster_xids(ctx)]),
     ]
 
 
@@ -111,11 +111,12 @@ def _gpus_row_remap(ctx: Context) -> Record:
 def _nvlink_errors(ctx: Context) -> Record:
     cluster_labels = ctx.cluster_labels
     window = ctx.rate_window
+    t = ctx.timeline
     nvlink = [
-        dcgm(ctx, "nvlink_crc_flit_errors", "0+60x20", node="n1", gpu="5"),
-        dcgm(ctx, "nvlink_replay_errors", "0+30x20", node="n1", gpu="5"),
-        dcgm(ctx, "nvlink_recovery_errors", "0x20", node="n1", gpu="4"),
-        dcgm(ctx, "nvlink_crc_data_errors", "7x20", node="n2", gpu="0"),
+        dcgm(ctx, "nvlink_crc_flit_errors", t.rising(2, t.span), node="n1", gpu="5"),
+        dcgm(ctx, "nvlink_replay_errors", t.rising(1, t.span), node="n1", gpu="5"),
+        dcgm(ctx, "nvlink_recovery_errors", t.held(0, t.span), node="n1", gpu="4"),
+        dcgm(ctx, "nvlink_crc_data_errors", t.held(7, t.span), node="n2", gpu="0"),
     ]
     return Record(
         "node:gpu_nvlink_errors:rate",
@@ -138,7 +139,7 @@ def _nvlink_errors(ctx: Context) -> Record:
                 "NVLink CRC, replay and recovery errors per second over the node's GPUs; optional "
                 "fields, absent where the CSV leaves them out; only rising counters are read, so a node "
                 "without errors (n2) has no series",
-                at="5m",
+                at=t.settled,
                 series=nvlink,
                 expect=[sample(3, **cluster_labels, node="n1")],
             )

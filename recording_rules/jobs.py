@@ -13,7 +13,7 @@ from hpcobs.authoring.context import Context
 from hpcobs.authoring.rules import Group, Record
 from hpcobs.authoring.ruletest import Case, Series, sample
 from hpcobs.authoring.synthetic import gpu_si_series, gpu_utilization, job_info
-from hpcobs.lang.promql import aggregate
+from hpcobs.lang.promql import aggregate, duration, duration_seconds
 
 OWNER = ("user", "account", "partition")
 OWNED = {"hpc_job": '!=""'}
@@ -25,14 +25,16 @@ BOB = {"user": "bob", "account": "llm", "partition": "gpu"}
 
 def groups(ctx: Context) -> list[Group]:
     return [
-        Group("hpcobs-jobs-info", domain="jobs", interval=ctx.scrape_interval, rules=[_job_info(ctx)]),
+        Group("hpcobs-jobs-info", domain="jobs", interval=ctx.evaluation_interval, rules=[_job_info(ctx)]),
         # Three groups of about the same cost, evaluated side by side (docs/benchmarks.md, Fleet scale).
-        Group("hpcobs-jobs-gpu", domain="jobs", interval=ctx.scrape_interval, rules=[*_allocation(ctx), _idle(ctx)]),
-        Group("hpcobs-jobs-activity", domain="jobs", interval=ctx.scrape_interval, rules=_activity(ctx)),
+        Group(
+            "hpcobs-jobs-gpu", domain="jobs", interval=ctx.evaluation_interval, rules=[*_allocation(ctx), _idle(ctx)]
+        ),
+        Group("hpcobs-jobs-activity", domain="jobs", interval=ctx.evaluation_interval, rules=_activity(ctx)),
         Group(
             "hpcobs-jobs-memory-power",
             domain="jobs",
-            interval=ctx.scrape_interval,
+            interval=ctx.evaluation_interval,
             rules=[_memory(ctx), _power(ctx)],
         ),
         # Jobs 7 and 8 share an account and a partition; each level sums the job level the same way.
@@ -52,7 +54,7 @@ def _per_job(ctx: Context, op: str, expr: str) -> str:
 
 
 def _info(ctx: Context, job: str, owner: dict[str, str], node: str = "n1") -> Series:
-    return job_info(ctx, job, "1x20", node=node, **owner)
+    return job_info(ctx, job, ctx.timeline.held(1, ctx.timeline.span), node=node, **owner)
 
 
 def _job_labels(ctx: Context, job: str, owner: dict[str, str]) -> dict[str, str]:
@@ -61,29 +63,31 @@ def _job_labels(ctx: Context, job: str, owner: dict[str, str]) -> dict[str, str]
 
 
 def _jobs(ctx: Context) -> list[Series]:
+    t = ctx.timeline
     util = partial(gpu_utilization, ctx)
     # Job 7 (alice, llm) holds n1 GPUs 0-1 and n2 GPU 0; job 8 (bob, llm) shares n1 GPU 1; job 9 has no info.
     return [
         _info(ctx, "7", ALICE),
         _info(ctx, "7", ALICE, node="n2"),
         _info(ctx, "8", BOB),
-        util("0.5x20", node="n1", gpu="0", hpc_job="7"),
-        util("1x20", node="n1", gpu="1", hpc_job="7"),
-        util("1x20", node="n1", gpu="1", hpc_job="8"),
-        util("0x20", node="n2", gpu="0", hpc_job="7"),
-        util("0.3x20", node="n2", gpu="1", hpc_job="9"),
-        util("0x20", node="n2", gpu="2"),
+        util(t.held(0.5, t.span), node="n1", gpu="0", hpc_job="7"),
+        util(t.held(1, t.span), node="n1", gpu="1", hpc_job="7"),
+        util(t.held(1, t.span), node="n1", gpu="1", hpc_job="8"),
+        util(t.held(0, t.span), node="n2", gpu="0", hpc_job="7"),
+        util(t.held(0.3, t.span), node="n2", gpu="1", hpc_job="9"),
+        util(t.held(0, t.span), node="n2", gpu="2"),
     ]
 
 
 def _job_info(ctx: Context) -> Record:
+    t = ctx.timeline
     return Record(
         "job:slurm_job_info:max",
         ctx.select("job_info", ["job_info"], ("hpc_job", *OWNER)),
         tests=[
             Case(
                 "one info series per job, deduplicated across its nodes",
-                at="5m",
+                at=t.settled,
                 series=_jobs(ctx),
                 expect=[sample(1, **_job_labels(ctx, "7", ALICE)), sample(1, **_job_labels(ctx, "8", BOB))],
             )
@@ -92,10 +96,13 @@ def _job_info(ctx: Context) -> Record:
 
 
 def _allocation(ctx: Context) -> list[Record]:
+    t = ctx.timeline
     cluster = ctx.cluster
     job7, job8 = _job_labels(ctx, "7", ALICE), _job_labels(ctx, "8", BOB)
     with_amd = ctx.sources["amd"].enabled
-    amd_gpu = [gpu_utilization(ctx, "1x20", node="amd1", gpu="0", hpc_job="7", vendor="amd")] if with_amd else []
+    amd_gpu = (
+        [gpu_utilization(ctx, t.held(1, t.span), node="amd1", gpu="0", hpc_job="7", vendor="amd")] if with_amd else []
+    )
     return [
         Record(
             "job:gpus_allocated:count",
@@ -103,7 +110,7 @@ def _allocation(ctx: Context) -> list[Record]:
             tests=[
                 Case(
                     "GPUs held by each job, with its owner",
-                    at="5m",
+                    at=t.settled,
                     series=_jobs(ctx),
                     expect=[sample(3, **job7), sample(1, **job8), sample(1, **ctx.cluster_labels, hpc_job="9")],
                 )
@@ -115,7 +122,7 @@ def _allocation(ctx: Context) -> list[Record]:
             tests=[
                 Case(
                     "mean over the job's GPUs; a shared GPU counts for both jobs; AMD GPUs join by job_id",
-                    at="5m",
+                    at=t.settled,
                     series=_jobs(ctx) + amd_gpu,
                     expect=[
                         sample(0.625 if with_amd else 0.5, **job7),
@@ -136,7 +143,7 @@ def _allocation(ctx: Context) -> list[Record]:
                 Case(
                     "mean over the job's GPUs on each of its nodes (what the training dashboard draws per node, "
                     "instead of reading every GPU of a large job)",
-                    at="5m",
+                    at=t.settled,
                     series=_jobs(ctx),
                     expect=[
                         sample(0.75, **ctx.cluster_labels, hpc_job="7", node="n1"),
@@ -157,6 +164,7 @@ def _owned(ctx: Context, canonical: str) -> str:
 
 def _activity(ctx: Context) -> list[Record]:
     """Per-job means of the profiling fields."""
+    t = ctx.timeline
     job7 = _job_labels(ctx, "7", ALICE)
     gpu_si = partial(gpu_si_series, ctx)
     owned = partial(_owned, ctx)
@@ -167,12 +175,12 @@ def _activity(ctx: Context) -> list[Record]:
             tests=[
                 Case(
                     "SM activity of the job's GPUs",
-                    at="5m",
+                    at=t.settled,
                     series=[
                         _info(ctx, "7", ALICE),
-                        gpu_si("sm_active", "0.25x20", node="n1", gpu="0", hpc_job="7"),
-                        gpu_si("sm_active", "0.75x20", node="n1", gpu="1", hpc_job="7"),
-                        gpu_si("sm_active", "0.9x20", node="n1", gpu="2"),
+                        gpu_si("sm_active", t.held(0.25, t.span), node="n1", gpu="0", hpc_job="7"),
+                        gpu_si("sm_active", t.held(0.75, t.span), node="n1", gpu="1", hpc_job="7"),
+                        gpu_si("sm_active", t.held(0.9, t.span), node="n1", gpu="2"),
                     ],
                     expect=[sample(0.5, **job7)],
                 )
@@ -184,8 +192,11 @@ def _activity(ctx: Context) -> list[Record]:
             tests=[
                 Case(
                     "tensor activity of the job's GPUs",
-                    at="5m",
-                    series=[_info(ctx, "7", ALICE), gpu_si("tensor_active", "0.5x20", node="n1", gpu="0", hpc_job="7")],
+                    at=t.settled,
+                    series=[
+                        _info(ctx, "7", ALICE),
+                        gpu_si("tensor_active", t.held(0.5, t.span), node="n1", gpu="0", hpc_job="7"),
+                    ],
                     expect=[sample(0.5, **job7)],
                 )
             ],
@@ -196,8 +207,11 @@ def _activity(ctx: Context) -> list[Record]:
             tests=[
                 Case(
                     "memory-interface activity of the job's GPUs",
-                    at="5m",
-                    series=[_info(ctx, "7", ALICE), gpu_si("dram_active", "0.125x20", node="n1", gpu="0", hpc_job="7")],
+                    at=t.settled,
+                    series=[
+                        _info(ctx, "7", ALICE),
+                        gpu_si("dram_active", t.held(0.125, t.span), node="n1", gpu="0", hpc_job="7"),
+                    ],
                     expect=[sample(0.125, **job7)],
                 )
             ],
@@ -206,6 +220,7 @@ def _activity(ctx: Context) -> list[Record]:
 
 
 def _memory(ctx: Context) -> Record:
+    t = ctx.timeline
     gpu_si = partial(gpu_si_series, ctx)
     return Record(
         "job:gpu_memory_used:max",
@@ -213,11 +228,11 @@ def _memory(ctx: Context) -> Record:
         tests=[
             Case(
                 "the largest framebuffer use among the job's GPUs (jobstats)",
-                at="5m",
+                at=t.settled,
                 series=[
                     _info(ctx, "7", ALICE),
-                    gpu_si("memory_used", f"{2**30}x20", node="n1", gpu="0", hpc_job="7"),
-                    gpu_si("memory_used", f"{2**33}x20", node="n1", gpu="1", hpc_job="7"),
+                    gpu_si("memory_used", t.held(2**30, t.span), node="n1", gpu="0", hpc_job="7"),
+                    gpu_si("memory_used", t.held(2**33, t.span), node="n1", gpu="1", hpc_job="7"),
                 ],
                 expect=[sample(2**33, **_job_labels(ctx, "7", ALICE))],
             )
@@ -226,6 +241,7 @@ def _memory(ctx: Context) -> Record:
 
 
 def _power(ctx: Context) -> Record:
+    t = ctx.timeline
     cluster = ctx.cluster
     window = ctx.rate_window
     util = partial(gpu_utilization, ctx)
@@ -241,15 +257,15 @@ def _power(ctx: Context) -> Record:
         tests=[
             Case(
                 "energy-counter power; a GPU shared by two jobs is split between them",
-                at="10m",
+                at=t.settled,
                 series=[
                     _info(ctx, "7", ALICE),
                     _info(ctx, "8", BOB),
-                    util("0.9x20", node="n1", gpu="0", hpc_job="7"),
-                    util("0.9x20", node="n1", gpu="0", hpc_job="8"),
-                    util("0.9x20", node="n1", gpu="1", hpc_job="7"),
-                    *[gpu_si("energy", f"0+{400 * 30}x40", node="n1", gpu="0", hpc_job=job) for job in ("7", "8")],
-                    gpu_si("energy", f"0+{300 * 30}x40", node="n1", gpu="1", hpc_job="7"),
+                    util(t.held(0.9, t.span), node="n1", gpu="0", hpc_job="7"),
+                    util(t.held(0.9, t.span), node="n1", gpu="0", hpc_job="8"),
+                    util(t.held(0.9, t.span), node="n1", gpu="1", hpc_job="7"),
+                    *[gpu_si("energy", t.rising(400, t.span), node="n1", gpu="0", hpc_job=job) for job in ("7", "8")],
+                    gpu_si("energy", t.rising(300, t.span), node="n1", gpu="1", hpc_job="7"),
                 ],
                 expect=[sample(500, **_job_labels(ctx, "7", ALICE)), sample(200, **_job_labels(ctx, "8", BOB))],
             )
@@ -258,21 +274,24 @@ def _power(ctx: Context) -> Record:
 
 
 def _idle(ctx: Context) -> Record:
+    t = ctx.timeline
     idle_window = ctx.thresholds.gpu_idle_window
     util = partial(gpu_utilization, ctx)
+    # Idle for the whole window and half as long again before it.
+    total = duration_seconds(idle_window) * 3 // 2
     return Record(
         "job:gpus_allocated_idle:count",
         _per_job(ctx, "sum", "node:gpus_allocated_idle_by_job:count"),
         tests=[
             Case(
                 f"GPUs the job has held at 0% for {idle_window}, over its nodes",
-                at="90m",
+                at=duration(total),
                 series=[
-                    job_info(ctx, "7", "1x180", **ALICE),
-                    util("0x180", node="n1", gpu="0", hpc_job="7"),
-                    util("0x180", node="n1", gpu="1", hpc_job="7"),
-                    util("0.5x180", node="n1", gpu="2", hpc_job="7"),
-                    util("0x180", node="n2", gpu="0", hpc_job="7"),
+                    job_info(ctx, "7", t.held(1, total), **ALICE),
+                    util(t.held(0, total), node="n1", gpu="0", hpc_job="7"),
+                    util(t.held(0, total), node="n1", gpu="1", hpc_job="7"),
+                    util(t.held(0.5, total), node="n1", gpu="2", hpc_job="7"),
+                    util(t.held(0, total), node="n2", gpu="0", hpc_job="7"),
                 ],
                 expect=[sample(3, **_job_labels(ctx, "7", ALICE))],
             )
@@ -282,6 +301,7 @@ def _idle(ctx: Context) -> Record:
 
 def _owner_group(ctx: Context, level: str, shared: str) -> Group:
     """Account or partition totals from the job level; `shared` is the value jobs 7 and 8 have at that level."""
+    t = ctx.timeline
     cluster = ctx.cluster
     cluster_labels = ctx.cluster_labels
     by = f"{cluster}, {level}"
@@ -291,16 +311,19 @@ def _owner_group(ctx: Context, level: str, shared: str) -> Group:
         _info(ctx, "7", ALICE),
         _info(ctx, "8", BOB),
         _info(ctx, "9", {"user": "carol", "account": "vision", "partition": "gpu"}),
-        *[util("0.9x40", node="n1", gpu=gpu, hpc_job=job) for gpu, job in (("0", "7"), ("1", "8"), ("2", "9"))],
         *[
-            gpu_si_series(ctx, "energy", f"0+{watts * 30}x40", node="n1", gpu=gpu, hpc_job=job)
+            util(t.held(0.9, t.span), node="n1", gpu=gpu, hpc_job=job)
+            for gpu, job in (("0", "7"), ("1", "8"), ("2", "9"))
+        ],
+        *[
+            gpu_si_series(ctx, "energy", t.rising(watts, t.span), node="n1", gpu=gpu, hpc_job=job)
             for gpu, job, watts in (("0", "7", 300), ("1", "8", 200), ("2", "9", 100))
         ],
     ]
     return Group(
         f"hpcobs-jobs-{level}",
         domain="jobs",
-        interval=ctx.scrape_interval,
+        interval=ctx.evaluation_interval,
         rules=[
             Record(
                 f"{level}:gpus_allocated:count",
@@ -308,7 +331,7 @@ def _owner_group(ctx: Context, level: str, shared: str) -> Group:
                 tests=[
                     Case(
                         f"GPUs held per {level}; jobs without info stay visible without {level}",
-                        at="5m",
+                        at=t.settled,
                         series=_jobs(ctx),
                         expect=[sample(4, **cluster_labels, **per), sample(1, **cluster_labels)],
                     )
@@ -321,7 +344,7 @@ def _owner_group(ctx: Context, level: str, shared: str) -> Group:
                 tests=[
                     Case(
                         f"mean over the GPUs the {level}'s jobs hold (a GPU shared by two of its jobs counts twice)",
-                        at="5m",
+                        at=t.settled,
                         series=_jobs(ctx),
                         expect=[sample((0.5 * 3 + 1) / 4, **cluster_labels, **per)],
                     )
@@ -333,7 +356,7 @@ def _owner_group(ctx: Context, level: str, shared: str) -> Group:
                 tests=[
                     Case(
                         f"power of the {level}'s jobs",
-                        at="10m",
+                        at=t.settled,
                         series=power,
                         # Job 9 (carol) is in account vision but partition gpu.
                         expect=[sample(500 if level == "account" else 600, **cluster_labels, **per)]

@@ -10,7 +10,7 @@ from hpcobs.authoring.context import Context
 from hpcobs.authoring.rules import Group, Record
 from hpcobs.authoring.ruletest import Case, Series, sample, spread_case
 from hpcobs.authoring.synthetic import series
-from hpcobs.lang.promql import ABOVE_ZERO, aggregate, duration_seconds, spread
+from hpcobs.lang.promql import ABOVE_ZERO, aggregate, spread
 
 PORT = ("node", "device", "port")
 ACTIVE = 4  # node_infiniband_state_id: 4 = ACTIVE (node_exporter infiniband_linux.go)
@@ -50,18 +50,25 @@ def groups(ctx: Context) -> list[Group]:
         Group(
             "hpcobs-network",
             domain="network",
-            interval=ctx.scrape_interval,
+            interval=ctx.evaluation_interval,
             rules=[*_rates(ctx, fabric), *_port_states(ctx, fabric)],
         ),
         Group(
             "hpcobs-network-cluster",
             domain="network",
-            interval=ctx.scrape_interval,
+            interval=ctx.evaluation_interval,
             rules=[
                 Record(
                     record,
                     aggregate("sum", (ctx.cluster,), per_node),
-                    tests=[Case(description, at="5m", series=fabric, expect=[sample(value, **ctx.cluster_labels)])],
+                    tests=[
+                        Case(
+                            description,
+                            at=ctx.timeline.settled,
+                            series=fabric,
+                            expect=[sample(value, **ctx.cluster_labels)],
+                        )
+                    ],
                 )
                 for record, per_node, description, value in CLUSTER_SUMS
             ]
@@ -74,12 +81,11 @@ def _spread(ctx: Context, record: str, per_node: str, signal: str) -> Record:
     def node_counter(values: str, node: str) -> Series:
         return _port(ctx, signal, values, node=node)
 
-    scrape = duration_seconds(ctx.scrape_interval)
     description = "least busy node, 10th percentile, median, 90th percentile and busiest node"
     return Record(
         record,
         spread((ctx.cluster,), per_node),
-        tests=[spread_case(description, node_counter, 1e7, scrape, **ctx.cluster_labels)],
+        tests=[spread_case(description, node_counter, 1e7, ctx.timeline, **ctx.cluster_labels)],
     )
 
 
@@ -90,20 +96,21 @@ def _port(ctx: Context, signal: str, values: str, node: str = "n1", device: str 
 def _fabric(ctx: Context) -> list[Series]:
     """Two HCAs on n1 (one healthy, one down and slow) and a flapping port on n2, shared by every test."""
     nominal = ctx.thresholds.ib_port_rate_bytes_per_second
+    t = ctx.timeline
     return [
-        _port(ctx, "ib_port_xmit_bytes", "0+3000000000x20"),
-        _port(ctx, "ib_port_xmit_bytes", "0+1500000000x20", device="mlx5_1"),
-        _port(ctx, "ib_port_rcv_bytes", "0+600000000x20"),
-        _port(ctx, "ib_symbol_errors", "0+3x20"),
-        _port(ctx, "ib_symbol_errors", "7x20", device="mlx5_1"),
-        _port(ctx, "ib_port_rcv_errors", "0+6x20"),
-        _port(ctx, "ib_port_xmit_discards", "0+30x20"),
-        _port(ctx, "ib_port_xmit_wait", "0+300000x20"),
-        _port(ctx, "ib_link_downed", "0x60 1x60 2x60", node="n2"),
-        _port(ctx, "ib_state", "4x20"),
-        _port(ctx, "ib_state", "1x20", device="mlx5_1"),
-        _port(ctx, "ib_rate", f"{nominal}x20"),
-        _port(ctx, "ib_rate", f"{nominal // 2}x20", device="mlx5_1"),
+        _port(ctx, "ib_port_xmit_bytes", t.rising(100e6, t.span)),
+        _port(ctx, "ib_port_xmit_bytes", t.rising(50e6, t.span), device="mlx5_1"),
+        _port(ctx, "ib_port_rcv_bytes", t.rising(20e6, t.span)),
+        _port(ctx, "ib_symbol_errors", t.rising(0.1, t.span)),
+        _port(ctx, "ib_symbol_errors", t.held(7, t.span), device="mlx5_1"),
+        _port(ctx, "ib_port_rcv_errors", t.rising(0.2, t.span)),
+        _port(ctx, "ib_port_xmit_discards", t.rising(1, t.span)),
+        _port(ctx, "ib_port_xmit_wait", t.rising(10000, t.span)),
+        _port(ctx, "ib_link_downed", f"{t.held(0, '30m')} {t.held(1, '30m')} {t.held(2, '30m')}", node="n2"),
+        _port(ctx, "ib_state", t.held(ACTIVE, t.span)),
+        _port(ctx, "ib_state", t.held(1, t.span), device="mlx5_1"),
+        _port(ctx, "ib_rate", t.held(nominal, t.span)),
+        _port(ctx, "ib_rate", t.held(nominal // 2, t.span), device="mlx5_1"),
     ]
 
 
@@ -117,7 +124,14 @@ def _rates(ctx: Context, fabric: list[Series]) -> list[Record]:
                 (ctx.cluster, "node"),
                 ctx.select("node_exporter", [signal], PORT, over=lambda e: f"rate({e}[{window}])", op="sum"),
             ),
-            tests=[Case(description, at="5m", series=fabric, expect=[sample(value, **ctx.cluster_labels, node="n1")])],
+            tests=[
+                Case(
+                    description,
+                    at=ctx.timeline.settled,
+                    series=fabric,
+                    expect=[sample(value, **ctx.cluster_labels, node="n1")],
+                )
+            ],
         )
         for record, signal, description, value in RATES
     ]
@@ -129,6 +143,7 @@ def _port_states(ctx: Context, fabric: list[Series]) -> list[Record]:
     cluster_labels = ctx.cluster_labels
     nominal = ctx.thresholds.ib_port_rate_bytes_per_second
     n1 = dict(**cluster_labels, node="n1")
+    t = ctx.timeline
     return [
         Record(
             "node:ib_ports_flapped:count",
@@ -149,7 +164,7 @@ def _port_states(ctx: Context, fabric: list[Series]) -> list[Record]:
                 Case(
                     "a port seen for less than an hour is not judged, whatever its count since boot",
                     at="50m",
-                    series=[_port(ctx, "ib_link_downed", "_x20 5x80", node="n3")],
+                    series=[_port(ctx, "ib_link_downed", f"{t.absent('10m')} {t.held(5, '40m')}", node="n3")],
                     expect=[],
                 ),
             ],
@@ -157,13 +172,25 @@ def _port_states(ctx: Context, fabric: list[Series]) -> list[Record]:
         Record(
             "node:ib_ports_not_active:count",
             aggregate("count", (cluster, "node"), ctx.select("node_exporter", ["ib_state"], PORT) + f" != {ACTIVE}"),
-            tests=[Case("ports whose logical state is not ACTIVE", at="5m", series=fabric, expect=[sample(1, **n1)])],
+            tests=[
+                Case(
+                    "ports whose logical state is not ACTIVE",
+                    at=ctx.timeline.settled,
+                    series=fabric,
+                    expect=[sample(1, **n1)],
+                )
+            ],
         ),
         Record(
             "node:ib_ports_below_nominal_rate:count",
             aggregate("count", (cluster, "node"), ctx.select("node_exporter", ["ib_rate"], PORT) + f" < {nominal}"),
             tests=[
-                Case("ports that trained below the nominal link rate", at="5m", series=fabric, expect=[sample(1, **n1)])
+                Case(
+                    "ports that trained below the nominal link rate",
+                    at=ctx.timeline.settled,
+                    series=fabric,
+                    expect=[sample(1, **n1)],
+                )
             ],
         ),
     ]

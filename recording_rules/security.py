@@ -16,7 +16,7 @@ from hpcobs.authoring.context import Context
 from hpcobs.authoring.rules import Group, Record
 from hpcobs.authoring.ruletest import Case, Series, sample
 from hpcobs.authoring.synthetic import falco_match, gpu_utilization, tetragon_action, tetragon_event
-from hpcobs.lang.promql import aggregate, duration_seconds, rise_within
+from hpcobs.lang.promql import aggregate, duration, duration_seconds, rise_within
 
 OUTBOUND, SENSITIVE = "Unexpected outbound connection", "Read sensitive file untrusted"
 
@@ -26,10 +26,10 @@ def groups(ctx: Context) -> list[Group]:
         Group(
             "hpcobs-security",
             domain="security",
-            interval=ctx.scrape_interval,
+            interval=ctx.evaluation_interval,
             rules=[*_falco_events(ctx), *_tetragon_events(ctx)],
         ),
-        Group("hpcobs-security-jobs", domain="security", interval=ctx.scrape_interval, rules=[_job_events(ctx)]),
+        Group("hpcobs-security-jobs", domain="security", interval=ctx.evaluation_interval, rules=[_job_events(ctx)]),
     ]
 
 
@@ -41,7 +41,7 @@ def _events_rate(ctx: Context, exporter: str, signal: str, by: tuple[str, ...]) 
 
 def _at_rate(ctx: Context, count: float) -> float:
     """The rate a rise of `count` over the window records."""
-    return count * (1 / duration_seconds(ctx.rate_window))
+    return count / duration_seconds(ctx.rate_window)
 
 
 def _falco(ctx: Context, values: str, node: str, rule: str, priority: str) -> Series:
@@ -49,16 +49,18 @@ def _falco(ctx: Context, values: str, node: str, rule: str, priority: str) -> Se
 
 
 def _falco_matches(ctx: Context) -> list[Series]:
+    t = ctx.timeline
     return [
-        _falco(ctx, "0+3x20", "n1", OUTBOUND, "4"),
-        _falco(ctx, "0+6x20", "n2", OUTBOUND, "4"),
-        _falco(ctx, "0+30x20", "n2", SENSITIVE, "3"),
+        _falco(ctx, t.rising(0.1, t.span), "n1", OUTBOUND, "4"),
+        _falco(ctx, t.rising(0.2, t.span), "n2", OUTBOUND, "4"),
+        _falco(ctx, t.rising(1, t.span), "n2", SENSITIVE, "3"),
     ]
 
 
 def _falco_events(ctx: Context) -> list[Record]:
     cluster_labels = ctx.cluster_labels
     matches = _falco_matches(ctx)
+    t = ctx.timeline
     return [
         Record(
             "node:falco_events:rate",
@@ -66,18 +68,18 @@ def _falco_events(ctx: Context) -> list[Record]:
             tests=[
                 Case(
                     "Falco rule matches per second by node and priority",
-                    at="5m",
+                    at=t.settled,
                     series=matches,
                     expect=[
-                        sample(_at_rate(ctx, 12), **cluster_labels, node="n1", priority="4"),
-                        sample(_at_rate(ctx, 24), **cluster_labels, node="n2", priority="4"),
-                        sample(_at_rate(ctx, 120), **cluster_labels, node="n2", priority="3"),
+                        sample(0.1, **cluster_labels, node="n1", priority="4"),
+                        sample(0.2, **cluster_labels, node="n2", priority="4"),
+                        sample(1, **cluster_labels, node="n2", priority="3"),
                     ],
                 ),
                 Case(
                     "a rule's first match counts, though its series starts at 1",
-                    at="5m30s",
-                    series=[_falco(ctx, "_x10 1x10", "n1", OUTBOUND, "4")],
+                    at=duration(t.settled_seconds + t.step),
+                    series=[_falco(ctx, f"{t.absent(t.settled)} {t.held(1, t.settled)}", "n1", OUTBOUND, "4")],
                     expect=[sample(_at_rate(ctx, 1), **cluster_labels, node="n1", priority="4")],
                 ),
             ],
@@ -88,11 +90,11 @@ def _falco_events(ctx: Context) -> list[Record]:
             tests=[
                 Case(
                     "Falco rule matches per second by rule across the cluster",
-                    at="5m",
+                    at=t.settled,
                     series=matches,
                     expect=[
-                        sample(_at_rate(ctx, 36), **cluster_labels, rule_name=OUTBOUND, priority="4"),
-                        sample(_at_rate(ctx, 120), **cluster_labels, rule_name=SENSITIVE, priority="3"),
+                        sample(0.3, **cluster_labels, rule_name=OUTBOUND, priority="4"),
+                        sample(1, **cluster_labels, rule_name=SENSITIVE, priority="3"),
                     ],
                 )
             ],
@@ -102,9 +104,23 @@ def _falco_events(ctx: Context) -> list[Record]:
 
 def _tetragon_events(ctx: Context) -> list[Record]:
     cluster_labels = ctx.cluster_labels
-    tetragon = [tetragon_event(ctx, "0+15x20", node="n1", policy="checkpoint-guard", binary="/usr/bin/curl")]
+    t = ctx.timeline
+    tetragon = [
+        tetragon_event(ctx, t.rising(0.5, t.span), node="n1", policy="checkpoint-guard", binary="/usr/bin/curl")
+    ]
+    # Absent for five scrapes, then 1, 3, 5 ... kills: evaluated at the first rule evaluation from the second
+    # sample on, while the window still reaches back before the first.
+    first, evaluated = 5 * t.step, t.tick(6 * t.step)
+    kills_then = 1 + 2 * (evaluated - first) // t.step
     kills = [
-        tetragon_action(ctx, "_x5 1+2x15", node="n1", policy="block-miners", action="signal", hook="kprobe:tcp_connect")
+        tetragon_action(
+            ctx,
+            f"{t.absent(first)} 1+2x15",
+            node="n1",
+            policy="block-miners",
+            action="signal",
+            hook="kprobe:tcp_connect",
+        )
     ]
     return [
         Record(
@@ -113,9 +129,9 @@ def _tetragon_events(ctx: Context) -> list[Record]:
             tests=[
                 Case(
                     "Tetragon policy events per second by node",
-                    at="5m",
+                    at=t.settled,
                     series=tetragon,
-                    expect=[sample(_at_rate(ctx, 60), **cluster_labels, node="n1")],
+                    expect=[sample(0.5, **cluster_labels, node="n1")],
                 )
             ],
         ),
@@ -125,11 +141,9 @@ def _tetragon_events(ctx: Context) -> list[Record]:
             tests=[
                 Case(
                     "Tetragon policy events per second by policy and binary",
-                    at="5m",
+                    at=t.settled,
                     series=tetragon,
-                    expect=[
-                        sample(_at_rate(ctx, 60), **cluster_labels, policy="checkpoint-guard", binary="/usr/bin/curl")
-                    ],
+                    expect=[sample(0.5, **cluster_labels, policy="checkpoint-guard", binary="/usr/bin/curl")],
                 )
             ],
         ),
@@ -140,10 +154,16 @@ def _tetragon_events(ctx: Context) -> list[Record]:
                 Case(
                     "enforcement actions (kills, overrides) per second by node, policy and action, the "
                     "first one included",
-                    at="3m",
+                    at=duration(evaluated),
                     series=kills,
                     expect=[
-                        sample(_at_rate(ctx, 3), **cluster_labels, node="n1", policy="block-miners", action="signal")
+                        sample(
+                            _at_rate(ctx, kills_then),
+                            **cluster_labels,
+                            node="n1",
+                            policy="block-miners",
+                            action="signal",
+                        )
                     ],
                 )
             ],
@@ -154,8 +174,9 @@ def _tetragon_events(ctx: Context) -> list[Record]:
 def _job_events(ctx: Context) -> Record:
     cluster = ctx.cluster
     cluster_labels = ctx.cluster_labels
+    t = ctx.timeline
     jobs = [
-        gpu_utilization(ctx, "0.9x20", node=node, gpu=gpu, hpc_job=job)
+        gpu_utilization(ctx, t.held(0.9, t.span), node=node, gpu=gpu, hpc_job=job)
         for node, gpu, job in (("n2", "0", "42"), ("n2", "1", "43"), ("n1", "0", "44"), ("n3", "0", "45"))
     ]
     return Record(
@@ -170,12 +191,12 @@ def _job_events(ctx: Context) -> Record:
         tests=[
             Case(
                 "a node's Falco matches count for every job on the node; nodes without a job count for none",
-                at="5m",
+                at=t.settled,
                 series=_falco_matches(ctx) + jobs,
                 expect=[
-                    sample(_at_rate(ctx, 144), **cluster_labels, hpc_job="42"),
-                    sample(_at_rate(ctx, 144), **cluster_labels, hpc_job="43"),
-                    sample(_at_rate(ctx, 12), **cluster_labels, hpc_job="44"),
+                    sample(1.2, **cluster_labels, hpc_job="42"),
+                    sample(1.2, **cluster_labels, hpc_job="43"),
+                    sample(0.1, **cluster_labels, hpc_job="44"),
                 ],
             )
         ],

@@ -22,7 +22,7 @@ def groups(ctx: Context) -> list[Group]:
         Group(
             "hpcobs-slurm",
             domain="slurm",
-            interval=ctx.scrape_interval,
+            interval=ctx.evaluation_interval,
             rules=[_nodes_by_state(ctx), *_queue(ctx), *_drain_reasons(ctx), *_oom_kills(ctx)],
         )
     ]

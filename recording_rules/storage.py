@@ -65,11 +65,11 @@ def groups(ctx: Context) -> list[Group]:
         Group(
             "hpcobs-storage",
             domain="storage",
-            interval=ctx.scrape_interval,
+            interval=ctx.evaluation_interval,
             rules=[*_lustre(ctx), _local_filesystems(ctx), *_nfs(ctx)],
         ),
-        Group("hpcobs-storage-forecast", domain="storage", interval=ctx.scrape_interval, rules=_forecasts(ctx)),
-        Group("hpcobs-storage-cluster", domain="storage", interval=ctx.scrape_interval, rules=[_nfs_spread(ctx)]),
+        Group("hpcobs-storage-forecast", domain="storage", interval=ctx.evaluation_interval, rules=_forecasts(ctx)),
+        Group("hpcobs-storage-cluster", domain="storage", interval=ctx.evaluation_interval, rules=[_nfs_spread(ctx)]),
     ]
 
 
@@ -77,12 +77,11 @@ def _nfs_spread(ctx: Context) -> Record:
     def client_counter(values: str, node: str) -> Series:
         return series(ctx, "node_exporter", "nfs_rpc_retransmissions", values, node=node)
 
-    scrape = duration_seconds(ctx.scrape_interval)
     description = "least affected client, 10th percentile, median, 90th percentile and most affected client"
     return Record(
         "cluster:nfs_retransmissions_per_node:quantile",
         spread((ctx.cluster,), "node:nfs_retransmissions:rate"),
-        tests=[spread_case(description, client_counter, 1, scrape, **ctx.cluster_labels)],
+        tests=[spread_case(description, client_counter, 1, ctx.timeline, **ctx.cluster_labels)],
     )
 
 
@@ -90,16 +89,17 @@ def _lustre_series(ctx: Context) -> list[Series]:
     def ost(signal: str, values: str, target: str, **labels: str) -> Series:
         return series(ctx, "lustre", signal, values, node="oss01", component="ost", target=target, **labels)
 
+    t = ctx.timeline
     return [
-        ost("job_write_bytes", "0+3000000000x20", "scratch-OST0000", hpc_job="42", operation="write_bytes"),
-        ost("job_write_bytes", "0+1500000000x20", "scratch-OST0001", hpc_job="42", operation="write_bytes"),
-        ost("job_read_bytes", "0+300000000x20", "scratch-OST0000", hpc_job="42", operation="read_bytes"),
-        ost("write_bytes", "0+6000000000x20", "scratch-OST0000", operation="write_bytes"),
-        ost("read_bytes", "0+600000000x20", "scratch-OST0001", operation="read_bytes"),
-        ost("capacity_kib", "1000000x20", "scratch-OST0000"),
-        ost("capacity_kib", "1000000x20", "scratch-OST0001"),
-        ost("available_kib", "250000x20", "scratch-OST0000"),
-        ost("available_kib", "750000x20", "scratch-OST0001"),
+        ost("job_write_bytes", t.rising(100e6, t.span), "scratch-OST0000", hpc_job="42", operation="write_bytes"),
+        ost("job_write_bytes", t.rising(50e6, t.span), "scratch-OST0001", hpc_job="42", operation="write_bytes"),
+        ost("job_read_bytes", t.rising(10e6, t.span), "scratch-OST0000", hpc_job="42", operation="read_bytes"),
+        ost("write_bytes", t.rising(200e6, t.span), "scratch-OST0000", operation="write_bytes"),
+        ost("read_bytes", t.rising(20e6, t.span), "scratch-OST0001", operation="read_bytes"),
+        ost("capacity_kib", t.held(1000000, t.span), "scratch-OST0000"),
+        ost("capacity_kib", t.held(1000000, t.span), "scratch-OST0001"),
+        ost("available_kib", t.held(250000, t.span), "scratch-OST0000"),
+        ost("available_kib", t.held(750000, t.span), "scratch-OST0001"),
     ]
 
 
@@ -112,7 +112,12 @@ def _lustre(ctx: Context) -> list[Record]:
             record,
             ctx.select("lustre", [signal], (by,), over=lambda e: f"rate({e}[{window}])", op="sum", where=OST),
             tests=[
-                Case(description, at="5m", series=lustre, expect=[sample(value, **cluster_labels, **expected_labels)])
+                Case(
+                    description,
+                    at=ctx.timeline.settled,
+                    series=lustre,
+                    expect=[sample(value, **cluster_labels, **expected_labels)],
+                )
             ],
         )
         for record, signal, by, description, value, expected_labels in LUSTRE_RATES
@@ -124,7 +129,7 @@ def _lustre(ctx: Context) -> list[Record]:
         tests=[
             Case(
                 "used fraction of the filesystem over its OSTs, as a user sees it (available)",
-                at="5m",
+                at=ctx.timeline.settled,
                 series=lustre,
                 expect=[sample(0.5, **cluster_labels, fs="scratch")],
             )
@@ -141,7 +146,7 @@ def _local_filesystems(ctx: Context) -> Record:
             ctx,
             "node_exporter",
             signal,
-            f"{value}x20",
+            ctx.timeline.held(value, ctx.timeline.span),
             node=node,
             device="/dev/nvme0n1p1",
             mountpoint=mountpoint,
@@ -161,7 +166,7 @@ def _local_filesystems(ctx: Context) -> Record:
         tests=[
             Case(
                 "used fraction of each local mount (checkpoint staging, /)",
-                at="5m",
+                at=ctx.timeline.settled,
                 series=local,
                 expect=[
                     sample(0.75, **cluster_labels, node="n1", mountpoint="/local"),
@@ -194,14 +199,19 @@ def _nfs(ctx: Context) -> list[Record]:
             mountaddr="10.10.0.2",
         )
 
+    t = ctx.timeline
     nfs = [
-        nfs_client("nfs_mount_read_bytes", "0+30000000x20", "n1"),
-        nfs_client("nfs_mount_read_bytes", "0+60000000x20", "n2"),
-        nfs_client("nfs_mount_write_bytes", "0+3000000x20", "n1"),
+        nfs_client("nfs_mount_read_bytes", t.rising(1e6, t.span), "n1"),
+        nfs_client("nfs_mount_read_bytes", t.rising(2e6, t.span), "n2"),
+        nfs_client("nfs_mount_write_bytes", t.rising(1e5, t.span), "n1"),
     ]
     home = dict(**cluster_labels, fs="nfs01:/export/home")
     rates = [
-        Record(record, nfs_rate(signal), tests=[Case(description, at="5m", series=nfs, expect=[sample(value, **home)])])
+        Record(
+            record,
+            nfs_rate(signal),
+            tests=[Case(description, at=t.settled, series=nfs, expect=[sample(value, **home)])],
+        )
         for record, signal, description, value in NFS_RATES
     ]
     retransmissions = Record(
@@ -220,8 +230,8 @@ def _nfs(ctx: Context) -> list[Record]:
         tests=[
             Case(
                 "NFS RPC retransmissions per second on the client",
-                at="5m",
-                series=[series(ctx, "node_exporter", "nfs_rpc_retransmissions", "0+15x20", node="n1")],
+                at=t.settled,
+                series=[series(ctx, "node_exporter", "nfs_rpc_retransmissions", t.rising(0.5, t.span), node="n1")],
                 expect=[sample(0.5, **cluster_labels, node="n1")],
             )
         ],
@@ -243,8 +253,10 @@ def _forecasts(ctx: Context) -> list[Record]:
     # second: the forecast is the last value plus 2^-15 x the horizon, exactly.
     scrapes, per_second = 64, 2**-15
     step = duration_seconds(ctx.scrape_interval)
+    # Read at the last scrape: the forecast recorded at the last rule evaluation before it, from the ratio then.
+    recorded = ctx.timeline.observed((scrapes - 1) * step)
     at = f"{(scrapes - 1) * step}s"
-    forecast = 0.5 + (scrapes - 1) * step * per_second + horizon * per_second
+    forecast = 0.5 + recorded * per_second + horizon * per_second
 
     def mount(mountpoint: str, growing: bool) -> list[Series]:
         size = 2**40

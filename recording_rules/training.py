@@ -16,6 +16,11 @@ from hpcobs.lang.promql import aggregate
 
 RANK = ("hpc_job", "rank", "node")
 JOB = ("hpc_job",)
+# What each rank of a test job does: a step every 8 s (a power of two: exact at any scrape interval), 100 tokens
+# and 1e14 FLOP per second.
+STEPS_PER_SECOND = 1 / 8
+TOKENS_PER_SECOND = 100
+FLOPS_PER_SECOND = 1e14
 
 
 def groups(ctx: Context) -> list[Group]:
@@ -23,7 +28,7 @@ def groups(ctx: Context) -> list[Group]:
         Group(
             "hpcobs-training",
             domain="training",
-            interval=ctx.scrape_interval,
+            interval=ctx.evaluation_interval,
             rules=_step_times(ctx),
         ),
         # Groups run side by side: progress and NCCL apart from the step times, each well inside its interval
@@ -31,12 +36,12 @@ def groups(ctx: Context) -> list[Group]:
         Group(
             "hpcobs-training-progress",
             domain="training",
-            interval=ctx.scrape_interval,
+            interval=ctx.evaluation_interval,
             rules=[*_throughput(ctx), _loss(ctx)],
         ),
-        Group("hpcobs-training-nccl", domain="training", interval=ctx.scrape_interval, rules=_collectives(ctx)),
+        Group("hpcobs-training-nccl", domain="training", interval=ctx.evaluation_interval, rules=_collectives(ctx)),
         # From the recorded statistics: the ranks are read once per statistic, not again for the ratio.
-        Group("hpcobs-training-job", domain="training", interval=ctx.scrape_interval, rules=[_straggler(ctx)]),
+        Group("hpcobs-training-job", domain="training", interval=ctx.evaluation_interval, rules=[_straggler(ctx)]),
     ]
 
 
@@ -54,18 +59,19 @@ def _ranks(
     ctx: Context,
     step_times: dict[tuple[str, str], float],
     job: str = "42",
-    steps_per_scrape: int = 4,
-    tokens_per_scrape: int = 3000,
+    steps_per_second: float = STEPS_PER_SECOND,
 ) -> list[Series]:
-    """The training counters of each (rank, node) of a job, given each rank's seconds per step."""
+    """The training counters of each (rank, node) of a job, given each rank's seconds per step: every rank
+    processes TOKENS_PER_SECOND and FLOPS_PER_SECOND."""
+    t = ctx.timeline
     out = []
     for (rank, node), seconds in step_times.items():
         labels = dict(node=node, hpc_job=job, rank=rank)
         out += [
-            series(ctx, "training", "steps", f"0+{steps_per_scrape}x20", **labels),
-            series(ctx, "training", "step_seconds", f"0+{steps_per_scrape * seconds}x20", **labels),
-            series(ctx, "training", "tokens", f"0+{tokens_per_scrape}x20", **labels),
-            series(ctx, "training", "model_flops", f"0+{3 * 10**15}x20", **labels),
+            series(ctx, "training", "steps", t.rising(steps_per_second, t.span), **labels),
+            series(ctx, "training", "step_seconds", t.rising(steps_per_second * seconds, t.span), **labels),
+            series(ctx, "training", "tokens", t.rising(TOKENS_PER_SECOND, t.span), **labels),
+            series(ctx, "training", "model_flops", t.rising(FLOPS_PER_SECOND, t.span), **labels),
         ]
     return out
 
@@ -101,7 +107,7 @@ def _step_times(ctx: Context) -> list[Record]:
                 tests=[
                     Case(
                         f"{whose} step time",
-                        at="5m",
+                        at=ctx.timeline.settled,
                         series=_straggling(ctx) + _healthy(ctx),
                         expect=[sample(straggling, **job42), sample(healthy, **job43)],
                     )
@@ -115,7 +121,7 @@ def _step_times(ctx: Context) -> list[Record]:
             tests=[
                 Case(
                     "which rank, on which node, is the slowest",
-                    at="5m",
+                    at=ctx.timeline.settled,
                     series=_straggling(ctx),
                     expect=[sample(1.0, **job42, rank="3", node="n2")],
                 )
@@ -132,7 +138,7 @@ def _straggler(ctx: Context) -> Record:
         tests=[
             Case(
                 "median over slowest: 1 when balanced, below 0.75 with a straggler",
-                at="5m",
+                at=ctx.timeline.settled,
                 series=_straggling(ctx) + _healthy(ctx),
                 expect=[sample(0.5, **job42), sample(1, **job43)],
             )
@@ -144,7 +150,7 @@ def _throughput(ctx: Context) -> list[Record]:
     cluster = ctx.cluster
     cluster_labels = ctx.cluster_labels
     job42, job43 = dict(**cluster_labels, hpc_job="42"), dict(**cluster_labels, hpc_job="43")
-    hung = _ranks(ctx, {("0", "n3"): 1}, job="44", steps_per_scrape=0)
+    hung = _ranks(ctx, {("0", "n3"): 1}, job="44", steps_per_second=0)
     return [
         Record(
             "job:training_steps:rate",
@@ -153,9 +159,9 @@ def _throughput(ctx: Context) -> list[Record]:
             tests=[
                 Case(
                     "steps per second of the job (mean over ranks); 0 when it hangs",
-                    at="5m",
+                    at=ctx.timeline.settled,
                     series=_straggling(ctx) + hung,
-                    expect=[sample(4 / 30, **job42), sample(0, **cluster_labels, hpc_job="44")],
+                    expect=[sample(STEPS_PER_SECOND, **job42), sample(0, **cluster_labels, hpc_job="44")],
                 )
             ],
         ),
@@ -165,9 +171,9 @@ def _throughput(ctx: Context) -> list[Record]:
             tests=[
                 Case(
                     "tokens per second over every rank",
-                    at="5m",
+                    at=ctx.timeline.settled,
                     series=_straggling(ctx),
-                    expect=[sample(400, **job42)],
+                    expect=[sample(4 * TOKENS_PER_SECOND, **job42)],
                 )
             ],
         ),
@@ -177,9 +183,9 @@ def _throughput(ctx: Context) -> list[Record]:
             tests=[
                 Case(
                     "model FLOP/s over every rank",
-                    at="5m",
+                    at=ctx.timeline.settled,
                     series=_healthy(ctx),
-                    expect=[sample(2 * 10**14, **job43)],
+                    expect=[sample(2 * FLOPS_PER_SECOND, **job43)],
                 )
             ],
         ),
@@ -187,6 +193,8 @@ def _throughput(ctx: Context) -> list[Record]:
 
 
 def _loss(ctx: Context) -> Record:
+    t = ctx.timeline
+
     def loss(values: str, rank: str) -> Series:
         return series(ctx, "training", "loss", values, node="n1", hpc_job="42", rank=rank)
 
@@ -196,8 +204,8 @@ def _loss(ctx: Context) -> Record:
         tests=[
             Case(
                 "the loss the job's ranks report, averaged over the ranks",
-                at="5m",
-                series=[loss("2.5x20", "0"), loss("2.25x20", "1")],
+                at=ctx.timeline.settled,
+                series=[loss(t.held(2.5, t.span), "0"), loss(t.held(2.25, t.span), "1")],
                 expect=[sample(2.375, **ctx.cluster_labels, hpc_job="42")],
             )
         ],
@@ -206,11 +214,18 @@ def _loss(ctx: Context) -> Record:
 
 def _collectives(ctx: Context) -> list[Record]:
     job42 = dict(**ctx.cluster_labels, hpc_job="42")
+    t = ctx.timeline
 
     def nccl(collective: str, microseconds: int, gbs: int, gpu: str) -> list[Series]:
         return [
             nccl_collective(
-                ctx, signal, f"{value}x20", collective=collective, gpu=gpu, message_size="1-2GB", algo_proto="Ring_ll"
+                ctx,
+                signal,
+                t.held(value, t.span),
+                collective=collective,
+                gpu=gpu,
+                message_size="1-2GB",
+                algo_proto="Ring_ll",
             )
             for signal, value in (("coll_exec_time", microseconds), ("coll_busbw", gbs))
         ]
@@ -222,7 +237,13 @@ def _collectives(ctx: Context) -> list[Record]:
     ]
     small = [
         nccl_collective(
-            ctx, "coll_exec_time", "100x20", collective="AllReduce", gpu=gpu, message_size="1-2MB", algo_proto="Ring_ll"
+            ctx,
+            "coll_exec_time",
+            t.held(100, t.span),
+            collective="AllReduce",
+            gpu=gpu,
+            message_size="1-2MB",
+            algo_proto="Ring_ll",
         )
         for gpu in ("GPU0", "GPU1")
     ]
@@ -233,7 +254,7 @@ def _collectives(ctx: Context) -> list[Record]:
             tests=[
                 Case(
                     "mean collective time per job and collective, in seconds",
-                    at="5m",
+                    at=ctx.timeline.settled,
                     series=collectives,
                     expect=[
                         sample(0.002, **job42, collective="AllReduce"),
@@ -248,7 +269,7 @@ def _collectives(ctx: Context) -> list[Record]:
             tests=[
                 Case(
                     "mean collective time per job, collective and message-size bucket, in seconds",
-                    at="5m",
+                    at=ctx.timeline.settled,
                     series=collectives + small,
                     expect=[
                         sample(0.002, **job42, collective="AllReduce", message_size="1-2GB"),
@@ -264,7 +285,7 @@ def _collectives(ctx: Context) -> list[Record]:
             tests=[
                 Case(
                     "mean bus bandwidth per job and collective, in bytes per second",
-                    at="5m",
+                    at=ctx.timeline.settled,
                     series=collectives,
                     expect=[
                         sample(75e9, **job42, collective="AllReduce"),

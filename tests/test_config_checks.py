@@ -262,7 +262,11 @@ def test_metric_prefix(tmp_path):
             "thresholds.exporter_down_for",
             "'999999999999y' is beyond the longest duration Prometheus can hold (about 292y); write a shorter one",
         ),
-        ("scrape_interval: 0s\n", "scrape_interval", "'0s' is shorter than a second; write at least 1s (e.g. 30s)"),
+        (
+            "scrape_interval: 0s\n",
+            "scrape_interval",
+            "'0s' is outside the intervals hpcobs is proven at; write from 5s to 2m (e.g. 30s)",
+        ),
         (
             "scrape_interval: 1ms\n",
             "scrape_interval",
@@ -288,7 +292,7 @@ def test_durations(tmp_path, text, key, problem):
 def test_durations_near_misses_are_accepted(tmp_path):
     _, config = load(
         tmp_path,
-        "scrape_interval: 1s\nthresholds:\n  gpu_idle_window: 1h5m\n"
+        "scrape_interval: 5s\nthresholds:\n  gpu_idle_window: 1h5m\n"
         "  exporter_down_for: 0s\n  gpu_count_lookback: 292y\n",
     )
     assert config.get("thresholds", "gpu_idle_window") == "1h5m"

@@ -10,7 +10,6 @@ from hpcobs.authoring.rules import Alert, LinkBases, Record
 from hpcobs.authoring.ruletest import Case
 from hpcobs.build import outdir, pipeline, tools, validate
 from hpcobs.build.cache import Cache
-from hpcobs.exporters import catalogue
 from hpcobs.lang import lint
 from hpcobs.settings import config as config_module
 from hpcobs.settings.config import DEFAULT_CONFIG
@@ -308,61 +307,6 @@ def test_synthetic_series_written_in_si_units_convert_value_by_value(config):
     assert raw_values(ctx, "amd", "gfx_activity", "0.9-0.1x3 Inf NaN") == "90-10x3 Inf NaN"
     with pytest.raises(ValueError, match="not a promtool series value"):
         raw_values(ctx, "dcgm", "gpu_utilization", "80%x10", "4.9")
-
-
-DCGM_DISABLED_AMD_ONLY = "exporters:\n  dcgm: {enabled: false}\n  amd: {enabled: true}\n"
-EVERY_DCGM_VERSION = f"exporters:\n  dcgm:\n    versions: {list(catalogue.load()['dcgm'].versions)}\n"
-# 3.x-4.5 (Hostname), 4.6-4.8 (hostname), 4.9 (renamed, SI) and 4.10+ in one cluster.
-EVERY_SPELLING = (
-    '"Hostname"',
-    '"hostname"',
-    "DCGM_FI_DEV_GPU_UTIL{",
-    "DCGM_FI_DEV_GPU_UTIL_RATIO{",
-    "DCGM_FI_DEV_XID_ERRORS{",
-    "DCGM_FI_DEV_XID_ERROR{",
-)
-# Site config -> (strings the GPU rules must hold, strings no generated file may hold).
-SITES = {
-    "every-dcgm-version": (EVERY_DCGM_VERSION, EVERY_SPELLING, ()),
-    "every-dcgm-version+amd+slurm-native+jontk": (
-        EVERY_DCGM_VERSION + "  amd: {enabled: true, metric_prefix: amd_}\n  slurm: {flavour: native}\n"
-        "  job_info: {source: jontk}\n",
-        EVERY_SPELLING,
-        (),
-    ),
-    "dcgm-4.9": ("exporters:\n  dcgm:\n    versions: ['4.9']\n", (), ()),
-    "dcgm-4.10+": ("exporters:\n  dcgm:\n    versions: ['4.10+']\n", (), ()),
-    "dcgm-4.10+-then-3.x": ("exporters:\n  dcgm:\n    versions: ['4.10+', '3.x-4.5']\n", (), ()),
-    "amd-only": (DCGM_DISABLED_AMD_ONLY, (), ("DCGM_",)),
-}
-
-
-@pytest.fixture(scope="module")
-def site_builds(tmp_path_factory, private_cache_dir):
-    """Each site's generated files and its promtool/amtool failures; all sites' tool runs share one pool."""
-    builds = {}
-    for site, (site_text, _, _) in SITES.items():
-        folder = tmp_path_factory.mktemp("site")
-        (folder / "site.yaml").write_text(site_text)
-        files = pipeline.generate(config_module.load(folder / "site.yaml"))
-        outdir.write_tree(folder / "out", files)
-        builds[site] = (folder / "out", files)
-    errors = validate.trees_tool_errors(dict(builds.values()), Cache(private_cache_dir))
-    return {site: (files, errors[root]) for site, (root, files) in builds.items()}
-
-
-@pytest.mark.parametrize("site", SITES)
-def test_a_site_builds_and_passes_every_rule_test(site_builds, site):
-    """Fleets mixing every dcgm-exporter version (with AMD nodes, Slurm's native metrics and jontk's job
-    info in one variant), fleets whose first version exposes SI units (utilisation as a 0-1 ratio, bytes,
-    joules), and a fleet without dcgm-exporter: every rule, alert and dashboard builds, every domain's
-    promtool tests pass, and nothing reads a series the fleet does not have."""
-    _, in_gpu_rules, nowhere = SITES[site]
-    files, errors = site_builds[site]
-    assert all(spelling in files[RULE_FILES + "gpu.rules.yaml"] for spelling in in_gpu_rules)
-    assert not [path for path, text in files.items() for name in nowhere if name in text]
-    assert rule_test_files(files)
-    assert not errors, "\n".join(errors)
 
 
 # Every `for` a site may set, at 0s: Prometheus then fires on the first evaluation where the condition holds.

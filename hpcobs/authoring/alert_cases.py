@@ -16,7 +16,7 @@ from typing import TypedDict
 
 from hpcobs.authoring.context import Context
 from hpcobs.authoring.ruletest import Case, Sample, Series
-from hpcobs.lang.promql import duration, duration_seconds
+from hpcobs.lang.promql import RATE_WINDOW_SCRAPES, duration, duration_seconds
 
 
 class Proof(TypedDict):
@@ -34,15 +34,20 @@ class Timing:
     and 3 differ), so the condition starts to hold one scrape earlier on one of them.
     """
 
-    step: int  # the scrape and rule evaluation interval
+    step: int  # the scrape interval
     hold: int  # the alert's `for`
     onset: int  # from here on the condition holds, on every Prometheus version
     earliest: int | None = None  # from here on it may already hold
     settle: int | None = None  # how long after `for` has elapsed the firing case is evaluated (default 10 scrapes)
+    evaluation: int | None = None  # the rule evaluation interval, when it is not the scrape interval
 
     @property
     def firing_seconds(self) -> int:
-        return self.onset + self.hold + (10 * self.step if self.settle is None else self.settle)
+        """Past `for` by `settle`, and by at least two evaluations: the alert becomes pending at the first
+        evaluation after the onset and fires at the first one after `for`, and promtool sees it at the
+        evaluation before the case's time (hpcobs.targets.promtest)."""
+        settle = 10 * self.step if self.settle is None else self.settle
+        return self.onset + self.hold + max(settle, 2 * (self.evaluation or self.step))
 
     @property
     def pending_seconds(self) -> int | None:
@@ -55,6 +60,16 @@ class Timing:
     @property
     def _earliest(self) -> int:
         return self.onset if self.earliest is None else self.earliest
+
+    @property
+    def lasting(self) -> int:
+        """How long a case's series last, in seconds: well past the firing evaluation."""
+        return 2 * self.firing_seconds
+
+    @property
+    def samples(self) -> int:
+        """The n of promtool's `axn` for a series lasting `lasting`."""
+        return self.lasting // self.step
 
     @property
     def firing_at(self) -> str:
@@ -93,7 +108,15 @@ def timing(
         onset_scrapes * step,
         earliest=None if earliest_scrapes is None else earliest_scrapes * step,
         settle=settle,
+        evaluation=duration_seconds(ctx.evaluation_interval),
     )
+
+
+def counter_timing(ctx: Context, for_: str, *, settle: int | None = None) -> Timing:
+    """The Timing of an alert on a rate() of a counter that starts growing from its first sample: the rate may
+    exceed a limit from the second sample on, and reads its full value once the rate window lies after the first
+    sample (rate() divides by the whole window, so a window half full of samples reads half the rate)."""
+    return timing(ctx, for_, RATE_WINDOW_SCRAPES + 1, earliest_scrapes=1, settle=settle)
 
 
 def standard_cases(

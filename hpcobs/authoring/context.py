@@ -8,6 +8,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from functools import cached_property
 
+from hpcobs.authoring.ruletest import Timeline
 from hpcobs.exporters import catalogue
 from hpcobs.exporters.sources import Sources
 from hpcobs.lang import escape, promql
@@ -64,14 +65,28 @@ class Context:
         return self.config["scrape_interval"]
 
     @property
+    def evaluation_interval(self) -> str:
+        """How often the rule groups are evaluated: the scrape interval unless the site sets its own."""
+        return self.config["evaluation_interval"]
+
+    @property
+    def timeline(self) -> Timeline:
+        """Rule-test input series written in time, sampled at this site's scrape interval."""
+        return Timeline(
+            promql.duration_seconds(self.scrape_interval),
+            promql.duration_seconds(self.rate_window),
+            promql.duration_seconds(self.evaluation_interval),
+        )
+
+    @property
     def cluster_labels(self) -> dict[str, str]:
         """The cluster label with this cluster's name, as rule test samples carry it."""
         return {self.cluster: self.config.get("cluster", "name")}
 
     @property
     def rate_window(self) -> str:
-        """Shortest safe window for rate()/increase(): four scrape intervals."""
-        return promql.duration(4 * promql.duration_seconds(self.scrape_interval))
+        """Shortest safe window for rate()/increase(): RATE_WINDOW_SCRAPES scrape intervals."""
+        return promql.duration(promql.RATE_WINDOW_SCRAPES * promql.duration_seconds(self.scrape_interval))
 
     def select(
         self,

@@ -95,6 +95,10 @@ def spread(labels: tuple[str, ...], expr: str) -> str:
     )
 
 
+# Scrapes a rate()/increase() window spans (Context.rate_window): two samples even when a scrape or two is missed.
+RATE_WINDOW_SCRAPES = 4
+
+
 def rise_within(counter: str, window: str) -> str:
     """How much an event counter rose within the window, counting the whole value of a series that
     appeared within it: event counters (Falco, Tetragon) appear with their first match already at 1 or

@@ -266,6 +266,8 @@ def load(site: str | Path | None = None) -> Config:
         sources.append((site_path, site_doc))
         merged = merge(default_doc, site_doc)
     validate(merged, sources)
+    # Rule groups evaluate at the scrape interval unless the site sets its own.
+    merged = {**merged, "evaluation_interval": merged.get("evaluation_interval", merged["scrape_interval"])}
     return Config(data=_as_families(merged), origin=tuple(str(p) for p, _ in sources))
 
 

@@ -368,18 +368,46 @@ def _seconds(text: Any) -> int | None:
 _WINDOW_SUFFIXES = ("_window", "_lookback", "_horizon")
 
 
+# The intervals the rules and their tests are proven at (tests/sites/): below 5s a scrape is shorter than the
+# exporters' own collection period; above 2m a series vanishes from every instant query as soon as one scrape
+# is late or lost, since Prometheus looks back 5m for the last sample.
+_INTERVAL_RANGE = (5, 120)
+
+
 def _windows(doc: dict) -> Iterator[tuple[KeyPath, str]]:
     """The scrape interval divides every schedule (rule groups, rate windows, test series); a window needs at
     least two scrapes in it, or rate(), increase() and predict_linear() return nothing and its alerts never fire."""
     interval = _seconds(doc.get("scrape_interval"))
     if interval is None:
         return
-    if interval < 1:
-        yield ["scrape_interval"], f"{doc['scrape_interval']!r} is shorter than a second; write at least 1s (e.g. 30s)"
+    low, high = _INTERVAL_RANGE
+    if not low <= interval <= high:
+        yield (
+            ["scrape_interval"],
+            f"{doc['scrape_interval']!r} is outside the intervals hpcobs is proven at; write from "
+            f"{promql.duration(low)} to {promql.duration(high)} (e.g. 30s)",
+        )
         return
+    evaluation = _seconds(doc.get("evaluation_interval"))
+    rate_window = promql.RATE_WINDOW_SCRAPES * interval
+    if evaluation is not None and not low <= evaluation <= min(high, rate_window):
+        yield (
+            ["evaluation_interval"],
+            f"{doc['evaluation_interval']!r} must be from {promql.duration(low)} to "
+            f"{promql.duration(min(high, rate_window))}: at most the rate window "
+            f"({promql.RATE_WINDOW_SCRAPES} x scrape_interval {doc['scrape_interval']}) and 2m",
+        )
+    elif evaluation is not None and evaluation % interval and interval % evaluation:
+        yield (
+            ["evaluation_interval"],
+            f"{doc['evaluation_interval']!r} and scrape_interval {doc['scrape_interval']} do not divide one another, "
+            "so records would read samples of uneven age; write a multiple or a divisor of scrape_interval",
+        )
     thresholds = doc.get("thresholds")
     for key, value in thresholds.items() if isinstance(thresholds, dict) else ():
-        seconds = _seconds(value) if isinstance(key, str) and key.endswith(_WINDOW_SUFFIXES) else None
+        # Loki's windows (log_*) count log lines, which arrive whenever they are written, not at scrapes.
+        scraped = isinstance(key, str) and key.endswith(_WINDOW_SUFFIXES) and not key.startswith("log_")
+        seconds = _seconds(value) if scraped else None
         if seconds is not None and seconds < 2 * interval:
             yield (
                 ["thresholds", key],

@@ -12,6 +12,7 @@ from dataclasses import replace
 from hpcobs.authoring.rules import Alert, Group, LinkBases, Record, layers, render_template
 from hpcobs.authoring.ruletest import Case, selector_text
 from hpcobs.lang import lint
+from hpcobs.lang.promql import duration, duration_seconds
 from hpcobs.lang.render import GENERATED, yaml_text
 from hpcobs.targets.base import Check, Model, Target
 from hpcobs.targets.prometheus import RULES_SCHEMA
@@ -23,7 +24,7 @@ def _input(case: Case) -> list[dict]:
     return [{"series": s.text(), "values": s.values} for s in case.series]
 
 
-def _record_test(record: Record, case: Case, interval: str) -> dict:
+def _record_test(record: Record, case: Case, interval: str, evaluation_interval: str) -> dict:
     return {
         "name": f"{record.record}: {case.name}",
         "interval": interval,
@@ -31,7 +32,7 @@ def _record_test(record: Record, case: Case, interval: str) -> dict:
         "promql_expr_test": [
             {
                 "expr": record.record,
-                "eval_time": case.at,
+                "eval_time": _observed_at(case.at, evaluation_interval),
                 "exp_samples": [
                     {"labels": selector_text(record.record, s.labels), "value": s.value} for s in case.expect
                 ],
@@ -40,7 +41,15 @@ def _record_test(record: Record, case: Case, interval: str) -> dict:
     }
 
 
-def _alert_test(alert: Alert, case: Case, interval: str, annotations: dict[str, str]) -> dict:
+def _observed_at(at: str, evaluation_interval: str) -> str:
+    """When promtool can see a rule's output at `at`: its last evaluation at or before it. promtool evaluates every
+    `evaluation_interval` and stops at the latest eval_time, so an alert checked between two evaluations is never
+    checked; a recorded series or an alert's state between evaluations is the one the last evaluation left."""
+    every = duration_seconds(evaluation_interval)
+    return duration(duration_seconds(at) // every * every)
+
+
+def _alert_test(alert: Alert, case: Case, interval: str, evaluation_interval: str, annotations: dict[str, str]) -> dict:
     expected = []
     for s in case.expect:
         labels = {**alert.all_labels(), **s.labels}
@@ -54,20 +63,28 @@ def _alert_test(alert: Alert, case: Case, interval: str, annotations: dict[str, 
         "name": f"{alert.alert}: {case.name}",
         "interval": interval,
         "input_series": _input(case),
-        "alert_rule_test": [{"alertname": alert.alert, "eval_time": case.at, "exp_alerts": expected}],
+        "alert_rule_test": [
+            {"alertname": alert.alert, "eval_time": _observed_at(case.at, evaluation_interval), "exp_alerts": expected}
+        ],
     }
 
 
-def test_file(rules: list[Record | Alert], rule_files: list[str], interval: str, links: LinkBases) -> dict:
-    """One promtool test file covering every case of the given rules."""
+def test_file(
+    rules: list[Record | Alert], rule_files: list[str], interval: str, evaluation_interval: str, links: LinkBases
+) -> dict:
+    """One promtool test file covering every case of the given rules: input series `interval` apart (the scrape
+    interval), rules evaluated every `evaluation_interval` as their groups are."""
     tests = []
     for rule in rules:
         if isinstance(rule, Record):
-            tests += [_record_test(rule, case, interval) for case in rule.tests]
+            tests += [_record_test(rule, case, interval, evaluation_interval) for case in rule.tests]
         else:
             annotations = rule.annotations(links)
-            tests += [_alert_test(rule, case, interval, annotations) for case in rule.fires_on + rule.silent_on]
-    return {"rule_files": rule_files, "evaluation_interval": interval, "tests": tests}
+            tests += [
+                _alert_test(rule, case, interval, evaluation_interval, annotations)
+                for case in rule.fires_on + rule.silent_on
+            ]
+    return {"rule_files": rule_files, "evaluation_interval": evaluation_interval, "tests": tests}
 
 
 def rules_by_name(groups: Sequence[Group]) -> dict[str, list[Record | Alert]]:
@@ -110,7 +127,8 @@ def files(model: Model) -> dict[str, str]:
             loaded = [g.to_dict(model.links) for g in rules_read(model.rule_groups, tested)]
             written[f"{stem}.rules.yaml"] = yaml_text({"groups": loaded}, GENERATED)
             loading = [f"{posixpath.basename(stem)}.rules.yaml"]
-            test = test_file(tested, loading, model.config["scrape_interval"], model.links)
+            config = model.config
+            test = test_file(tested, loading, config["scrape_interval"], config["evaluation_interval"], model.links)
             written[f"{stem}.tests.yaml"] = yaml_text(test, GENERATED)
     return written
 
