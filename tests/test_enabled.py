@@ -1,0 +1,190 @@
+"""`exporters.<id>.enabled: false` removes exactly what reads the exporter (docs/configuration.md#what-enabled-does).
+
+What an exporter feeds is derived here from the default build's generated files and the PromQL each of them
+reads (hpcobs.lang.lint.metric_names), not from the build's own pruning: the exporter's raw metric names, then
+every record reading one of them or a record already taken, transitively; the alerts, dashboard queries,
+dashboards left with no metric query, inhibitions and Alertmanager routes that follow; the Falco rules or the
+Tetragon policies of those two sensors. A build with the exporter disabled must lack exactly those, and
+nothing else may change.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+
+import pytest
+import yaml
+
+from hpcobs.authoring.dashboard import panel_queries
+from hpcobs.build import pipeline
+from hpcobs.errors import UserError
+from hpcobs.exporters import catalogue
+from hpcobs.exporters.sources import GPU_ROLES, Sources
+from hpcobs.lang import lint
+from hpcobs.settings import config as config_module
+from hpcobs.settings.names import Team
+from hpcobs.targets import alertmanager, falco, tetragon
+from hpcobs.targets.dashboards import DASHBOARDS_DIR
+from hpcobs.targets.loki import RULES_FILE as LOKI_RULES
+from hpcobs.targets.prometheus import RULES_DIR
+from tests.conftest import run_build
+
+# Every exporter a site may disable on its own: the GPU exporters replace each other (an AMD-only fleet builds other
+# content, not less of it), and the default config already leaves AMD's off.
+OPTIONAL = [role for role in config_module.load()["exporters"] if role not in GPU_ROLES]
+
+
+def site(tmp_path, exporters: list[str], extra: str = ""):
+    path = tmp_path / "site.yaml"
+    lines = "".join(f"  {role}: {{enabled: false}}\n" for role in exporters)
+    path.write_text(("exporters:\n" + lines if lines else "") + extra, encoding="utf-8")
+    return config_module.load(path)
+
+
+def rules(files: dict[str, str]) -> list[tuple[str, str, str]]:
+    """(kind, name, expr) of every Prometheus record and alert written."""
+    return [
+        ("record", rule["record"], rule["expr"]) if "record" in rule else ("alert", rule["alert"], rule["expr"])
+        for path, text in files.items()
+        if path.startswith(RULES_DIR)
+        for group in yaml.safe_load(text)["groups"]
+        for rule in group["rules"]
+    ]
+
+
+def items(files: dict[str, str]) -> dict[str, set]:
+    """What a build holds that an exporter can feed, by kind."""
+    dashboards = [json.loads(text) for path, text in files.items() if path.startswith(DASHBOARDS_DIR)]
+    am = yaml.safe_load(files[alertmanager.PATH])
+    written = rules(files)
+    return {
+        "records": {name for kind, name, _ in written if kind == "record"},
+        # by expression: the scrape-health alert of a job that two exporters share is named after the first one
+        # enabled (alerts/exporters.py), and keeps its expression when that one is disabled
+        "alerts": {expr for kind, _, expr in written if kind == "alert"},
+        "dashboards": {d["uid"] for d in dashboards},
+        "panel queries": {q for d in dashboards for q in panel_queries(d)},
+        "falco rules": {
+            item["rule"] for item in yaml.safe_load(files.get(falco.PATH, "[]")) or [] if "rule" in item
+        },
+        "tetragon policies": {path for path in files if path.startswith(tetragon.FOLDER + "/")},
+        "inhibitions": {json.dumps(rule, sort_keys=True) for rule in am["inhibit_rules"]},
+        "teams": teams_left(files, set()),
+    }
+
+
+def fed_by(exporter: str, config, disabled, files: dict[str, str]) -> dict[str, set]:
+    """What of the default build (`config`, `files`) reads the exporter that `disabled` turns off, from the
+    dependency graph of the generated files: its raw names that no exporter left on exposes, and its `up` series
+    when no exporter left on is scraped with its selector (Exporter*Down)."""
+    before_sources, after_sources = Sources(config), Sources(disabled)
+    on = {m.name for s in after_sources.enabled() for m in s.metrics()}
+    off = {m.name for m in before_sources[exporter].metrics()} - on
+    scraped = {s.selector() for s in after_sources.enabled()}
+    selector = before_sources[exporter].selector()
+    up = f"{catalogue.up_name()}{selector}" if selector not in scraped else None
+    written = rules(files)
+    while True:  # records reading what is off are off, transitively
+        more = {name for kind, name, e in written if kind == "record" and lint.metric_names(e) & off} - off
+        if not more:
+            break
+        off |= more
+
+    def reads_off(expr: str, kind: str = "prometheus") -> bool:
+        return kind == "prometheus" and (bool(lint.metric_names(expr) & off) or (up is not None and up in expr))
+
+    before = items(files)
+    queries = {q for q in before["panel queries"] if reads_off(q[2], q[3])}
+    metric_queries = {q for q in before["panel queries"] - queries if q[3] == "prometheus"}
+    dashboards = before["dashboards"] - {q[0] for q in metric_queries}
+    alerts = {(name, e) for kind, name, e in written if kind == "alert" and reads_off(e)}
+    kept = {name for kind, name, e in written if kind == "alert" and not reads_off(e)}
+    names = {name for name, _ in alerts} - kept
+    return {
+        "records": {n for n in before["records"] if n in off},
+        "alerts": {expr for _, expr in alerts},
+        "dashboards": dashboards,
+        # a dashboard not generated takes its other queries (its log panels) with it
+        "panel queries": queries | {q for q in before["panel queries"] if q[0] in dashboards},
+        "falco rules": before["falco rules"] if exporter == "falco" else set(),
+        "tetragon policies": before["tetragon policies"] if exporter == "tetragon" else set(),
+        "inhibitions": {rule for rule in before["inhibitions"] if set(re.findall(r"\w+", rule)) & names},
+        "teams": before["teams"] - teams_left(files, names),
+        "alert names": names,
+    }
+
+
+def teams_left(files: dict[str, str], removed: set[str]) -> set[str]:
+    """The teams the alerts of a build carry, Prometheus' and Loki's, but the removed ones."""
+    prometheus = [
+        rule
+        for path in files
+        if path.startswith(RULES_DIR)
+        for group in yaml.safe_load(files[path])["groups"]
+        for rule in group["rules"]
+        if "alert" in rule and rule["alert"] not in removed
+    ]
+    loki = [r for g in yaml.safe_load(files[LOKI_RULES])["groups"] for r in g["rules"] if "alert" in r]
+    return {rule["labels"]["team"] for rule in prometheus + loki}
+
+
+@pytest.mark.parametrize("exporter", OPTIONAL)
+def test_disabling_an_exporter_removes_exactly_what_reads_it(tmp_path, config, generated, exporter):
+    disabled = site(tmp_path, [exporter])
+    expected = fed_by(exporter, config, disabled, generated)
+    before, after = items(generated), items(pipeline.generate(disabled))
+    assert any(expected.values()), f"the default build reads nothing of {exporter}"
+    names = expected.pop("alert names")
+    for kind, removed in expected.items():
+        if kind == "inhibitions":
+            # an inhibition naming a removed alert goes, or keeps the alerts it names that are left
+            assert before[kind] - removed <= after[kind], exporter
+            assert not {rule for rule in after[kind] if set(re.findall(r"\w+", rule)) & names}
+            continue
+        assert before[kind] - after[kind] == removed, f"{exporter}: {kind}"
+        assert after[kind] <= before[kind], f"{exporter}: {kind} added"
+
+
+def test_no_link_to_a_dashboard_not_generated(tmp_path):
+    """Alerts and dashboards link only to dashboards the build writes (dashboard_url, links, data links)."""
+    files = pipeline.generate(site(tmp_path, OPTIONAL))
+    uids = {json.loads(text)["uid"] for path, text in files.items() if path.startswith(DASHBOARDS_DIR)}
+    assert uids, "a GPU exporter alone still has dashboards"
+    linked = {uid for text in files.values() for uid in re.findall(r"/d/(hpcobs-[a-z-]+)", text)}
+    assert linked <= uids
+
+
+def test_a_route_no_alert_can_reach_is_not_required(tmp_path):
+    """Without Falco, Tetragon and Lustre, no alert goes to the security team: a site needs no route for it. With
+    them, the same routes are refused, naming the team."""
+    routes = "".join(
+        f"    - {{receiver: default, match: {{team: {team}}}}}\n"
+        for team in Team
+        if team not in (Team.NONE, Team.SECURITY)
+    )
+    extra = "alertmanager:\n  receivers: [{name: default}]\n  routes:\n" + routes
+    model = pipeline.model(site(tmp_path, ["falco", "tetragon", "lustre"], extra))
+    assert not model.falco_rules and not model.tetragon_policies
+    with pytest.raises(UserError, match=r"alertmanager.routes: no route for team 'security'"):
+        pipeline.model(site(tmp_path, [], extra))
+
+
+def test_every_gpu_exporter_disabled_is_refused(tmp_path):
+    with pytest.raises(UserError) as caught:
+        site(tmp_path, ["dcgm"])
+    assert caught.value.lines == [
+        f"config error: {tmp_path / 'site.yaml'}: exporters.dcgm.enabled: every GPU exporter is disabled (dcgm, amd); "
+        "enable the one the fleet runs (dcgm for NVIDIA, amd for AMD)"
+    ]
+
+
+def test_all_optional_exporters_disabled_build_and_pass_promtool(tmp_path):
+    """Every exporter but dcgm-exporter off: the build writes, validates and runs every promtool test of what is
+    left (build.py exits non-zero on a failing one)."""
+    config_path = tmp_path / "site.yaml"
+    site(tmp_path, OPTIONAL)
+    result = run_build("--config", str(config_path), "--out", str(tmp_path / "out"))
+    assert result.returncode == 0, result.stdout + result.stderr
+    left = {p.name for p in (tmp_path / "out" / RULES_DIR).iterdir()}
+    assert left and all(not p.startswith(("training", "storage", "security")) for p in left), left
