@@ -472,7 +472,7 @@ class DashboardSpec:
 # --------------------------------------------------------------------------------------------- dashboard
 
 
-class _Built(Builder[grafana.Panel]):
+class _PanelModel(Builder[grafana.Panel]):
     """A panel model already built, handed back as a builder: a panel whose queries were narrowed."""
 
     def __init__(self, model: grafana.Panel):
@@ -499,17 +499,17 @@ def narrowed(spec: DashboardSpec, reads_off: Callable[[str], bool], removed: Col
             targets = model.targets or []
             kept = [t for t in targets if not (isinstance(t, prometheus_models.Dataquery) and reads_off(t.expr or ""))]
             defaults = model.field_config.defaults if model.field_config else None
-            links = (defaults.links if defaults else None) or []
-            linked = [link for link in links if not _links_to(link.url or "", removed)]
+            data_links = (defaults.links if defaults else None) or []
+            linked = [link for link in data_links if not _links_to(link.url or "", removed)]
             if targets and not kept:
                 continue
-            if len(kept) == len(targets) and len(linked) == len(links):
+            if len(kept) == len(targets) and len(linked) == len(data_links):
                 panels.append(panel)
                 continue
             model.targets = kept
-            if defaults is not None and len(linked) != len(links):
+            if defaults is not None and len(linked) != len(data_links):
                 defaults.links = linked
-            panels.append(Panel(_Built(model), panel.shows))
+            panels.append(Panel(_PanelModel(model), panel.shows))
         if panels:
             rows.append(Row(row.title, panels))
     metrics = [t for row in rows for panel in row.panels for t in panel.builder.build().targets or []]

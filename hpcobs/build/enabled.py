@@ -9,7 +9,7 @@ one, following the PromQL dependency graph rather than any list kept by hand:
   is removed; a group left with no rule goes;
 - a dashboard query reading one is removed (hpcobs.authoring.dashboard.narrowed: then panels, rows and
   dashboards left with no query), and links to a dashboard removed go;
-- an inhibition whose source or target alerts are all removed goes, and one naming some keeps the others;
+- an inhibition whose source or target alerts are none written goes, and one naming some keeps those written;
 - the Falco rules and the Tetragon policies go with their exporter: Falco's and Tetragon's metrics are how
   hpcobs sees them run, and nothing else reads them.
 
@@ -26,7 +26,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from hpcobs.authoring.dashboard import DashboardSpec, narrowed
-from hpcobs.authoring.rules import Alert, Group, Record
+from hpcobs.authoring.rules import Group, Record
 from hpcobs.exporters.sources import Sources
 from hpcobs.lang import lint
 
@@ -51,10 +51,8 @@ class Disabled:
     def reads_off(self, expr: str) -> bool:
         return not lint.metric_names(expr).isdisjoint(self.names)
 
-    def rule_groups(self, by_domain: Mapping[str, Sequence[Group]]) -> tuple[dict[str, list[Group]], set[str]]:
-        """The groups without the rules that read what is off (records transitively, whatever their group order),
-        and the names of the alerts removed."""
-        removed: set[str] = set()
+    def rule_groups(self, by_domain: Mapping[str, Sequence[Group]]) -> dict[str, list[Group]]:
+        """The groups without the rules that read what is off (records transitively, whatever their group order)."""
         kept = {domain: list(groups) for domain, groups in by_domain.items()}
         changed = True
         while changed:
@@ -67,11 +65,10 @@ class Disabled:
                     changed = True
                     off = [rule for rule, gone in zip(group.rules, reads_off, strict=True) if gone]
                     self.names.update(rule.record for rule in off if isinstance(rule, Record))
-                    removed.update(rule.alert for rule in off if isinstance(rule, Alert))
                     rules = [rule for rule, gone in zip(group.rules, reads_off, strict=True) if not gone]
                     groups[index] = dataclasses.replace(group, rules=rules)
         pruned = {domain: [g for g in groups if g.rules] for domain, groups in kept.items()}
-        return {domain: groups for domain, groups in pruned.items() if groups}, removed
+        return {domain: groups for domain, groups in pruned.items() if groups}
 
     def dashboards(self, specs: Sequence[DashboardSpec]) -> list[DashboardSpec]:
         """The dashboards without the queries that read what is off, those left with no query not generated, and
@@ -85,26 +82,27 @@ class Disabled:
             removed = gone
 
 
-def inhibitions(rules: Sequence[dict[str, Any]], removed: set[str]) -> list[dict[str, Any]]:
-    """The inhibitions without the alerts removed: a matcher naming alerts keeps those left; an inhibition whose
-    source or target matcher names only removed alerts can never apply, and goes."""
+def inhibitions(rules: Sequence[dict[str, Any]], alerts: set[str]) -> list[dict[str, Any]]:
+    """The inhibitions of the alerts a build writes (`alerts`: its Prometheus and Loki alert names): a matcher
+    naming alerts keeps those written; an inhibition whose source or target matcher names none can never apply,
+    and goes."""
     kept = []
     for rule in rules:
-        sides = {side: [_without(m, removed) for m in rule[side]] for side in ("source_matchers", "target_matchers")}
+        sides = {side: [_within(m, alerts) for m in rule[side]] for side in ("source_matchers", "target_matchers")}
         if all(m is not None for matchers in sides.values() for m in matchers):
             kept.append({**rule, **sides})
     return kept
 
 
-def _without(matcher: str, removed: set[str]) -> str | None:
-    """A positive alertname matcher without the removed alerts (None when it named only those); others as they are."""
+def _within(matcher: str, alerts: set[str]) -> str | None:
+    """A positive alertname matcher naming only the alerts written (None when it names none); others as they are."""
     match = _ALERTNAME.fullmatch(matcher)
     if match is None:
         return matcher
-    names = match.group(1)
-    left = [name for name in names.split("|") if name not in removed]
+    named = match.group(1).split("|")
+    left = [name for name in named if name in alerts]
     if not left:
         return None
-    if len(left) == len(names.split("|")):
+    if len(left) == len(named):
         return matcher
     return f'alertname="{left[0]}"' if len(left) == 1 else f'alertname=~"{"|".join(left)}"'

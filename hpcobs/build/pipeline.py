@@ -43,26 +43,24 @@ def model(config: Config) -> Model:
     (hpcobs.build.enabled); refused when a team whose alerts are built has no route."""
     ctx = Context(config)
     off = enabled.Disabled.of(ctx.sources)
-    groups, removed_alerts = off.rule_groups(rule_groups(ctx))
+    groups = off.rule_groups(rule_groups(ctx))
     specs = off.dashboards([module.dashboard(ctx) for module in dashboards.MODULES])
     log_groups = logs.loki_groups(ctx)
-    built = Model(
+    alerts = [rule for gs in groups.values() for g in gs for rule in g.rules if isinstance(rule, Alert)]
+    alerts += [log.rule for group in log_groups for log in group.rules if isinstance(log.rule, Alert)]
+    unrouted = config_checks.unrouted_teams(config.data, {str(alert.team) for alert in alerts})
+    if unrouted:
+        raise config_module.refusal(config, unrouted)
+    return Model(
         config=config,
         links=LinkBases.of(config, (spec.uid for spec in specs)),
         rule_groups=groups,
         dashboards=specs,
-        inhibitions=enabled.inhibitions(alertmanager.inhibitions(ctx), removed_alerts),
+        inhibitions=enabled.inhibitions(alertmanager.inhibitions(ctx), {alert.alert for alert in alerts}),
         log_groups=log_groups,
         falco_rules=[] if "falco" in off.exporters else falco.document(ctx),
         tetragon_policies={} if "tetragon" in off.exporters else tetragon.documents(ctx),
     )
-    alerts = [rule for gs in groups.values() for g in gs for rule in g.rules if isinstance(rule, Alert)]
-    alerts += [log.rule for group in log_groups for log in group.rules if isinstance(log.rule, Alert)]
-    teams = {str(alert.team) for alert in alerts}
-    unrouted = config_checks.unrouted_teams(config.data, teams)
-    if unrouted:
-        raise config_module.refusal(config, unrouted)
-    return built
 
 
 def generate(config: Config) -> dict[str, str]:
