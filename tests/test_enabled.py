@@ -28,7 +28,7 @@ from hpcobs.targets import alertmanager, falco, tetragon
 from hpcobs.targets.dashboards import DASHBOARDS_DIR
 from hpcobs.targets.loki import RULES_FILE as LOKI_RULES
 from hpcobs.targets.prometheus import RULES_DIR
-from tests.conftest import run_build
+from tests.conftest import ROOT, run_build
 
 # Every exporter a site may disable on its own: the GPU exporters replace each other (an AMD-only fleet builds other
 # content, not less of it), and the default config already leaves AMD's off.
@@ -221,3 +221,23 @@ def test_an_inhibition_naming_several_alerts_keeps_those_left(tmp_path):
         "inhibit_rules"
     ]
     assert ['alertname="ExporterDcgmDown"'] in [rule["source_matchers"] for rule in inhibitions]
+
+
+def test_configuration_doc_counts_what_each_exporter_feeds(tmp_path, config, generated):
+    """docs/configuration.md#what-enabled-does: its table's counts are those derived here."""
+    doc = (ROOT / "docs" / "configuration.md").read_text(encoding="utf-8")
+    table = doc.partition("| disabled role | records | alerts | dashboard queries | inhibitions changed or dropped |")[
+        2
+    ]
+    rows = {
+        cells[0]: [int(c) for c in cells[1:5]]
+        for line in table.split("\n\n")[0].splitlines()[2:]
+        for cells in [[c.strip() for c in line.strip("|").split("|")]]
+    }
+    derived = {}
+    for exporter in OPTIONAL:
+        disabled = site(tmp_path, [exporter])
+        fed = fed_by(exporter, config, disabled, generated)
+        inhibitions = items(generated)["inhibitions"] - items(pipeline.generate(disabled))["inhibitions"]
+        derived[exporter] = [len(fed[k]) for k in ("records", "alerts", "panel queries")] + [len(inhibitions)]
+    assert rows == derived
