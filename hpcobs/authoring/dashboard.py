@@ -13,8 +13,9 @@ A panel that needs an option no helper sets chains the SDK method on `panel.buil
 from __future__ import annotations
 
 import copy
+import dataclasses
 import json
-from collections.abc import Sequence
+from collections.abc import Callable, Collection, Sequence
 from dataclasses import dataclass
 from functools import cache
 from typing import Any, TypedDict, TypeVar, Unpack
@@ -469,6 +470,53 @@ class DashboardSpec:
 
 
 # --------------------------------------------------------------------------------------------- dashboard
+
+
+class _PanelModel(Builder[grafana.Panel]):
+    """A panel model already built, handed back as a builder: a panel whose queries were narrowed."""
+
+    def __init__(self, model: grafana.Panel):
+        self._model = model
+
+    def build(self) -> grafana.Panel:
+        return self._model
+
+
+def _links_to(url: str, uids: Collection[str]) -> bool:
+    return any(url == f"/d/{uid}" or url.startswith(f"/d/{uid}?") for uid in uids)
+
+
+def narrowed(spec: DashboardSpec, reads_off: Callable[[str], bool], removed: Collection[str]) -> DashboardSpec | None:
+    """The dashboard without the Prometheus queries `reads_off` refuses (they read a disabled exporter) and without
+    links to the `removed` dashboards. A panel that had queries and has none left goes, then a row left with no
+    panel; a dashboard left with no Prometheus query is not generated (None). Layout and ids are computed from what
+    is left; the queries kept keep their refIds, which a table's columns are named by."""
+    rows = []
+    for row in spec.rows:
+        panels = []
+        for panel in row.panels:
+            model = copy.deepcopy(panel.builder.build())
+            targets = model.targets or []
+            kept = [t for t in targets if not (isinstance(t, prometheus_models.Dataquery) and reads_off(t.expr or ""))]
+            defaults = model.field_config.defaults if model.field_config else None
+            data_links = (defaults.links if defaults else None) or []
+            linked = [link for link in data_links if not _links_to(link.url or "", removed)]
+            if targets and not kept:
+                continue
+            if len(kept) == len(targets) and len(linked) == len(data_links):
+                panels.append(panel)
+                continue
+            model.targets = kept
+            if defaults is not None and len(linked) != len(data_links):
+                defaults.links = linked
+            panels.append(Panel(_PanelModel(model), panel.shows))
+        if panels:
+            rows.append(Row(row.title, panels))
+    metrics = [t for row in rows for panel in row.panels for t in panel.builder.build().targets or []]
+    if not any(isinstance(target, prometheus_models.Dataquery) for target in metrics):
+        return None  # log panels alone show the lines around metrics that are no longer collected
+    links = tuple(link for link in spec.links if not _links_to(link.url, removed))
+    return dataclasses.replace(spec, rows=tuple(rows), links=links)
 
 
 def _layout(rows: tuple[Row, ...]) -> list[grafana.Panel | grafana.RowPanel]:

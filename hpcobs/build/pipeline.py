@@ -13,8 +13,11 @@ import hpcobs.dashboards as dashboards
 import hpcobs.recording_rules as recording_rules
 from hpcobs.alerts import alertmanager, logs
 from hpcobs.authoring.context import Context
-from hpcobs.authoring.rules import Group, LinkBases
+from hpcobs.authoring.rules import Alert, Group, LinkBases
+from hpcobs.build import enabled
 from hpcobs.security import falco, tetragon
+from hpcobs.settings import config as config_module
+from hpcobs.settings import config_checks
 from hpcobs.settings.config import Config
 from hpcobs.targets import registry
 from hpcobs.targets.base import Model
@@ -36,17 +39,27 @@ def rule_groups(ctx: Context) -> dict[str, list[Group]]:
 
 
 def model(config: Config) -> Model:
-    """The content built from the config, before any format."""
+    """The content built from the config, before any format, without what reads a disabled exporter
+    (hpcobs.build.enabled); refused when a team whose alerts are built has no route."""
     ctx = Context(config)
+    off = enabled.Disabled.of(ctx.sources)
+    groups = off.rule_groups(rule_groups(ctx))
+    specs = off.dashboards([module.dashboard(ctx) for module in dashboards.MODULES])
+    log_groups = logs.loki_groups(ctx)
+    alerts = [rule for gs in groups.values() for g in gs for rule in g.rules if isinstance(rule, Alert)]
+    alerts += [log.rule for group in log_groups for log in group.rules if isinstance(log.rule, Alert)]
+    unrouted = config_checks.unrouted_teams(config.data, {str(alert.team) for alert in alerts})
+    if unrouted:
+        raise config_module.refusal(config, unrouted)
     return Model(
         config=config,
-        links=LinkBases.of(config),
-        rule_groups=rule_groups(ctx),
-        dashboards=[module.dashboard(ctx) for module in dashboards.MODULES],
-        inhibitions=alertmanager.inhibitions(ctx),
-        log_groups=logs.loki_groups(ctx),
-        falco_rules=falco.document(ctx),
-        tetragon_policies=tetragon.documents(ctx),
+        links=LinkBases.of(config, (spec.uid for spec in specs)),
+        rule_groups=groups,
+        dashboards=specs,
+        inhibitions=enabled.inhibitions(alertmanager.inhibitions(ctx), {alert.alert for alert in alerts}),
+        log_groups=log_groups,
+        falco_rules=[] if "falco" in off.exporters else falco.document(ctx),
+        tetragon_policies={} if "tetragon" in off.exporters else tetragon.documents(ctx),
     )
 
 
@@ -68,5 +81,5 @@ def budget_report(config: Config) -> list[str]:
     from hpcobs.build import cardinality
 
     ctx = Context(config)
-    groups = [g for domain_groups in rule_groups(ctx).values() for g in domain_groups]
+    groups = [g for domain_groups in model(config).rule_groups.values() for g in domain_groups]
     return cardinality.report(groups, ctx.sources, ctx.cluster)
