@@ -54,6 +54,9 @@ ALL = ".*"  # the value "All" stands for in multi-value variables (regex matcher
 
 Thresholds = tuple[tuple[float | None, str], ...]
 BASE: Thresholds = ((None, "green"),)
+# Limits are configured as ratios, per-second rates and bytes per second (thresholds: in config); a panel that
+# shows another unit draws them scaled by this factor (a ratio 0.95 is 95 on a percent scale).
+SCALE_FROM_CONFIG = {"percent": 100.0, "Gbit/s": 8 / 1e9}
 PanelBuilder = Builder[grafana.Panel]
 _Built = TypeVar("_Built", bound=Any)
 
@@ -109,6 +112,17 @@ class FieldOptions(TypedDict, total=False):
     links: tuple[Link, ...]
     time_from: str  # panel-relative time, e.g. "now/d" (today so far)
     shows: tuple[str, ...]
+
+
+def drawn(limit: float, unit: str) -> float:
+    """A configured limit (ctx.thresholds) in the unit a panel draws it in: the one conversion panels use, so a
+    panel's colour step or line moves with the alert that reads the same threshold."""
+    return limit * SCALE_FROM_CONFIG.get(unit, 1.0)
+
+
+def scaled(steps: Thresholds, unit: str) -> Thresholds:
+    """Colour steps written in the config's units, drawn in `unit`."""
+    return tuple((None if value is None else drawn(value, unit), color) for value, color in steps)
 
 
 def _thresholds(steps: Thresholds) -> dashboard_builders.ThresholdsConfig:
@@ -208,7 +222,8 @@ def timeseries(
     stack: bool = False,
     **options: Unpack[FieldOptions],
 ) -> Panel:
-    """Series over time; `stack` stacks them (filled); min and max also bound the axis softly."""
+    """Series over time; `stack` stacks them (filled); min and max also bound the axis softly; thresholds beyond
+    the base step are drawn as dashed lines (the limits an alert fires at, where a panel reads one)."""
     stacking = models.StackingMode.NORMAL if stack else models.StackingMode.NONE
     builder = (
         _panel(timeseries_panel.Panel(), title, description, width, height)
@@ -226,6 +241,10 @@ def timeseries(
         builder = builder.axis_soft_min(options["min"])
     if "max" in options:
         builder = builder.axis_soft_max(options["max"])
+    if len(options.get("thresholds", BASE)) > 1:
+        builder = builder.thresholds_style(
+            common_builders.GraphThresholdsStyleConfig().mode(models.GraphThresholdsStyleMode.DASHED)
+        )
     builder = _with_fields(builder, unit, grafana.FieldColorModeId.PALETTE_CLASSIC, options)
     return Panel(builder, options.get("shows", ()))
 
