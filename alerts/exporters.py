@@ -82,6 +82,15 @@ TARGETS = (
         "InfiniBand, filesystem, job-info (textfile) and host metrics of this node",
     ),
     Target("slurm", "Slurm", "Slurm exporter", Team.SLURM_ADMINS, "node states, queue depth and partition allocations"),
+    # Roles that usually share another's scrape job (then that role's alert covers it): they keep their scrape job
+    # watched when the role it rides with is disabled (exporters.<role>.enabled, docs/configuration.md).
+    Target(
+        "job_info",
+        "JobInfo",
+        "job-info",
+        Team.SLURM_ADMINS,
+        "the job attribution of this node's GPUs (job-info series)",
+    ),
     Target("lustre", "Lustre", "Lustre exporter", Team.STORAGE, "Lustre client or server statistics of this host"),
     Target("falco", "Falco", "Falco", Team.SECURITY, "Falco's runtime security detections on this node"),
     Target("tetragon", "Tetragon", "Tetragon", Team.SECURITY, "Tetragon's policy events and enforcement on this node"),
@@ -91,6 +100,13 @@ TARGETS = (
         "training metrics",
         Team.ML_PLATFORM,
         "the training progress and NCCL Inspector series of the jobs on this node",
+    ),
+    Target(
+        "nccl_inspector",
+        "NcclInspector",
+        "NCCL Inspector",
+        Team.ML_PLATFORM,
+        "the NCCL Inspector series of the jobs on this node",
     ),
 )
 # Scenarios of hpcobs.proof.simulate whose default data take a target down: exporter_down stops one

@@ -14,6 +14,7 @@ from hpcobs.authoring.dashboard import (
     Row,
     Variable,
     heatmap,
+    scaled,
     stat,
     table,
     timeseries,
@@ -29,8 +30,8 @@ NVLINK_ERRORS = (
     ("nvlink_replay_errors", "replay"),
     ("nvlink_recovery_errors", "recovery"),
 )
+# Utilisation colours are a presentation choice: no alert fires on low utilisation (GpuAllocatedIdle reads zero).
 UTILISATION = ((None, "red"), (0.25, "orange"), (0.6, "green"))
-UTILISATION_PERCENT = tuple((None if value is None else value * 100, color) for value, color in UTILISATION)
 XID_FAULTS = ("xid79", "xid48", "xid13", "dbe", "row_remap_failure")
 ANY = ((None, "green"), (1, "orange"))
 BAD = ((None, "green"), (1, "red"))
@@ -219,6 +220,8 @@ def _nvidia_health(ctx: Context) -> tuple[list[Panel], list[Panel]]:
         table(
             "Nodes with NVLink errors",
             [
+                # Orange only: the record sums CRC, replay and recovery errors, which GpuNvlinkErrors holds to
+                # separate limits (CRC per second, replay per minute), so no one limit applies to the sum.
                 Column(
                     f"node:gpu_nvlink_errors:rate{{{in_cluster}}} > 0",
                     "Errors/s",
@@ -255,7 +258,7 @@ def _nodes_table(ctx: Context, nvidia: bool) -> Panel:
             Column(
                 f"node:gpu_utilization:avg{{{in_cluster}}} * 100",
                 "Utilisation (%)",
-                UTILISATION_PERCENT,
+                scaled(UTILISATION, "percent"),
                 cell="color-text",
             ),
             Column(f"node:gpu_power:watts{{{in_cluster}}}", "Power (W)"),
@@ -403,7 +406,7 @@ def _node(ctx: Context, nvidia: bool) -> Row:
                 legend="GPU {{gpu}}",
                 unit="celsius",
                 width=8,
-                thresholds=((None, "green"), (85, "red")),
+                thresholds=((None, "green"), (ctx.thresholds.gpu_temperature_celsius, "red")),
                 description="GPU core temperature (raw exporter series).",
             ),
             *(_nvidia_gpus(ctx) if nvidia else []),

@@ -15,8 +15,10 @@ from hpcobs.authoring.dashboard import (
     Panel,
     Query,
     Row,
+    Thresholds,
     Variable,
     bargauge,
+    drawn,
     stat,
     table,
     timeseries,
@@ -26,7 +28,9 @@ from hpcobs.settings.names import DashboardUid
 from . import common
 
 UID = DashboardUid.NETWORK_STORAGE
-FILL = ((None, "green"), (0.8, "orange"), (0.95, "red"))
+# Fill levels turn red at storage_full_ratio, where StorageFilesystemFull fires, and orange this far below it: an
+# early warning that stays ahead of the alert whatever ratio a site sets (a presentation choice, no alert reads it).
+FILL_WARNING_MARGIN = 0.15
 PORT = ("node", "device", "port")
 # node_infiniband_state_id 4 = ACTIVE; node_infiniband_physical_state_id 5 = LinkUp (node_exporter's
 # infiniband collector).
@@ -46,7 +50,18 @@ SPREAD_TEXT = (
 
 def _nominal_gbps(ctx: Context) -> float:
     """The fabric's nominal port rate in Gb/s (configured in bytes per second)."""
-    return ctx.thresholds.ib_port_rate_bytes_per_second * 8 / 1e9
+    return drawn(ctx.thresholds.ib_port_rate_bytes_per_second, "Gbit/s")
+
+
+def _fill_steps(ctx: Context) -> Thresholds:
+    """Used fraction: red from the ratio StorageFilesystemFull fires at, orange FILL_WARNING_MARGIN before it."""
+    full = ctx.thresholds.storage_full_ratio
+    return ((None, "green"), (round(full - FILL_WARNING_MARGIN, 6), "orange"), (full, "red"))
+
+
+def _above(limit: float, color: str = "red") -> Thresholds:
+    """A rate coloured from the limit its alert fires above (the colours of the error tables)."""
+    return ((None, "green"), (limit, color))
 
 
 def _fabric(ctx: Context) -> Row:
@@ -114,13 +129,24 @@ def _spread(ctx: Context, record: str) -> str:
 
 def _nodes_table(ctx: Context) -> Panel:
     in_cluster = common.in_cluster(ctx)
+    limits = ctx.thresholds
     return table(
         "Nodes",
         [
             Column(f"node:ib_transmit_bytes:rate{{{in_cluster}}} / 1e9", "Transmit (GB/s)"),
             Column(f"node:ib_receive_bytes:rate{{{in_cluster}}} / 1e9", "Receive (GB/s)"),
-            Column(f"node:ib_transmit_wait:rate{{{in_cluster}}}", "Transmit wait (ticks/s)"),
-            Column(f"node:nfs_retransmissions:rate{{{in_cluster}}}", "NFS retransmissions/s"),
+            Column(
+                f"node:ib_transmit_wait:rate{{{in_cluster}}}",
+                "Transmit wait (ticks/s)",
+                _above(limits.ib_transmit_wait_ticks_per_second, "orange"),
+                cell="color-text",
+            ),
+            Column(
+                f"node:nfs_retransmissions:rate{{{in_cluster}}}",
+                "NFS retransmissions/s",
+                _above(limits.storage_nfs_retransmissions_per_second, "orange"),
+                cell="color-text",
+            ),
         ],
         labels=["node"],
         links=(common.node_link(ctx, UID, "Ports"),),
@@ -133,8 +159,11 @@ def _nodes_table(ctx: Context) -> Panel:
 def _errors(ctx: Context) -> Row:
     in_cluster = common.in_cluster(ctx)
 
-    def erring(series: str, name: str) -> Column:
-        return Column(f"{series}{{{in_cluster}}} > 0", name, ((None, "orange"),), cell="color-text")
+    def erring(series: str, name: str, limit: float) -> Column:
+        """Any error shows the node (orange); red from the rate its alert fires above."""
+        return Column(f"{series}{{{in_cluster}}} > 0", name, ((None, "orange"), (limit, "red")), cell="color-text")
+
+    limits = ctx.thresholds
 
     return Row(
         "InfiniBand errors",
@@ -142,9 +171,11 @@ def _errors(ctx: Context) -> Row:
             table(
                 "Nodes with port errors",
                 [
-                    erring("node:ib_symbol_errors:rate", "Symbol errors/s"),
-                    erring("node:ib_receive_errors:rate", "Receive errors/s"),
-                    erring("node:ib_transmit_discards:rate", "Transmit discards/s"),
+                    erring("node:ib_symbol_errors:rate", "Symbol errors/s", limits.ib_symbol_errors_per_second),
+                    erring("node:ib_receive_errors:rate", "Receive errors/s", limits.ib_receive_errors_per_second),
+                    erring(
+                        "node:ib_transmit_discards:rate", "Transmit discards/s", limits.ib_transmit_discards_per_second
+                    ),
                 ],
                 labels=["node"],
                 width=8,
@@ -159,6 +190,7 @@ def _errors(ctx: Context) -> Row:
             timeseries(
                 "Transmit wait per node (spread)",
                 _spread(ctx, "cluster:ib_transmit_wait_per_node:quantile"),
+                thresholds=_above(limits.ib_transmit_wait_ticks_per_second, "orange"),
                 legend=SPREAD_LEGEND,
                 unit="cps",
                 width=8,
@@ -348,6 +380,7 @@ def _storage(ctx: Context) -> Row:
             timeseries(
                 "NFS retransmissions per client (spread)",
                 _spread(ctx, "cluster:nfs_retransmissions_per_node:quantile"),
+                thresholds=_above(ctx.thresholds.storage_nfs_retransmissions_per_second, "orange"),
                 legend=SPREAD_LEGEND,
                 unit="ops",
                 width=8,
@@ -375,7 +408,7 @@ def _fill(ctx: Context) -> Row:
                 lustre,
                 legend="{{fs}}",
                 unit="percentunit",
-                thresholds=FILL,
+                thresholds=_fill_steps(ctx),
                 min=0,
                 max=1,
                 width=8,
@@ -387,7 +420,7 @@ def _fill(ctx: Context) -> Row:
                 unit="percentunit",
                 min=0,
                 max=1,
-                thresholds=FILL,
+                thresholds=_fill_steps(ctx),
                 width=16,
                 description=f"Used fraction now and forecast {horizon} ahead (linear fit over {window}).",
             ),
@@ -396,7 +429,7 @@ def _fill(ctx: Context) -> Row:
                 f"topk(10, node:filesystem_used:ratio{{{in_cluster}}})",
                 legend="{{node}} {{mountpoint}}",
                 unit="percentunit",
-                thresholds=FILL,
+                thresholds=_fill_steps(ctx),
                 min=0,
                 max=1,
                 width=8,
@@ -405,12 +438,12 @@ def _fill(ctx: Context) -> Row:
             table(
                 "Node mounts forecast to fill",
                 [
-                    Column(mounts_forecast, f"Forecast in {horizon}", FILL, cell="color-background"),
+                    Column(mounts_forecast, f"Forecast in {horizon}", _fill_steps(ctx), cell="color-background"),
                     Column(
                         f"node:filesystem_used:ratio{{{in_cluster}}} and on ({ctx.cluster}, node, mountpoint) "
                         f"{mounts_forecast}",
                         "Used now",
-                        FILL,
+                        _fill_steps(ctx),
                         cell="color-text",
                     ),
                 ],

@@ -94,6 +94,8 @@ def _queue(ctx: Context) -> Row:
                 "Nodes down, drained or failed",
                 f'sum(partition:slurm_nodes:count{{{parts}, state=~"down|drain|fail"}}) or vector(0)',
                 unit="none",
+                # Orange at any node, a presentation choice: the sum over partitions and states is not what the
+                # Slurm alerts count (nodes of one partition in one state, above slurm_partition_nodes_*).
                 thresholds=((None, "green"), (1, "orange")),
                 description="Nodes in state down, drain or fail (a node in two partitions counts twice).",
             ),

@@ -4,6 +4,7 @@ one line per problem naming the site file, the key and the fix; the legitimate n
 import pytest
 import yaml
 
+from hpcobs.build import pipeline
 from hpcobs.errors import UserError
 from hpcobs.exporters.sources import Sources
 from hpcobs.lang import promql
@@ -25,6 +26,17 @@ def refused(tmp_path, text):
     with pytest.raises(UserError) as caught:
         config_module.load(site)
     return [line.replace(str(site), "SITE") for line in caught.value.lines]
+
+
+def built(tmp_path, text):
+    """The model of a build of the site file: the routes a site needs are known once the alerts are built."""
+    return pipeline.model(load(tmp_path, text)[1])
+
+
+def refused_at_build(tmp_path, text):
+    with pytest.raises(UserError) as caught:
+        built(tmp_path, text)
+    return [line.replace(str(tmp_path / "site.yaml"), "SITE") for line in caught.value.lines]
 
 
 # Routes every team to the default receiver: sites that define their own receivers must still route each team.
@@ -596,12 +608,12 @@ def test_a_site_receivers_list_that_replaces_the_defaults_is_blamed_for_their_re
 def test_every_team_has_a_route(tmp_path):
     """An alert's team that no route matches reaches only the default receiver: nobody of that team reads it."""
     without_storage = TEAM_ROUTES.replace("    - {receiver: default, match: {team: storage}}\n", "")
-    assert refused(tmp_path, "alertmanager:\n  receivers: [{name: default}]\n" + without_storage) == [
+    assert refused_at_build(tmp_path, "alertmanager:\n  receivers: [{name: default}]\n" + without_storage) == [
         "config error: SITE: alertmanager.routes: no route for team 'storage' (its alerts would reach only the "
         "default receiver); add {receiver: ..., match: {team: storage}}",
     ]
     one_missing_each = [
-        refused(
+        refused_at_build(
             tmp_path,
             "alertmanager:\n  receivers: [{name: default}]\n"
             + TEAM_ROUTES.replace(f"    - {{receiver: default, match: {{team: {team}}}}}\n", ""),
@@ -616,7 +628,7 @@ def test_every_team_has_a_route(tmp_path):
 
 def test_no_route_at_all_sends_everything_to_the_default_receiver(tmp_path):
     """A small site with one receiver writes no route: that is a choice, not a forgotten team."""
-    load(tmp_path, "alertmanager:\n  receivers: [{name: default}]\n  routes: []\n")
+    built(tmp_path, "alertmanager:\n  receivers: [{name: default}]\n  routes: []\n")
 
 
 def test_team_routes_near_misses(tmp_path):
@@ -626,7 +638,7 @@ def test_team_routes_near_misses(tmp_path):
         "    - {receiver: default, match: {team: storage, severity: critical}}\n"
         "    - {receiver: default, match: {team: storage}}\n",
     )
-    load(tmp_path, "alertmanager:\n  receivers: [{name: default}]\n" + split)
+    built(tmp_path, "alertmanager:\n  receivers: [{name: default}]\n" + split)
     assert "team: none" not in TEAM_ROUTES
 
 

@@ -81,10 +81,17 @@ def diff(capsys, *arguments: str) -> tuple[int, str, str]:
 
 
 def test_a_changed_threshold(generated, tmp_path):
+    """The alert and the panel that draws its limit change together (docs/dashboards.md)."""
     changed = site_build(tmp_path, {"thresholds": {"gpu_temperature_celsius": 80}})
     assert markdown(generated, changed) == (
-        "hpcobs diff against `abc1234` (main): 2 changes in 1 rule group; "
+        "hpcobs diff against `abc1234` (main): 3 changes in 1 dashboard and 1 rule group; "
         f"{2 * RULE_COPIES} noise-only differences (rule copies) not listed\n"
+        "\n"
+        "### Dashboards\n"
+        "\n"
+        "#### GPU cluster (`hpcobs-gpu-cluster`)\n"
+        "\n"
+        "- panel `Temperature`: thresholds `0 green, 85 red` → `0 green, 80 red`\n"
         "\n"
         "### Rule groups\n"
         "\n"

@@ -10,7 +10,7 @@ from functools import cached_property
 
 from hpcobs.authoring.ruletest import Timeline
 from hpcobs.exporters import catalogue
-from hpcobs.exporters.sources import Sources
+from hpcobs.exporters.sources import GPU_ROLES, Sources
 from hpcobs.lang import escape, promql
 from hpcobs.settings.config import Config
 from hpcobs.settings.thresholds import Thresholds
@@ -154,7 +154,7 @@ class Context:
         `max` by default also folds the copies dcgm-exporter emits for a GPU shared by several jobs.
         """
         parts = []
-        for exporter_id in ("dcgm", "amd"):
+        for exporter_id in GPU_ROLES:
             source = self.sources[exporter_id]
             signals = source.exporter.signals_for(canonical)
             if source.enabled and signals and any(source.metric(s, v) for s in signals for v in source.versions):

@@ -13,8 +13,9 @@ A panel that needs an option no helper sets chains the SDK method on `panel.buil
 from __future__ import annotations
 
 import copy
+import dataclasses
 import json
-from collections.abc import Sequence
+from collections.abc import Callable, Collection, Sequence
 from dataclasses import dataclass
 from functools import cache
 from typing import Any, TypedDict, TypeVar, Unpack
@@ -53,6 +54,9 @@ ALL = ".*"  # the value "All" stands for in multi-value variables (regex matcher
 
 Thresholds = tuple[tuple[float | None, str], ...]
 BASE: Thresholds = ((None, "green"),)
+# Limits are configured as ratios, per-second rates and bytes per second (thresholds: in config); a panel that
+# shows another unit draws them scaled by this factor (a ratio 0.95 is 95 on a percent scale).
+SCALE_FROM_CONFIG = {"percent": 100.0, "Gbit/s": 8 / 1e9}
 PanelBuilder = Builder[grafana.Panel]
 _Built = TypeVar("_Built", bound=Any)
 
@@ -108,6 +112,17 @@ class FieldOptions(TypedDict, total=False):
     links: tuple[Link, ...]
     time_from: str  # panel-relative time, e.g. "now/d" (today so far)
     shows: tuple[str, ...]
+
+
+def drawn(limit: float, unit: str) -> float:
+    """A configured limit (ctx.thresholds) in the unit a panel draws it in: the one conversion panels use, so a
+    panel's colour step or line moves with the alert that reads the same threshold."""
+    return limit * SCALE_FROM_CONFIG.get(unit, 1.0)
+
+
+def scaled(steps: Thresholds, unit: str) -> Thresholds:
+    """Colour steps written in the config's units, drawn in `unit`."""
+    return tuple((None if value is None else drawn(value, unit), color) for value, color in steps)
 
 
 def _thresholds(steps: Thresholds) -> dashboard_builders.ThresholdsConfig:
@@ -207,7 +222,8 @@ def timeseries(
     stack: bool = False,
     **options: Unpack[FieldOptions],
 ) -> Panel:
-    """Series over time; `stack` stacks them (filled); min and max also bound the axis softly."""
+    """Series over time; `stack` stacks them (filled); min and max also bound the axis softly; thresholds beyond
+    the base step are drawn as dashed lines (the limits an alert fires at, where a panel reads one)."""
     stacking = models.StackingMode.NORMAL if stack else models.StackingMode.NONE
     builder = (
         _panel(timeseries_panel.Panel(), title, description, width, height)
@@ -225,6 +241,10 @@ def timeseries(
         builder = builder.axis_soft_min(options["min"])
     if "max" in options:
         builder = builder.axis_soft_max(options["max"])
+    if len(options.get("thresholds", BASE)) > 1:
+        builder = builder.thresholds_style(
+            common_builders.GraphThresholdsStyleConfig().mode(models.GraphThresholdsStyleMode.DASHED)
+        )
     builder = _with_fields(builder, unit, grafana.FieldColorModeId.PALETTE_CLASSIC, options)
     return Panel(builder, options.get("shows", ()))
 
@@ -469,6 +489,53 @@ class DashboardSpec:
 
 
 # --------------------------------------------------------------------------------------------- dashboard
+
+
+class _PanelModel(Builder[grafana.Panel]):
+    """A panel model already built, handed back as a builder: a panel whose queries were narrowed."""
+
+    def __init__(self, model: grafana.Panel):
+        self._model = model
+
+    def build(self) -> grafana.Panel:
+        return self._model
+
+
+def _links_to(url: str, uids: Collection[str]) -> bool:
+    return any(url == f"/d/{uid}" or url.startswith(f"/d/{uid}?") for uid in uids)
+
+
+def narrowed(spec: DashboardSpec, reads_off: Callable[[str], bool], removed: Collection[str]) -> DashboardSpec | None:
+    """The dashboard without the Prometheus queries `reads_off` refuses (they read a disabled exporter) and without
+    links to the `removed` dashboards. A panel that had queries and has none left goes, then a row left with no
+    panel; a dashboard left with no Prometheus query is not generated (None). Layout and ids are computed from what
+    is left; the queries kept keep their refIds, which a table's columns are named by."""
+    rows = []
+    for row in spec.rows:
+        panels = []
+        for panel in row.panels:
+            model = copy.deepcopy(panel.builder.build())
+            targets = model.targets or []
+            kept = [t for t in targets if not (isinstance(t, prometheus_models.Dataquery) and reads_off(t.expr or ""))]
+            defaults = model.field_config.defaults if model.field_config else None
+            data_links = (defaults.links if defaults else None) or []
+            linked = [link for link in data_links if not _links_to(link.url or "", removed)]
+            if targets and not kept:
+                continue
+            if len(kept) == len(targets) and len(linked) == len(data_links):
+                panels.append(panel)
+                continue
+            model.targets = kept
+            if defaults is not None and len(linked) != len(data_links):
+                defaults.links = linked
+            panels.append(Panel(_PanelModel(model), panel.shows))
+        if panels:
+            rows.append(Row(row.title, panels))
+    metrics = [t for row in rows for panel in row.panels for t in panel.builder.build().targets or []]
+    if not any(isinstance(target, prometheus_models.Dataquery) for target in metrics):
+        return None  # log panels alone show the lines around metrics that are no longer collected
+    links = tuple(link for link in spec.links if not _links_to(link.url, removed))
+    return dataclasses.replace(spec, rows=tuple(rows), links=links)
 
 
 def _layout(rows: tuple[Row, ...]) -> list[grafana.Panel | grafana.RowPanel]:

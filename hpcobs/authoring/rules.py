@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import re
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from functools import partial
 
@@ -26,14 +26,15 @@ _ACTION = re.compile(r'\{\{\s*(?:\$labels\.([a-zA-Z_][a-zA-Z0-9_]*)(\s*\|\s*urlq
 
 @dataclass(frozen=True)
 class LinkBases:
-    """Where alert annotations link (runbook_url, dashboard_url), resolved once from the config."""
+    """Where alert annotations link (runbook_url, dashboard_url), resolved once from the config and the build."""
 
     grafana: str  # grafana.url
     runbooks: str  # runbooks.base_url
+    dashboards: frozenset[str]  # the uids of the dashboards generated: an alert links to no other
 
     @classmethod
-    def of(cls, config: Config) -> LinkBases:
-        return cls(config.get("grafana", "url"), config.get("runbooks", "base_url"))
+    def of(cls, config: Config, dashboards: Iterable[str] = frozenset(DashboardUid)) -> LinkBases:
+        return cls(config.get("grafana", "url"), config.get("runbooks", "base_url"), frozenset(dashboards))
 
 
 @dataclass
@@ -104,12 +105,15 @@ class Alert:
     def annotations(self, links: LinkBases) -> dict[str, str]:
         """Annotation templates; label values enter the dashboard URL query encoded by Go's urlquery."""
         query = "&".join(f"var-{label}={{{{ $labels.{label} | urlquery }}}}" for label in self.dashboard_vars)
-        return {
+        annotations = {
             "summary": self.summary,
             "description": self.description,
             "runbook_url": f"{go_template_text(links.runbooks)}/{self.runbook}.md#{self.alert.lower()}",
-            "dashboard_url": f"{go_template_text(links.grafana)}/d/{self.dashboard}" + (f"?{query}" if query else ""),
         }
+        if self.dashboard in links.dashboards:  # a dashboard whose exporters are all disabled is not generated
+            dashboard = f"{go_template_text(links.grafana)}/d/{self.dashboard}" + (f"?{query}" if query else "")
+            annotations["dashboard_url"] = dashboard
+        return annotations
 
     def all_labels(self) -> dict[str, str]:
         # Plain strings: YAML dumpers do not know the enums.

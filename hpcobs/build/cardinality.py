@@ -118,11 +118,9 @@ def record_labels(record: Record, cluster_label: str) -> set[str]:
 
 
 def costs(groups: list[Group], sources: Sources, cluster_label: str) -> list[GroupCost]:
-    """Raw series read and recorded series produced by each group with recording rules. A record that reads
-    only series no enabled exporter writes (a disabled exporter's, or records that are empty for that reason)
-    records nothing: counting it at its full size would charge a site for turning an exporter off."""
+    """Raw series read and recorded series produced by each group with recording rules (of a build, which holds
+    no record of a disabled exporter: hpcobs.build.enabled)."""
     by_name = {metric.name: metric for source in sources.enabled() for metric in source.metrics()}
-    absent = sources.metric_names() - set(by_name)
     out = []
     for group in groups:
         records = [r for r in group.rules if isinstance(r, Record)]
@@ -131,10 +129,6 @@ def costs(groups: list[Group], sources: Sources, cluster_label: str) -> list[Gro
         read = {name for r in records for name in lint.metric_names(r.expr) if name in by_name}
         per: dict[str, float] = {}
         for record in records:
-            names = lint.metric_names(record.expr)
-            if names and names <= absent:
-                absent.add(record.record)
-                continue
             kind, count = recorded_per(record_labels(record, cluster_label))
             raw = [by_name[n] for n in lint.metric_names(record.expr) if n in by_name]
             sparse = bool(raw) and all(m.sparse for m in raw)

@@ -13,11 +13,12 @@ import hpcobs.dashboards as dashboards
 import hpcobs.recording_rules as recording_rules
 from hpcobs.alerts import alertmanager, logs
 from hpcobs.authoring.context import Context
-from hpcobs.authoring.rules import Group, LinkBases
-from hpcobs.build import cardinality
+from hpcobs.authoring.rules import Alert, Group, LinkBases
+from hpcobs.build import cardinality, enabled
 from hpcobs.errors import UserError
 from hpcobs.security import falco, tetragon
 from hpcobs.settings import config as config_module
+from hpcobs.settings import config_checks
 from hpcobs.settings.config import Config
 from hpcobs.targets import registry
 from hpcobs.targets.base import Model
@@ -39,20 +40,29 @@ def rule_groups(ctx: Context) -> dict[str, list[Group]]:
 
 
 def model(config: Config) -> Model:
-    """The content built from the config, before any format; refused when its recording rules are over the
-    cardinality budget, so that no command (build, check, diff, deploy) ships a config that is."""
+    """The content built from the config, before any format, without what reads a disabled exporter
+    (hpcobs.build.enabled); refused when a team whose alerts are built has no route, or when its recording rules
+    are over the cardinality budget, so that no command (build, check, diff, deploy) ships such a config."""
     ctx = Context(config)
-    groups = rule_groups(ctx)
+    off = enabled.Disabled.of(ctx.sources)
+    groups = off.rule_groups(rule_groups(ctx))
     _within_budget(config, ctx, groups)
+    specs = off.dashboards([module.dashboard(ctx) for module in dashboards.MODULES])
+    log_groups = logs.loki_groups(ctx)
+    alerts = [rule for gs in groups.values() for g in gs for rule in g.rules if isinstance(rule, Alert)]
+    alerts += [log.rule for group in log_groups for log in group.rules if isinstance(log.rule, Alert)]
+    unrouted = config_checks.unrouted_teams(config.data, {str(alert.team) for alert in alerts})
+    if unrouted:
+        raise config_module.refusal(config, unrouted)
     return Model(
         config=config,
-        links=LinkBases.of(config),
+        links=LinkBases.of(config, (spec.uid for spec in specs)),
         rule_groups=groups,
-        dashboards=[module.dashboard(ctx) for module in dashboards.MODULES],
-        inhibitions=alertmanager.inhibitions(ctx),
-        log_groups=logs.loki_groups(ctx),
-        falco_rules=falco.document(ctx),
-        tetragon_policies=tetragon.documents(ctx),
+        dashboards=specs,
+        inhibitions=enabled.inhibitions(alertmanager.inhibitions(ctx), {alert.alert for alert in alerts}),
+        log_groups=log_groups,
+        falco_rules=[] if "falco" in off.exporters else falco.document(ctx),
+        tetragon_policies={} if "tetragon" in off.exporters else tetragon.documents(ctx),
     )
 
 
@@ -69,6 +79,11 @@ def generate(config: Config) -> dict[str, str]:
     return dict(sorted(files.items()))
 
 
+def built_rule_groups(ctx: Context) -> dict[str, list[Group]]:
+    """Every rule group as the build writes it: without what reads a disabled exporter."""
+    return enabled.Disabled.of(ctx.sources).rule_groups(rule_groups(ctx))
+
+
 def estimate(ctx: Context, groups: dict[str, list[Group]]) -> cardinality.Estimate:
     """The cost of the recording rules on the reference cluster (hpcobs.build.cardinality)."""
     return cardinality.estimate([g for gs in groups.values() for g in gs], ctx.sources, ctx.cluster)
@@ -81,13 +96,12 @@ def _within_budget(config: Config, ctx: Context, groups: dict[str, list[Group]])
     site = estimate(ctx, groups)
     if site.percent <= budget:
         return
-    default_config = config_module.load(None)
-    default_ctx = Context(default_config)
-    default = estimate(default_ctx, rule_groups(default_ctx))
+    default_ctx = Context(config_module.load(None))
+    default = estimate(default_ctx, built_rule_groups(default_ctx))
     raise UserError(cardinality.overrun(site, default, budget, config.origin[-1]))
 
 
 def budget_report(config: Config) -> list[str]:
     """The cardinality budget of the recording rules on the reference cluster, as `python build.py` prints it."""
     ctx = Context(config)
-    return cardinality.report(estimate(ctx, rule_groups(ctx)), config.get("cardinality", "budget_percent"))
+    return cardinality.report(estimate(ctx, built_rule_groups(ctx)), config.get("cardinality", "budget_percent"))

@@ -67,6 +67,10 @@ class Source:
         return scrape_labels(self.matchers)
 
 
+# The config roles that measure GPUs, each a vendor's exporter: a site enables at least one
+# (hpcobs.settings.config_checks), and per-GPU quantities read every one enabled (Context.gpu).
+GPU_ROLES = ("dcgm", "amd")
+
 # Config roles that one of several catalogue profiles can serve: the key of the role that picks one, and the
 # catalogue entry each of its values reads (config/schema.json's enum of that key is generated from here).
 PROFILES: dict[str, tuple[str, dict[str, str]]] = {

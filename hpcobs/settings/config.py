@@ -249,6 +249,22 @@ def _left_behind(blamed: Path, replaced: str, origin: Path, unset: str, values: 
     )
 
 
+def refusal(config: Config, problems: list[tuple[list[Any], str]]) -> UserError:
+    """Problems of a loaded config that only the build can find (config_checks.unrouted_teams), as the config
+    errors of a load: one line each, blaming the last file that sets the key."""
+    docs = [
+        (Path(origin), _read_yaml(DEFAULT_CONFIG if index == 0 else Path(origin)))
+        for index, origin in enumerate(config.origin)
+    ]
+    return UserError(
+        [
+            f"config error: {next((p for p, d in reversed(docs) if _holds(d, path)), docs[-1][0])}: "
+            f"{_key_path(path)}: {message}"
+            for path, message in problems
+        ]
+    )
+
+
 def load(site: str | Path | None = None) -> Config:
     """Defaults, merged with the site file when one is given, validated."""
     default_doc = _read_yaml(DEFAULT_CONFIG)

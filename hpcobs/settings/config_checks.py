@@ -20,13 +20,14 @@ import math
 import re
 import string
 import unicodedata
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Collection, Iterator
 from typing import Any
 from urllib.parse import unquote, urlsplit
 
 import jsonschema
 
 from hpcobs.exporters import catalogue, releases
+from hpcobs.exporters.sources import GPU_ROLES
 from hpcobs.lang import escape, promql, promregex, sensor_values
 from hpcobs.lang.selectors import Matcher, parse_selector, scrape_labels
 from hpcobs.settings.names import DashboardUid, Team
@@ -330,7 +331,6 @@ def problems(doc: Any) -> list[tuple[KeyPath, str]]:
         *_nccl_warn_burst(doc),
         *_metric_names(doc),
         *_receivers_defined_once(doc),
-        *_team_routes(doc),
         *_datasource_uids(doc),
         *_folder_uid(doc),
         *_shipped_policy_name(doc),
@@ -342,7 +342,7 @@ def conflicts(doc: Any) -> list[tuple[KeyPath, list[KeyPath], str]]:
     """What keys get wrong together: (key reported, the other keys, "problem; fix") each."""
     if not isinstance(doc, dict):
         return []
-    return [*_receivers_referred_to(doc), *_job_info_apart_from_job_written(doc)]
+    return [*_receivers_referred_to(doc), *_job_info_apart_from_job_written(doc), *_a_gpu_exporter(doc)]
 
 
 def _non_finite_numbers(node: Any, path: KeyPath) -> Iterator[tuple[KeyPath, str]]:
@@ -445,6 +445,20 @@ def _metric_names(doc: dict) -> Iterator[tuple[KeyPath, str]]:
             )
 
 
+def _a_gpu_exporter(doc: dict) -> Iterator[tuple[KeyPath, list[KeyPath], str]]:
+    """hpcobs watches GPU clusters: the fleet records, the dashboards and most alerts start from a GPU exporter's
+    series, so disabling every one leaves nothing to build (a disabled exporter takes what reads it away:
+    docs/configuration.md)."""
+    keys = [["exporters", role, "enabled"] for role in GPU_ROLES]
+    if all(_get(doc, *key) is False for key in keys):
+        yield (
+            keys[0],
+            keys[1:],
+            f"every GPU exporter is disabled ({', '.join(GPU_ROLES)}); enable the one the fleet runs "
+            "(dcgm for NVIDIA, amd for AMD)",
+        )
+
+
 def _receivers_defined_once(doc: dict) -> Iterator[tuple[KeyPath, str]]:
     """Receivers are referred to by name: each defined once."""
     names = _receiver_names(doc) or []
@@ -485,25 +499,28 @@ def _receiver_names(doc: dict) -> list[str] | None:
     return names if len(names) == len(receivers) else None
 
 
-def _team_routes(doc: dict) -> Iterator[tuple[KeyPath, str]]:
-    """Every team an alert can carry (hpcobs.settings.names.Team) has a route matching it on `team`: an alert of a team
-    without one falls through to the default receiver, where nobody on that team reads it. A route that also
-    matches other labels (severity) counts: the site chose to split the team's alerts. Team.NONE is for alerts
-    that only inhibit others; the default route drops them. No route at all is a choice (a small site sending
-    everything to one receiver), not a forgotten team."""
+def unrouted_teams(doc: dict, teams: Collection[str]) -> list[tuple[KeyPath, str]]:
+    """Every team an alert of the build carries (`teams`, known once the content is built without what reads a
+    disabled exporter: hpcobs.build.pipeline) has a route matching it on `team`: an alert of a team without one
+    falls through to the default receiver, where nobody on that team reads it. A team no alert carries needs no
+    route. A route that also matches other labels (severity) counts: the site chose to split the team's alerts.
+    Team.NONE is for alerts that only inhibit others; the default route drops them. No route at all is a choice
+    (a small site sending everything to one receiver), not a forgotten team."""
     routes = _get(doc, "alertmanager", "routes")
     if not isinstance(routes, list) or not routes:
-        return
+        return []
     if not all(_judgeable_route(route) for route in routes):
-        return  # the schema refuses the routes; a team's route cannot be told apart from a broken one
+        return []  # the schema refuses the routes; a team's route cannot be told apart from a broken one
     routed = {route["match"].get("team") for route in routes}
-    for team in Team:
-        if team is not Team.NONE and team.value not in routed:
-            yield (
-                ["alertmanager", "routes"],
-                f"no route for team {team.value!r} (its alerts would reach only the default receiver); add "
-                f"{{receiver: ..., match: {{team: {team.value}}}}}",
-            )
+    return [
+        (
+            ["alertmanager", "routes"],
+            f"no route for team {team.value!r} (its alerts would reach only the default receiver); add "
+            f"{{receiver: ..., match: {{team: {team.value}}}}}",
+        )
+        for team in Team
+        if team is not Team.NONE and team.value in teams and team.value not in routed
+    ]
 
 
 def _judgeable_route(route: Any) -> bool:

@@ -12,7 +12,8 @@ PATH = f"falco/{RULES_FILE}"
 
 
 def files(model: Model) -> dict[str, str]:
-    return {PATH: yaml_text(list(model.falco_rules), GENERATED)}
+    """No file when there is no rule (exporters.falco disabled: hpcobs.build.enabled)."""
+    return {PATH: yaml_text(list(model.falco_rules), GENERATED)} if model.falco_rules else {}
 
 
 TARGET = Target(
