@@ -12,7 +12,7 @@ import pytest
 import yaml
 
 from hpcobs.errors import UserError
-from hpcobs.exporters import catalogue
+from hpcobs.exporters import catalogue, releases
 from hpcobs.exporters.sources import PROFILES, Sources
 from hpcobs.lang import lint
 from hpcobs.settings import config as config_module
@@ -82,6 +82,42 @@ def test_a_malformed_catalogue_file_is_named_with_its_key(tmp_path, monkeypatch)
         catalogue.load.__wrapped__()
 
 
+def test_every_release_tag_of_a_family_reads_as_that_family():
+    """The tags of releases_by_version (the exporter's git tags and release notes) map to their own family, as
+    written by the image reference or as their exporter version alone, unless that number is also a DCGM release of
+    another family (exporter 4.6.0 and DCGM 4.6.0 both exist): then both readings are named."""
+    covered = catalogue.load()["dcgm"].releases
+    assert [family.name for family in covered.families] == list(catalogue.load()["dcgm"].versions)
+    shared = []
+    for family in covered.families:
+        for tag in family.tags:
+            assert covered.family(tag) == family.name, tag
+            assert covered.family(f"{tag}-ubuntu22.04") == family.name, tag
+            exporter_version = tag.rpartition("-")[2]
+            try:
+                assert covered.family(exporter_version) == family.name, tag
+            except ValueError as refused:
+                assert f"dcgm-exporter {exporter_version} is {family.name}, DCGM " in str(refused), refused
+                shared.append(exporter_version)
+    assert shared == ["4.6.0", "4.7.0", "4.7.1", "4.8.0", "4.8.1", "4.8.2", "4.8.3"]  # 4.8.4 is a tag itself
+
+
+@pytest.mark.parametrize(
+    "entry, problem",
+    [
+        ({"tags": ["4.5.3-4.8.3"]}, "3.x-4.5: tag '4.5.3-4.8.3': its exporter version 4.8.3 is not in this family"),
+        ({"tags": ["4.6.0-4.8.1"]}, "3.x-4.5: tag '4.6.0-4.8.1': its dcgm version 4.6.0 is not in this family"),
+        ({"tags": ["4.5.3-4.8.2-ubi9"]}, "3.x-4.5: tag '4.5.3-4.8.2-ubi9' is not <DCGM version>-<exporter version>"),
+        ({"exporter": {"first": "3.0.0", "last": "4.9"}}, "4.6-4.8: its exporter range starts inside the previous"),
+    ],
+)
+def test_release_ranges_and_tags_that_disagree_are_refused_by_the_loader(entry, problem):
+    raw = yaml.safe_load((catalogue.HERE / "dcgm.yaml").read_text(encoding="utf-8"))["releases_by_version"]
+    raw["3.x-4.5"].update(entry)
+    with pytest.raises(ValueError, match=re.escape(problem)):
+        releases.parse(raw)
+
+
 def test_a_build_reads_the_catalogue_once_on_demand_and_never_imports_the_simulator():
     """Importing the CLI reads no catalogue file; generating everything reads them once; the rule-test series
     share their label and port facts with the simulator through hpcobs.exporters.labels, not by importing it."""
@@ -145,8 +181,8 @@ def _fenced_block(text: str, after: str) -> str:
 
 
 def test_the_readme_names_the_dcgm_families_of_the_catalogue(tmp_path):
-    """config/schema.json's enum of families is generated from the catalogue; the README's example site file is
-    valid and its example refusal is what loading that mistake prints."""
+    """The README's example site file is valid and its example refusal is what loading that mistake prints: every
+    family of the catalogue and the releases it covers."""
     readme = (ROOT / "README.md").read_text(encoding="utf-8")
     example = tmp_path / "example.yaml"
     example.write_text(_fenced_block(readme, "`python build.py --config site.yaml` merges"), encoding="utf-8")
@@ -157,7 +193,7 @@ def test_the_readme_names_the_dcgm_families_of_the_catalogue(tmp_path):
         config_module.load(site)
     printed = {line.replace(str(site), "site.yaml") for line in refused.value.lines}
     assert printed == set(_fenced_block(readme, "A bad file is refused").splitlines())
-    assert f"is not one of {list(catalogue.load()['dcgm'].versions)}" in readme
+    assert catalogue.load()["dcgm"].releases.coverage() in readme
 
 
 def test_the_docs_name_the_catalogues_families_profiles_and_files():
@@ -167,6 +203,11 @@ def test_the_docs_name_the_catalogues_families_profiles_and_files():
     versions_table = exporters_doc.partition("## dcgm-exporter versions")[2].partition("\n## ")[0]
     families = list(catalogue.load()["dcgm"].versions)
     assert re.findall(r"^\| `([^`]+)` \|", versions_table, re.MULTILINE) == families
+    # One table: family, releases of each numbering, what differs, source; each row names its first and last tag.
+    assert "| family | dcgm-exporter releases | DCGM releases | what differs | source |" in versions_table
+    for family in catalogue.load()["dcgm"].releases.families:
+        row = next(line for line in versions_table.splitlines() if line.startswith(f"| `{family.name}` |"))
+        assert f"`{family.tags[0]}`" in row and f"`{family.tags[-1]}`" in row, family.name
     listed = re.findall(r"`(\w+)\.yaml`", exporters_doc.partition("## Other exporters")[2])
     assert sorted(listed) == sorted(set(catalogue.load()) - {"dcgm"})
     roles = {

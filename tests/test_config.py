@@ -1,10 +1,15 @@
 """Bad config gets one line per problem naming file, key path and fix; exit 2; never a traceback."""
 
+import json
+
 import pytest
 
+from hpcobs.build import pipeline
 from hpcobs.errors import UserError
 from hpcobs.exporters import catalogue
+from hpcobs.exporters.sources import PROFILES
 from hpcobs.settings import config as config_module
+from hpcobs.settings import config_checks
 from tests.conftest import run_build
 
 
@@ -42,10 +47,86 @@ def test_wrong_type(tmp_path):
     assert lines == [f"config error: {site}: exporters.dcgm.enabled: 'yes' is not of type boolean"]
 
 
+def test_every_format_the_schema_names_is_checked():
+    """jsonschema accepts any value of a format it has no checker for: a generated `versions` format (one per
+    exporter with families) or a new grammar needs its check in hpcobs.settings.config_checks."""
+
+    def formats(node):
+        if isinstance(node, dict):
+            yield from [node["format"]] if isinstance(node.get("format"), str) else []
+            for value in node.values():
+                yield from formats(value)
+        elif isinstance(node, list):
+            for value in node:
+                yield from formats(value)
+
+    schema = json.loads(config_module.SCHEMA.read_text(encoding="utf-8"))
+    assert set(formats(schema)) - set(config_checks.FORMATS.checkers) == set()
+
+
 def test_value_not_in_enum(tmp_path):
-    site, lines = errors_for(tmp_path, "exporters:\n  dcgm:\n    versions: ['4.x']\n")
-    families = list(catalogue.load()["dcgm"].versions)
-    assert lines == [f"config error: {site}: exporters.dcgm.versions[0]: '4.x' is not one of {families}"]
+    site, lines = errors_for(tmp_path, "exporters:\n  slurm:\n    flavour: vpenso\n")
+    flavours = list(PROFILES["slurm"][1])
+    assert lines == [f"config error: {site}: exporters.slurm.flavour: 'vpenso' is not one of {flavours}"]
+
+
+@pytest.mark.parametrize(
+    "release, family",
+    [
+        ("4.2.3-4.1.1", "3.x-4.5"),  # an image tag: DCGM 4.2.3, dcgm-exporter 4.1.1
+        ("4.2.3-4.1.1-ubuntu22.04", "3.x-4.5"),  # as the image reference writes it
+        ("4.1.1", "3.x-4.5"),  # a dcgm-exporter version
+        ("4.2", "3.x-4.5"),  # DCGM versions
+        ("4.2.3", "3.x-4.5"),
+        ("3.3.9-3.6.1", "3.x-4.5"),
+        ("4.6.0-4.8.3", "4.6-4.8"),
+        ("4.8.4", "4.6-4.8"),  # tags without the DCGM version from here on
+        ("4.9.0", "4.9"),
+        ("4.9.0-distroless", "4.9"),
+        ("4.10.0", "4.10+"),
+        ("4.11.2", "4.10+"),
+        ("4.9", "4.9"),  # a family is its own release
+    ],
+)
+def test_dcgm_versions_take_the_releases_users_have_and_keep_their_family(tmp_path, release, family):
+    site = tmp_path / "site.yaml"
+    site.write_text(f"exporters:\n  dcgm:\n    versions: ['{release}']\n")
+    assert config_module.load(site).get("exporters", "dcgm", "versions") == [family]
+
+
+def test_a_release_builds_the_same_bytes_as_its_family(tmp_path):
+    by_release, by_family = tmp_path / "release.yaml", tmp_path / "family.yaml"
+    by_release.write_text("exporters:\n  dcgm:\n    versions: ['4.10.0', '4.2.3-4.1.1', '4.2', '3.x-4.5']\n")
+    by_family.write_text("exporters:\n  dcgm:\n    versions: ['4.10+', '3.x-4.5']\n")
+    release_config = config_module.load(by_release)
+    assert release_config.get("exporters", "dcgm", "versions") == ["4.10+", "3.x-4.5"]  # each family once, in order
+    assert pipeline.generate(release_config) == pipeline.generate(config_module.load(by_family))
+
+
+@pytest.mark.parametrize(
+    "release, problem",
+    [
+        ("4.x", "'4.x' is neither a family nor a dcgm-exporter or DCGM release"),
+        (
+            "4.8",
+            "'4.8' names releases of several families (dcgm-exporter 4.8 is 3.x-4.5 or 4.6-4.8, DCGM 4.8 is 4.10+)",
+        ),
+        ("4.8.0", "'4.8.0' names releases of several families (dcgm-exporter 4.8.0 is 3.x-4.5, DCGM 4.8.0 is 4.10+)"),
+        ("2.4.7-2.6.11", "'2.4.7-2.6.11': dcgm-exporter 2.6.11 is a release no family covers"),
+        (
+            "4.7.0-4.2.0",
+            "'4.7.0-4.2.0' pairs DCGM 4.7.0 (4.9) with dcgm-exporter 4.2.0 (3.x-4.5), which no release does",
+        ),
+    ],
+)
+def test_a_release_no_family_or_several_families_cover_is_refused_with_every_family(tmp_path, release, problem):
+    site, lines = errors_for(tmp_path, f"exporters:\n  dcgm:\n    versions: ['{release}']\n")
+    coverage = catalogue.load()["dcgm"].releases.coverage()
+    assert lines == [
+        f"config error: {site}: exporters.dcgm.versions[0]: {problem}; write a family, an image tag (4.2.3-4.1.1), "
+        f"a dcgm-exporter version (4.1.1) or a DCGM version (4.2): {coverage}"
+    ]
+    assert coverage.startswith("3.x-4.5 = dcgm-exporter 3.0.0 to 4.8.2, DCGM 3.0 to 4.5.x (tags 3.0.4-3.0.0 to ")
 
 
 def test_unknown_key_suggests_the_closest(tmp_path):

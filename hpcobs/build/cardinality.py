@@ -7,12 +7,16 @@ something matches, and a record of sparse raw series (catalogue `sparse: true`: 
 Tetragon events, drain reasons) only where something happened; those are counted for the `faulty`
 fraction of the fleet. The live tests check the classes against series counted on a simulated cluster, and
 tests/test_cardinality.py asserts the budget (docs/recording-rules.md#budget) on these numbers.
+
+The budget is a gate: a config whose estimate is over `cardinality.budget_percent` does not build
+(hpcobs.build.pipeline.model), and the one line says which groups grew beyond the default config's estimate,
+so the site sees what its change cost and can raise the key knowingly.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from math import prod
+from math import ceil, prod
 
 from hpcobs.authoring.rules import Group, Record
 from hpcobs.exporters.catalogue import Metric
@@ -114,7 +118,8 @@ def record_labels(record: Record, cluster_label: str) -> set[str]:
 
 
 def costs(groups: list[Group], sources: Sources, cluster_label: str) -> list[GroupCost]:
-    """Raw series read and recorded series produced by each group with recording rules."""
+    """Raw series read and recorded series produced by each group with recording rules (of a build, which holds
+    no record of a disabled exporter: hpcobs.build.enabled)."""
     by_name = {metric.name: metric for source in sources.enabled() for metric in source.metrics()}
     out = []
     for group in groups:
@@ -140,7 +145,57 @@ def gpu_exporter_series(sources: Sources, r: dict = REFERENCE) -> float:
     return per_gpu * _gpus(r) * (1 + r["shared_gpus"])
 
 
-def report(groups: list[Group], sources: Sources, cluster_label: str) -> list[str]:
+@dataclass(frozen=True)
+class Estimate:
+    """What one config's recording rules cost on the reference cluster, against the budget's yardstick."""
+
+    groups: list[GroupCost]
+    yardstick: float  # raw series the GPU exporters emit by default (gpu_exporter_series)
+
+    @property
+    def total(self) -> float:
+        return sum(cost.recorded for cost in self.groups)
+
+    @property
+    def percent(self) -> float:
+        return 100 * self.total / self.yardstick
+
+
+def estimate(groups: list[Group], sources: Sources, cluster_label: str) -> Estimate:
+    return Estimate(costs(groups, sources, cluster_label), gpu_exporter_series(sources))
+
+
+# The config key of the budget, named by the report and by the refusal.
+BUDGET_KEY = "cardinality.budget_percent"
+
+
+def overrun(site: Estimate, default: Estimate, budget_percent: float, site_file: str) -> str:
+    """The one line refusing a config over budget: how far over, the groups that grew beyond the default
+    config's estimate (largest growth first), and the value of the key that accepts this estimate."""
+    before = {cost.group: cost.recorded for cost in default.groups}
+    grown = sorted(
+        ((cost.recorded - before.get(cost.group, 0), cost) for cost in site.groups),
+        key=lambda pair: -pair[0],
+    )
+    growth = [
+        f"{cost.group} +{delta:,.0f} ({before.get(cost.group, 0):,.0f} -> {cost.recorded:,.0f})"
+        for delta, cost in grown
+        if delta >= 0.5
+    ]
+    why = (
+        f"grown beyond the default config's estimate: {', '.join(growth)}"
+        if growth
+        else f"no group grew beyond the default config's estimate ({default.percent:.1f}%)"
+    )
+    return (
+        f"build error: {site_file}: {BUDGET_KEY}: the recording rules record {site.total:,.0f} series on the "
+        f"reference cluster, {site.percent:.1f}% of the {site.yardstick:,.0f} the GPU exporters emit, over the "
+        f"budget of {budget_percent:g}%; {why}; set {BUDGET_KEY}: {ceil(site.percent * 10) / 10:g} to accept "
+        f"it{', or turn back what grew' if growth else ''}"
+    )
+
+
+def report(site: Estimate, budget_percent: float) -> list[str]:
     """Lines printed by `python build.py`."""
     r = REFERENCE
     lines = [
@@ -148,14 +203,11 @@ def report(groups: list[Group], sources: Sources, cluster_label: str) -> list[st
         f"{r['jobs']} jobs, {r['ranks']} ranks):",
         f"  {'group':34} {'raw read':>10} {'recorded':>9}  by class",
     ]
-    total = 0.0
-    for cost in costs(groups, sources, cluster_label):
-        total += cost.recorded
+    for cost in site.groups:
         classes = ", ".join(f"{k} {v:,.0f}" for k, v in sorted(cost.per.items()))
         lines.append(f"  {cost.group:34} {cost.raw_read:>10,.0f} {cost.recorded:>9,.0f}  {classes}")
-    raw_gpu = gpu_exporter_series(sources)
     lines.append(
-        f"  all recorded series: {total:,.0f} = {100 * total / raw_gpu:.1f}% of the {raw_gpu:,.0f} "
-        f"series the GPU exporters emit by default (budget 25%)"
+        f"  all recorded series: {site.total:,.0f} = {site.percent:.1f}% of the {site.yardstick:,.0f} "
+        f"series the GPU exporters emit by default (budget {budget_percent:g}%, {BUDGET_KEY})"
     )
     return lines

@@ -14,7 +14,8 @@ import hpcobs.recording_rules as recording_rules
 from hpcobs.alerts import alertmanager, logs
 from hpcobs.authoring.context import Context
 from hpcobs.authoring.rules import Alert, Group, LinkBases
-from hpcobs.build import enabled
+from hpcobs.build import cardinality, enabled
+from hpcobs.errors import UserError
 from hpcobs.security import falco, tetragon
 from hpcobs.settings import config as config_module
 from hpcobs.settings import config_checks
@@ -40,10 +41,12 @@ def rule_groups(ctx: Context) -> dict[str, list[Group]]:
 
 def model(config: Config) -> Model:
     """The content built from the config, before any format, without what reads a disabled exporter
-    (hpcobs.build.enabled); refused when a team whose alerts are built has no route."""
+    (hpcobs.build.enabled); refused when a team whose alerts are built has no route, or when its recording rules
+    are over the cardinality budget, so that no command (build, check, diff, deploy) ships such a config."""
     ctx = Context(config)
     off = enabled.Disabled.of(ctx.sources)
     groups = off.rule_groups(rule_groups(ctx))
+    _within_budget(config, ctx, groups)
     specs = off.dashboards([module.dashboard(ctx) for module in dashboards.MODULES])
     log_groups = logs.loki_groups(ctx)
     alerts = [rule for gs in groups.values() for g in gs for rule in g.rules if isinstance(rule, Alert)]
@@ -76,10 +79,29 @@ def generate(config: Config) -> dict[str, str]:
     return dict(sorted(files.items()))
 
 
-def budget_report(config: Config) -> list[str]:
-    """The cardinality budget of the recording rules on the reference cluster (hpcobs.build.cardinality)."""
-    from hpcobs.build import cardinality
+def built_rule_groups(ctx: Context) -> dict[str, list[Group]]:
+    """Every rule group as the build writes it: without what reads a disabled exporter."""
+    return enabled.Disabled.of(ctx.sources).rule_groups(rule_groups(ctx))
 
+
+def estimate(ctx: Context, groups: dict[str, list[Group]]) -> cardinality.Estimate:
+    """The cost of the recording rules on the reference cluster (hpcobs.build.cardinality)."""
+    return cardinality.estimate([g for gs in groups.values() for g in gs], ctx.sources, ctx.cluster)
+
+
+def _within_budget(config: Config, ctx: Context, groups: dict[str, list[Group]]) -> None:
+    """Refuse, in one line, a config whose recording rules are over `cardinality.budget_percent`; the default
+    config's estimate, built only then, shows which groups the site made grow."""
+    budget = config.get("cardinality", "budget_percent")
+    site = estimate(ctx, groups)
+    if site.percent <= budget:
+        return
+    default_ctx = Context(config_module.load(None))
+    default = estimate(default_ctx, built_rule_groups(default_ctx))
+    raise UserError(cardinality.overrun(site, default, budget, config.origin[-1]))
+
+
+def budget_report(config: Config) -> list[str]:
+    """The cardinality budget of the recording rules on the reference cluster, as `python build.py` prints it."""
     ctx = Context(config)
-    groups = [g for domain_groups in model(config).rule_groups.values() for g in domain_groups]
-    return cardinality.report(groups, ctx.sources, ctx.cluster)
+    return cardinality.report(estimate(ctx, built_rule_groups(ctx)), config.get("cardinality", "budget_percent"))

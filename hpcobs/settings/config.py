@@ -1,7 +1,7 @@
 """Load the cluster config: defaults merged with an optional site file, validated by config/schema.json.
 
 Errors name the file that holds the bad value, the key path and what is expected, one line each:
-    config error: site.yaml: exporters.dcgm.versions[0]: '4.x' is not one of ['3.x-4.5', ...]
+    config error: site.yaml: exporters.dcgm.versions[0]: '4.x' is neither a family nor a dcgm-exporter or DCGM ...
 """
 
 from __future__ import annotations
@@ -17,6 +17,7 @@ import jsonschema
 import yaml
 
 from hpcobs.errors import UserError
+from hpcobs.exporters import catalogue
 from hpcobs.paths import ROOT
 from hpcobs.settings import config_checks
 
@@ -283,4 +284,16 @@ def load(site: str | Path | None = None) -> Config:
     validate(merged, sources)
     # Rule groups evaluate at the scrape interval unless the site sets its own.
     merged = {**merged, "evaluation_interval": merged.get("evaluation_interval", merged["scrape_interval"])}
-    return Config(data=merged, origin=tuple(str(p) for p, _ in sources))
+    return Config(data=_as_families(merged), origin=tuple(str(p) for p, _ in sources))
+
+
+def _as_families(doc: dict[str, Any]) -> dict[str, Any]:
+    """Each exporter's `versions` as the families its releases belong to, each once, in order: everything after
+    loading reads families only, so a site that writes a release builds the same bytes as one that writes its
+    family."""
+    out = copy.deepcopy(doc)
+    for role, settings in out["exporters"].items():
+        covered = catalogue.load()[role].releases if role in catalogue.load() else None
+        if covered is not None and "versions" in settings:
+            settings["versions"] = list(dict.fromkeys(covered.family(v) for v in settings["versions"]))
+    return out

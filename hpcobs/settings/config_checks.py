@@ -3,7 +3,7 @@
 FORMATS checks single values against the grammar of the language they end up in; config/schema.json names
 the grammar of each key with `"format"` (duration, re2, label-name, promql-selector, text, path-segment,
 http-url, base-url, webhook-url, secret-file, email, email-list, host-port; sensor-path, cidr and cgroup-fragment
-from hpcobs.security.names). problems() checks what
+from hpcobs.security.names; dcgm-release, a dcgm-exporter family or release, from the catalogue). problems() checks what
 relates several keys or needs the catalogue, and numbers YAML can make non-finite; conflicts() what keys get wrong
 together, which the file setting any of them can fix.
 
@@ -26,7 +26,7 @@ from urllib.parse import unquote, urlsplit
 
 import jsonschema
 
-from hpcobs.exporters import catalogue
+from hpcobs.exporters import catalogue, releases
 from hpcobs.exporters.sources import GPU_ROLES
 from hpcobs.lang import escape, promql, promregex, sensor_values
 from hpcobs.lang.selectors import Matcher, parse_selector, scrape_labels
@@ -310,6 +310,15 @@ def _sensor_format(name: str, problem: Callable[[str], str | None]) -> None:
 _sensor_format("sensor-path", sensor_values.path_problem)
 _sensor_format("cidr", sensor_values.cidr_problem)
 _sensor_format("cgroup-fragment", sensor_values.cgroup_fragment_problem)
+
+
+@_format(releases.config_format("dcgm"))
+def _dcgm_release(text: str) -> None:
+    """An item of exporters.dcgm.versions: a family, or a release that maps to one (hpcobs.exporters.releases). The
+    catalogue is read on the first check, not on import."""
+    covered = catalogue.load()["dcgm"].releases
+    assert covered is not None
+    covered.family(text)
 
 
 def problems(doc: Any) -> list[tuple[KeyPath, str]]:

@@ -18,7 +18,7 @@ from typing import Any
 
 import yaml
 
-from hpcobs.exporters import catalogue
+from hpcobs.exporters import catalogue, releases
 from hpcobs.exporters.sources import PROFILES
 from hpcobs.settings.declare import Threshold
 
@@ -50,7 +50,8 @@ def _replace_between(text: str, begin: str, end: str, generated: str, where: str
 
 def schema(current: dict[str, Any], declared: Declared) -> str:
     """config/schema.json: its `thresholds` object, the enum of each key that picks a catalogue profile, and the
-    enum of each exporter's `versions` (the catalogue's version families)."""
+    items of each exporter's `versions`: a release string of the format that maps it to a family (checked by
+    hpcobs.settings.config_checks with the catalogue's `releases_by_version`), the families as examples."""
     thresholds = _all(declared)
     out = json.loads(json.dumps(current))
     out["properties"]["thresholds"] = {
@@ -64,7 +65,11 @@ def schema(current: dict[str, Any], declared: Declared) -> str:
         exporters[role]["properties"][key]["enum"] = list(profiles)
     for role, spec in exporters.items():
         if "versions" in spec["properties"]:
-            spec["properties"]["versions"]["items"]["enum"] = list(catalogue.load()[role].versions)
+            spec["properties"]["versions"]["items"] = {
+                "type": "string",
+                "format": releases.config_format(role),
+                "examples": list(catalogue.load()[role].versions),
+            }
     return json.dumps(out, indent=2, ensure_ascii=False) + "\n"
 
 

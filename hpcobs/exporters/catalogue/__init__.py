@@ -13,6 +13,7 @@ from pathlib import Path
 
 import jsonschema
 
+from hpcobs.exporters import releases
 from hpcobs.lang.render import load_yaml
 from hpcobs.lang.units import UNITS
 
@@ -44,6 +45,23 @@ _METRIC = {
         "source": {"type": "string"},
     },
 }
+_SPAN = {
+    "type": "object",
+    "additionalProperties": False,
+    "required": ["first"],
+    "properties": {"first": {"type": "string"}, "last": {"type": "string"}},
+}
+_RELEASES = {
+    "type": "object",
+    "additionalProperties": False,
+    "required": ["exporter", "dcgm", "tags", "source"],
+    "properties": {
+        "exporter": _SPAN,
+        "dcgm": _SPAN,
+        "tags": {"type": "array", "minItems": 1, "items": {"type": "string"}},
+        "source": {"type": "string"},
+    },
+}
 _EXPORTER = {
     "type": "object",
     "additionalProperties": False,
@@ -54,6 +72,7 @@ _EXPORTER = {
         "source": {"type": "string"},
         "versions": {"type": "object", "additionalProperties": {"type": "string"}},
         "host_by_version": {"type": "object", "additionalProperties": {"type": "string"}},
+        "releases_by_version": {"type": "object", "additionalProperties": _RELEASES},
         "host": {
             "type": "object",
             "additionalProperties": False,
@@ -121,6 +140,8 @@ class Exporter:
     job_label: str | None
     name_prefix_config: str | None
     raw: dict = field(repr=False, compare=False)
+    # The releases each version family covers (releases_by_version), for exporters with families.
+    releases: releases.Releases | None = field(default=None, repr=False, compare=False)
 
     def signals(self) -> list[str]:
         return [m["signal"] for m in self.raw["metrics"]]
@@ -214,6 +235,12 @@ def _load_file(path: Path, validator: jsonschema.protocols.Validator) -> Exporte
     versions = tuple(raw.get("versions", {}))
     if versions and set(raw.get("host_by_version", {})) != set(versions):
         raise CatalogueError(f"{path.name}: host_by_version must name every version {list(versions)}")
+    if versions and list(raw.get("releases_by_version", {})) != list(versions):
+        raise CatalogueError(f"{path.name}: releases_by_version must name every version {list(versions)}, in order")
+    try:
+        covered = releases.parse(raw["releases_by_version"]) if versions else None
+    except ValueError as exc:
+        raise CatalogueError(f"{path.name}: releases_by_version: {exc}") from None
     if not versions and "label" not in raw["host"]:
         raise CatalogueError(f"{path.name}: host.label is required when there are no versions")
     for metric in raw["metrics"]:
@@ -229,6 +256,7 @@ def _load_file(path: Path, validator: jsonschema.protocols.Validator) -> Exporte
         raw.get("job_label"),
         raw.get("name_prefix_config"),
         raw,
+        covered,
     )
 
 
