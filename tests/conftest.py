@@ -5,7 +5,8 @@ from pathlib import Path
 
 import pytest
 
-from hpcobs.build import outdir, pipeline
+from hpcobs.build import outdir, pipeline, validate
+from hpcobs.build.cache import Cache
 from hpcobs.settings import config as config_module
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -63,3 +64,19 @@ def run_build(*args: str, cwd: Path = ROOT) -> subprocess.CompletedProcess:
     return subprocess.run(
         [sys.executable, str(ROOT / "build.py"), *args], capture_output=True, text=True, cwd=cwd, timeout=300
     )
+
+
+def built_sites(
+    tmp_path_factory, cache_dir: Path, sites: dict[str, str]
+) -> dict[str, tuple[dict[str, str], list[str]]]:
+    """Each site file's generated files and the promtool/amtool failures on them: every build's tool runs share
+    one pool, and files equal to another build's come from the cache."""
+    builds = {}
+    for name, site_text in sites.items():
+        folder = tmp_path_factory.mktemp("site")
+        (folder / "site.yaml").write_text(site_text)
+        files = pipeline.generate(config_module.load(folder / "site.yaml"))
+        outdir.write_tree(folder / "out", files)
+        builds[name] = (folder / "out", files)
+    errors = validate.trees_tool_errors(dict(builds.values()), Cache(cache_dir))
+    return {name: (files, errors[root]) for name, (root, files) in builds.items()}

@@ -11,9 +11,9 @@ from hpcobs.authoring.ruletest import Case
 from hpcobs.build import outdir, pipeline, tools, validate
 from hpcobs.build.cache import Cache
 from hpcobs.lang import lint
-from hpcobs.settings import config as config_module
 from hpcobs.settings.config import DEFAULT_CONFIG
 from hpcobs.settings.names import DashboardUid, Team
+from tests.conftest import built_sites
 
 RULE_FILES = "prometheus/rules/"
 TEST_FILES = "prometheus/tests/"
@@ -226,7 +226,6 @@ def _break(generated, tmp_path, path, old, new, name=None, intact_too=True):
     assert intact in [r for g in loaded["groups"] for r in g["rules"]]
     for group in loaded["groups"]:
         group["rules"] = [broken if r == intact else r for r in group["rules"]]
-    from hpcobs.build import outdir
 
     trees = {"broken": yaml.safe_dump(loaded)}
     if intact_too:
@@ -317,17 +316,10 @@ FOR_THRESHOLDS = sorted(
 
 @pytest.fixture(scope="module")
 def zero_for_builds(tmp_path_factory, private_cache_dir):
-    """Each `for` threshold set to 0s on its own: the generated files, and promtool's failures on them; every
-    build's tool runs share one pool, and files equal to the default build's come from the cache."""
-    builds = {}
-    for name in FOR_THRESHOLDS:
-        folder = tmp_path_factory.mktemp(name)
-        (folder / "site.yaml").write_text(f"thresholds: {{{name}: 0s}}\n")
-        files = pipeline.generate(config_module.load(folder / "site.yaml"))
-        outdir.write_tree(folder / "out", files)
-        builds[name] = (folder / "out", files)
-    errors = validate.trees_tool_errors(dict(builds.values()), Cache(private_cache_dir))
-    return {name: (files, errors[root]) for name, (root, files) in builds.items()}
+    """Each `for` threshold set to 0s on its own, built and tested by promtool."""
+    return built_sites(
+        tmp_path_factory, private_cache_dir, {name: f"thresholds: {{{name}: 0s}}\n" for name in FOR_THRESHOLDS}
+    )
 
 
 @pytest.mark.parametrize("threshold", FOR_THRESHOLDS)

@@ -12,10 +12,8 @@ from pathlib import Path
 import pytest
 import yaml
 
-from hpcobs.build import outdir, pipeline, validate
-from hpcobs.build.cache import Cache
 from hpcobs.exporters import catalogue
-from hpcobs.settings import config as config_module
+from tests.conftest import built_sites
 
 SITE_FILES = Path(__file__).parent / "sites"
 GPU_RULES = "prometheus/rules/gpu.rules.yaml"
@@ -49,16 +47,7 @@ OPTIONAL_EXPORTERS = ("lustre", "falco", "tetragon", "nccl_inspector", "training
 
 @pytest.fixture(scope="module")
 def site_builds(tmp_path_factory, private_cache_dir):
-    """Each site's generated files and its promtool/amtool failures; all sites' tool runs share one pool."""
-    builds = {}
-    for site, (site_text, _, _) in SITES.items():
-        folder = tmp_path_factory.mktemp("site")
-        (folder / "site.yaml").write_text(site_text)
-        files = pipeline.generate(config_module.load(folder / "site.yaml"))
-        outdir.write_tree(folder / "out", files)
-        builds[site] = (folder / "out", files)
-    errors = validate.trees_tool_errors(dict(builds.values()), Cache(private_cache_dir))
-    return {site: (files, errors[root]) for site, (root, files) in builds.items()}
+    return built_sites(tmp_path_factory, private_cache_dir, {site: text for site, (text, _, _) in SITES.items()})
 
 
 @pytest.mark.parametrize("site", SITES)
