@@ -1,24 +1,37 @@
 """Alertmanager inhibitions: which alert explains which others (hpcobs.targets.alertmanager writes them with the
 receivers and routes of the config)."""
 
-from hpcobs.authoring.context import Context
+from collections.abc import Callable, Sequence
 
+from hpcobs.authoring.context import Context
+from hpcobs.authoring.rules import Alert
+
+from .exporters import down_alert
 from .logs import XID_DRAIN_LOGGED
 
 # Critical GPU alerts that take the GPU out of service: its warnings (thermal, link errors) are moot until repaired.
 DRAIN_CAUSES = "GpuFellOffBus|GpuXidDrainClass|GpuRowRemapFailure|GpuUncorrectableEcc"
-NODE_GONE = "ExporterNodeExporterDown|ExporterDcgmDown"
+# Exporters running on every node, whose silence on a node leaves that node's alerts on their series without data.
+NODE_EXPORTERS = ("dcgm", "amd", "node_exporter", "falco", "tetragon")
 
 
-def inhibitions(ctx: Context) -> list[dict]:
+def inhibitions(ctx: Context, reading: Callable[[str], Sequence[Alert]]) -> list[dict]:
+    """`reading(role)`: the built alerts that read that exporter's series only, directly or through records."""
     cluster = ctx.cluster
     return [
-        # A node that stopped answering explains every other alert about that node.
-        {
-            "source_matchers": [f'alertname=~"{NODE_GONE}"'],
-            "target_matchers": [f'alertname!~"{NODE_GONE}"'],
-            "equal": [cluster, "node"],
-        },
+        # An exporter that stopped answering on a node explains the alerts on that node that read its series only
+        # (GpuSeriesMissing counts fewer GPUs), and no other: a log alert (GpuXidDrainClassLogged), another
+        # exporter's (IbPortNotActive while dcgm-exporter is down) or one that another exporter can also raise
+        # (SecurityCheckpointForeignRead, seen by Falco or Tetragon) is independent evidence and still pages.
+        *(
+            {
+                "source_matchers": [f'alertname="{down_alert(role)}"'],
+                "target_matchers": [f'alertname=~"{"|".join(sorted(names))}"'],
+                "equal": [cluster, "node"],
+            }
+            for role in NODE_EXPORTERS
+            if (names := {alert.alert for alert in reading(role) if "node" in alert.labels_carried()})
+        ),
         # A GPU that fell off the bus explains every other alert about that GPU.
         {
             "source_matchers": ['alertname="GpuFellOffBus"'],

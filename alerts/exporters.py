@@ -167,11 +167,16 @@ def _targets_down(ctx: Context) -> list[Alert]:
     return [_target_down(ctx, target, down_for) for target in first_by_selector.values()]
 
 
+def down_alert(role: str) -> str:
+    """The name of the alert on a role's scrape target that stopped answering."""
+    return f"Exporter{next(target.name for target in TARGETS if target.role == role)}Down"
+
+
 def _target_down(ctx: Context, target: Target, down_for: str) -> Alert:
     host = SLURM_CONTROLLER if target.role == "slurm" else "n1"
     when = timing(ctx, down_for, 2)
     return _node_alert(ctx)(
-        f"Exporter{target.name}Down",
+        down_alert(target.role),
         severity="warning",
         team=target.team,
         expr=label_replace(f"{ctx.up(target.role)} == 0", "node", "instance", INSTANCE_HOST),

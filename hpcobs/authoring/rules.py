@@ -77,6 +77,11 @@ class Alert:
     labels: dict[str, str] = field(default_factory=dict)
     fired_by: tuple[str, ...] = ()  # simulator scenarios (hpcobs.proof.simulate) that must fire it live
 
+    def labels_carried(self) -> set[str]:
+        """The label names the alert carries in every case it fires on: what an inhibition's `equal` can use."""
+        carried = {"severity", "team", *self.labels}
+        return carried | set.intersection(*(set(sample.labels) for case in self.fires_on for sample in case.expect))
+
     def __post_init__(self) -> None:
         problems = []
         if not _ALERT_NAME.match(self.alert):

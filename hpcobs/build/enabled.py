@@ -26,7 +26,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from hpcobs.authoring.dashboard import DashboardSpec, narrowed
-from hpcobs.authoring.rules import Group, Record
+from hpcobs.authoring.rules import Alert, Group, Record
 from hpcobs.exporters.sources import Sources
 from hpcobs.lang import lint
 
@@ -106,3 +106,21 @@ def _within(matcher: str, alerts: set[str]) -> str | None:
     if len(left) == len(named):
         return matcher
     return f'alertname="{left[0]}"' if len(left) == 1 else f'alertname=~"{"|".join(left)}"'
+
+
+def alerts_reading_only(by_domain: Mapping[str, Sequence[Group]], names: set[str], raw: set[str]) -> list[Alert]:
+    """The alerts whose every raw series read (`raw`: every exporter's metric names), directly or through records,
+    is one of `names`: the alerts an exporter's silence leaves without data, and no other evidence."""
+    rules = [rule for groups in by_domain.values() for group in groups for rule in group.rules]
+    produced = {rule.record: rule.expr for rule in rules if isinstance(rule, Record)}
+
+    def read(expr: str, seen: frozenset[str]) -> set[str]:
+        found = set()
+        for name in lint.metric_names(expr):
+            if name in produced and name not in seen:
+                found |= read(produced[name], seen | {name})
+            elif name in raw:
+                found.add(name)
+        return found
+
+    return [rule for rule in rules if isinstance(rule, Alert) and set() < read(rule.expr, frozenset()) <= names]

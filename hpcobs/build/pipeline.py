@@ -59,7 +59,17 @@ def model(config: Config) -> Model:
         links=LinkBases.of(config, (spec.uid for spec in specs)),
         rule_groups=groups,
         dashboards=specs,
-        inhibitions=enabled.inhibitions(alertmanager.inhibitions(ctx), {alert.alert for alert in alerts}),
+        inhibitions=enabled.inhibitions(
+            alertmanager.inhibitions(
+                ctx,
+                lambda role: enabled.alerts_reading_only(
+                    groups,
+                    {metric.name for metric in ctx.sources[role].metrics()},
+                    {metric.name for source in ctx.sources for metric in source.metrics()},
+                ),
+            ),
+            {alert.alert for alert in alerts},
+        ),
         log_groups=log_groups,
         falco_rules=[] if "falco" in off.exporters else falco.document(ctx),
         tetragon_policies={} if "tetragon" in off.exporters else tetragon.documents(ctx),

@@ -36,11 +36,28 @@ class Inhibition(NamedTuple):
 # One case per inhibition rule (and target). Every case has its own nodes and jobs, so all of them are posted
 # to one Alertmanager at once without inhibiting each other (test_cases_are_independent).
 INHIBITIONS = [
-    # The node is gone, so its GPU alerts are noise.
+    # dcgm-exporter is silent on the node: its GPU count drops with it. Evidence from elsewhere still pages: the
+    # kernel's Xid line (Loki) and the node's InfiniBand port (node_exporter).
     Inhibition(
-        alert("ExporterNodeExporterDown", "critical", node="n1"),
-        alert("GpuThermalSlowdown", "warning", node="n1", gpu="0"),
-        ({"node": "n1b"},),
+        alert("ExporterDcgmDown", "warning", node="n1"),
+        alert("GpuSeriesMissing", "warning", node="n1"),
+        (
+            {"node": "n1b"},
+            {"alertname": "GpuXidDrainClassLogged", "severity": "critical", "err_code": "79"},
+            {"alertname": "IbPortNotActive", "severity": "critical", "team": "network"},
+        ),
+    ),
+    # node_exporter is silent on the node: its InfiniBand alerts have no data; the GPUs' own alerts still page.
+    Inhibition(
+        alert("ExporterNodeExporterDown", "warning", node="n9"),
+        alert("IbLinkFlapping", "warning", team="network", node="n9"),
+        ({"node": "n9b"}, {"alertname": "GpuThermalSlowdown", "team": "gpu-ops", "gpu": "0"}),
+    ),
+    # Falco is silent on the node: the foreign checkpoint read Tetragon also sees still pages.
+    Inhibition(
+        alert("ExporterFalcoDown", "warning", team="security", node="n10"),
+        alert("SecurityFalcoCritical", "critical", team="security", node="n10", rule_name="Terminal shell"),
+        ({"node": "n10b"}, {"alertname": "SecurityCheckpointForeignRead"}),
     ),
     # A GPU that fell off the bus: its other alerts are symptoms; another GPU is unaffected.
     Inhibition(
