@@ -11,6 +11,10 @@ from .logs import XID_DRAIN_LOGGED
 
 # Critical GPU alerts that take the GPU out of service: its warnings (thermal, link errors) are moot until repaired.
 DRAIN_CAUSES = "GpuFellOffBus|GpuXidDrainClass|GpuRowRemapFailure|GpuUncorrectableEcc"
+# One double-bit ECC error, as the driver's Xid (48, "DBE", NVIDIA's Xid catalogue) and DCGM's memory health watch
+# (DcgmHealthWatch's DCGM_FR_VOLATILE_DBE_DETECTED) report it beside the ECC counter GpuUncorrectableEcc reads.
+DBE_XID = "48"
+DBE_HEALTH = ('health_watch="MEM"', 'health_error_code="DCGM_FR_VOLATILE_DBE_DETECTED"')
 # Exporters running on every node, whose silence on a node leaves that node's alerts on their series without data.
 NODE_EXPORTERS = ("dcgm", "amd", "node_exporter", "falco", "tetragon")
 
@@ -36,6 +40,19 @@ def inhibitions(ctx: Context, reading: Callable[[str], Sequence[Alert]]) -> list
         {
             "source_matchers": ['alertname="GpuFellOffBus"'],
             "target_matchers": ['alertname!="GpuFellOffBus"'],
+            "equal": [cluster, "node", "gpu"],
+        },
+        # One double-bit ECC error is one page: GpuUncorrectableEcc, whose runbook is the ECC procedure; the Xid and
+        # the health watch the same error raises on the same GPU are its echoes (another Xid, or a health failure of
+        # another watch, still pages).
+        {
+            "source_matchers": ['alertname="GpuUncorrectableEcc"'],
+            "target_matchers": ['alertname="GpuXidDrainClass"', f'err_code="{DBE_XID}"'],
+            "equal": [cluster, "node", "gpu"],
+        },
+        {
+            "source_matchers": ['alertname="GpuUncorrectableEcc"'],
+            "target_matchers": ['alertname="GpuHealthFail"', *DBE_HEALTH],
             "equal": [cluster, "node", "gpu"],
         },
         # A GPU that must be drained makes its warnings moot.

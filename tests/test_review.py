@@ -77,6 +77,18 @@ def diff(capsys, *arguments: str) -> tuple[int, str, str]:
     return code, captured.out, captured.err
 
 
+def assert_renamed_in_inhibition(alertmanager: str, old: str, new: str) -> None:
+    """The Alertmanager section of a diff renaming a GPU alert: the inhibition naming the alerts dcgm-exporter's
+    silence explains (derived from what they read) names it anew, and nothing else changes there."""
+    added, removed = (
+        re.fullmatch(r'- (\w+) inhibition `alertname="ExporterDcgmDown" mutes alertname=~"(.*)" .*', line)
+        for line in alertmanager.splitlines()
+    )
+    assert (added[1], removed[1]) == ("added", "removed")
+    assert set(added[2].split("|")) - set(removed[2].split("|")) == {new}
+    assert set(removed[2].split("|")) - set(added[2].split("|")) == {old}
+
+
 # --------------------------------------------------------------------------------------------- what it shows
 
 
@@ -201,8 +213,9 @@ def test_a_renamed_alert_is_a_rename(generated, config, monkeypatch):
 
     changed = wrapped_build(monkeypatch, config, alerts.gpu, "groups", renamed)
     runbooks = "https://github.com/hpcobs/hpcobs/blob/main/docs/runbooks/gpu.md"
-    assert markdown(generated, changed) == (
-        "hpcobs diff against `abc1234` (main): 2 changes in 1 rule group; "
+    rules, alertmanager = markdown(generated, changed).split("\n### Alertmanager\n\n")
+    assert rules == (
+        "hpcobs diff against `abc1234` (main): 4 changes in 1 rule group and Alertmanager; "
         f"{3 * RULE_COPIES} noise-only differences (rule copies) not listed\n"
         "\n"
         "### Rule groups\n"
@@ -212,6 +225,7 @@ def test_a_renamed_alert_is_a_rename(generated, config, monkeypatch):
         "- renamed warning alert `GpuTemperatureHigh` → `GpuTooHot`:\n"
         f"  - annotations.runbook_url `{runbooks}#gputemperaturehigh` → `{runbooks}#gputoohot`\n"
     )
+    assert_renamed_in_inhibition(alertmanager, "GpuTemperatureHigh", "GpuTooHot")
 
 
 def test_a_changed_route(generated, rerouted):
@@ -306,7 +320,10 @@ def test_alertmanager_routes_in_order_receivers_and_inhibitions(generated):
     routes.insert(3, network)
     storage = next(route for route in routes if route["matchers"] == ['team="storage"'])
     storage["routes"] = [{"matchers": ['alertname="StorageLustreOstFull"'], "receiver": "default"}]
-    changed["inhibit_rules"].pop(1)
+    fell_off_bus = ['alertname!="GpuFellOffBus"']
+    changed["inhibit_rules"].remove(
+        next(rule for rule in changed["inhibit_rules"] if rule["target_matchers"] == fell_off_bus)
+    )
     for side, url in ((config, "https://hooks.slack.com/services/T0/B0/old"), (changed, "https://chat.example/new")):
         side["receivers"].append({"name": "chat", "slack_configs": [{"api_url": url, "channel": "#hpc"}]})
     old = {ALERTMANAGER: yaml_text(config, GENERATED)}
@@ -469,9 +486,12 @@ def test_a_site_build_at_a_ref_is_built_by_that_revision_in_a_worktree(source_re
     site.write_text("thresholds:\n  gpu_temperature_celsius: 80\n")
     short = git(source_repo, "rev-parse", "--short", "renamed")
     runbooks = "https://github.com/hpcobs/hpcobs/blob/main/docs/runbooks/gpu.md"
-    assert diff(capsys, "--repo", str(source_repo), "--config", str(site), "renamed") == (
+    code, out, err = diff(capsys, "--repo", str(source_repo), "--config", str(site), "renamed")
+    rules, alertmanager = out.split("\n### Alertmanager\n\n")
+    assert_renamed_in_inhibition(alertmanager, "GpuTooHot", "GpuTemperatureHigh")
+    assert (code, rules, err) == (
         0,
-        f"hpcobs diff against `{short}` (renamed, built with {site}): 2 changes in 1 rule group; "
+        f"hpcobs diff against `{short}` (renamed, built with {site}): 4 changes in 1 rule group and Alertmanager; "
         f"{3 * RULE_COPIES} noise-only differences (rule copies) not listed\n"
         "\n"
         "### Rule groups\n"

@@ -65,6 +65,25 @@ INHIBITIONS = [
         alert("GpuXidDrainClass", "critical", node="n2", gpu="3"),
         ({"gpu": "4"},),
     ),
+    # One double-bit ECC error pages once: the Xid 48 and the MEM health failure it also raises on that GPU are
+    # echoes; another Xid, another watch's failure or another GPU's still page.
+    Inhibition(
+        alert("GpuUncorrectableEcc", "critical", node="n11", gpu="2"),
+        alert("GpuXidDrainClass", "critical", node="n11", gpu="2", err_code="48"),
+        ({"gpu": "5"}, {"err_code": "79"}),
+    ),
+    Inhibition(
+        alert("GpuUncorrectableEcc", "critical", node="n12", gpu="2"),
+        alert(
+            "GpuHealthFail",
+            "critical",
+            node="n12",
+            gpu="2",
+            health_watch="MEM",
+            health_error_code="DCGM_FR_VOLATILE_DBE_DETECTED",
+        ),
+        ({"gpu": "5"}, {"health_watch": "PCIE", "health_error_code": "DCGM_FR_PCI_REPLAY_RATE"}),
+    ),
     # A GPU that must be drained: its warnings wait; another GPU's, or a critical on it, still go out.
     Inhibition(
         alert("GpuXidDrainClass", "critical", node="n3", gpu="1"),
