@@ -5,6 +5,7 @@ from collections.abc import Callable, Sequence
 
 from hpcobs.authoring.context import Context
 from hpcobs.authoring.rules import Alert
+from hpcobs.settings.names import Team
 
 from .exporters import down_alert
 from .logs import XID_DRAIN_LOGGED
@@ -15,6 +16,8 @@ DRAIN_CAUSES = "GpuFellOffBus|GpuXidDrainClass|GpuRowRemapFailure|GpuUncorrectab
 # (DcgmHealthWatch's DCGM_FR_VOLATILE_DBE_DETECTED) report it beside the ECC counter GpuUncorrectableEcc reads.
 DBE_XID = "48"
 DBE_HEALTH = ('health_watch="MEM"', 'health_error_code="DCGM_FR_VOLATILE_DBE_DETECTED"')
+# The teams of the alerts about a job rather than the hardware or the site under it.
+JOB_TEAMS = (Team.JOB_OWNER, Team.ML_PLATFORM, Team.STORAGE)
 # Exporters running on every node, whose silence on a node leaves that node's alerts on their series without data.
 NODE_EXPORTERS = ("dcgm", "amd", "node_exporter", "falco", "tetragon")
 
@@ -68,10 +71,11 @@ def inhibitions(ctx: Context, reading: Callable[[str], Sequence[Alert]]) -> list
             "target_matchers": [f'alertname="{XID_DRAIN_LOGGED}"'],
             "equal": [cluster, "node"],
         },
-        # A job that just ended explains its training and idle-GPU alerts.
+        # A job that just ended explains the alerts about the job itself (training, idle GPUs, its checkpoint), and
+        # never a hardware or security alert that carries its id: a GPU that failed under the job is still broken.
         {
             "source_matchers": ['alertname="SlurmJobEnded"'],
-            "target_matchers": ['alertname!="SlurmJobEnded"'],
+            "target_matchers": [f'team=~"{"|".join(JOB_TEAMS)}"'],
             "equal": [cluster, "hpc_job"],
         },
         # A GPU that fell off the bus stops reporting, so its node reports fewer GPUs.

@@ -97,10 +97,15 @@ INHIBITIONS = [
         ({"node": "n8b"},),
     ),
     # A job that ended: its hang alert is a consequence; another job's is real.
+    # ... but a GPU that failed under the job is still broken, and a security event in it still matters.
     Inhibition(
         alert("SlurmJobEnded", "info", team="none", hpc_job="42"),
         alert("TrainingHang", "critical", team="job-owner", hpc_job="42"),
-        ({"hpc_job": "43"},),
+        (
+            {"hpc_job": "43"},
+            {"alertname": "GpuXidDrainClass", "team": "gpu-ops", "node": "n13", "gpu": "1", "err_code": "79"},
+            {"alertname": "SecurityCheckpointForeignRead", "team": "security", "node": "n14"},
+        ),
     ),
     # A GPU that fell off the bus stops reporting: its node's GPU count drops (that alert has no gpu label).
     Inhibition(
