@@ -155,7 +155,7 @@ def series(
     exporter's own (job_id, gpu_id...); plus its scrape labels, the cluster label and its host label."""
     source = ctx.sources[exporter_id]
     version = exporter_version or source.versions[0]
-    raw = source.exporter.canonical_labels(version)
+    raw = source.canonical_labels(version)
     host = source.host_label(version)
     all_labels = {
         **source.scrape_labels(),
