@@ -12,9 +12,16 @@ from hpcobs.authoring.alert_cases import standard_cases, timing
 from hpcobs.authoring.context import Context, either
 from hpcobs.authoring.rules import Alert, Group, alerts_of, label
 from hpcobs.authoring.ruletest import Series, alert
-from hpcobs.authoring.synthetic import SLURM_CONTROLLER, dcgm, gpu_utilization, job_info, raw_value, series, up_series
-from hpcobs.exporters.catalogue import HOST_LABEL
-from hpcobs.exporters.labels import REMOTE_HOSTENGINE
+from hpcobs.authoring.synthetic import (
+    REMOTE_HOSTENGINE,
+    SLURM_CONTROLLER,
+    dcgm,
+    gpu_utilization,
+    job_info,
+    raw_value,
+    series,
+    up_series,
+)
 from hpcobs.lang.promql import label_replace, one_of
 from hpcobs.settings import declare
 from hpcobs.settings.names import DashboardUid, Team
@@ -349,7 +356,7 @@ def _gpu_node_name_shared(ctx: Context) -> list[Alert]:
     """Several dcgm-exporter targets name their node alike: each runs against a standalone nv-hostengine (-r
     host:port) and writes that address's host as its hostname (docs/exporters.md#the-node-name)."""
     source = ctx.sources["dcgm"]
-    if not (source.enabled and source.node_from == HOST_LABEL):
+    if not (source.enabled and source.node_from_host_label):
         return []  # a node read from instance is one per scrape target whatever the exporter's hostname says
     cluster, version = ctx.cluster, source.versions[0]
     # Each GPU once per scrape target and node name; `group` folds the copies of a GPU shared by several jobs.

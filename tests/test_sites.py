@@ -79,7 +79,8 @@ def _site(stem: str) -> dict:
 def test_the_matrix_covers_what_sites_vary():
     """Each site file says which site it stands for; together they cover every interval from 5 s to 2 m, an
     evaluation interval of its own, each dcgm-exporter family alone (a new family needs a site), AMD only, the
-    node read from instance (a standalone nv-hostengine), no job info, each optional exporter disabled alone and all together, and a cluster label of the site's own."""
+    node read from instance (a standalone nv-hostengine), no job info, each optional exporter disabled alone and
+    all together, and a cluster label of the site's own."""
     sites = {path.stem: _site(path.stem) for path in SITE_FILES.glob("*.yaml")}
     assert all((SITE_FILES / f"{stem}.yaml").read_text().startswith("# ") for stem in sites)
     assert {site.get("scrape_interval", "30s") for site in sites.values()} >= set(INTERVALS)

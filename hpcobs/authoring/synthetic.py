@@ -13,6 +13,7 @@ from hpcobs.authoring.context import Context
 from hpcobs.authoring.ruletest import Series
 from hpcobs.exporters import catalogue
 from hpcobs.exporters.labels import EXPORTER_PORTS, SLURM_CONTROLLER, amd_gpu_labels, dcgm_gpu_labels
+from hpcobs.exporters.labels import REMOTE_HOSTENGINE as REMOTE_HOSTENGINE  # for content's cases (not importable there)
 from hpcobs.lang.promql import si_factor
 
 

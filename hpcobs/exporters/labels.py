@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import hashlib
 
-from hpcobs.exporters.catalogue import HOST_LABEL
 from hpcobs.exporters.sources import Source
 
 # Listen ports of the exporters (label values of `instance`; defaults of each project).
@@ -51,7 +50,7 @@ def dcgm_gpu_labels(source: Source, version: str | None, node: str, gpu: str | i
     node from another label than the exporter's hostname runs it against a standalone nv-hostengine: the hostname
     label is then the hostengine's host, the same on every node.
     """
-    hostname = node if source.node_from == HOST_LABEL else REMOTE_HOSTENGINE.rpartition(":")[0]
+    hostname = node if source.node_from_host_label else REMOTE_HOSTENGINE.rpartition(":")[0]
     labels = {
         "gpu": str(gpu),
         "UUID": gpu_uuid(node, gpu),

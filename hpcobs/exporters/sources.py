@@ -65,6 +65,11 @@ class Source:
         """The label the exporter writes its own host name in (not necessarily where the node is read from)."""
         return self.exporter.host_label(version)
 
+    @property
+    def node_from_host_label(self) -> bool:
+        """Whether the node is read from the label the exporter writes its own host name in (the default)."""
+        return self.node_from == catalogue.HOST_LABEL
+
     def canonical_labels(self, version: str | None = None) -> dict[str, str | dict]:
         """The exporter's raw label for each canonical label, the node read as this site chose (node_from)."""
         return self.exporter.canonical_labels(version, self.node_from)
