@@ -25,9 +25,10 @@ EXPORTER_PORTS = {
     "slurm_jontk": 8080,
 }
 SLURM_CONTROLLER = "slurmctld"  # the host the Slurm exporters run on
-# The standalone nv-hostengine a dcgm-exporter started with `-r` connects to, as its docs write it. dcgm-exporter
-# then labels every series with the host part of this address instead of the node's name (hostname.go,
-# parseRemoteHostname): the series of a site that reads the node elsewhere (exporters.dcgm.node_from) carry it.
+# The standalone nv-hostengine a dcgm-exporter started with `-r` connects to (nv-hostengine's default port, the
+# example of the code below). dcgm-exporter then labels every series with the host part of this address instead
+# of the node's name (NVIDIA/dcgm-exporter d5e5f510 internal/pkg/hostname/hostname.go, parseRemoteHostname): the
+# series of a site that reads the node elsewhere (exporters.dcgm.node_from) carry it.
 REMOTE_HOSTENGINE = "localhost:5555"
 GPU_MODEL = "NVIDIA H100 80GB HBM3"
 DRIVER = "550.127.05"
