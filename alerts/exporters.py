@@ -12,13 +12,25 @@ from hpcobs.authoring.alert_cases import standard_cases, timing
 from hpcobs.authoring.context import Context, either
 from hpcobs.authoring.rules import Alert, Group, alerts_of, label
 from hpcobs.authoring.ruletest import Series, alert
-from hpcobs.authoring.synthetic import SLURM_CONTROLLER, dcgm, gpu_utilization, job_info, raw_value, series, up_series
+from hpcobs.authoring.synthetic import (
+    REMOTE_HOSTENGINE,
+    SLURM_CONTROLLER,
+    dcgm,
+    gpu_utilization,
+    job_info,
+    raw_value,
+    series,
+    up_series,
+)
 from hpcobs.lang.promql import label_replace, one_of
 from hpcobs.settings import declare
 from hpcobs.settings.names import DashboardUid, Team
 
 # The host part of a target's `instance` (host:port): a node is named by its host, whatever the exporter's port.
 INSTANCE_HOST = "([^:]+)(?::[0-9]+)?"
+# How long one node name may carry several scrape targets' GPUs before ExporterGpuNodeNameShared: a
+# misconfiguration, steady from the exporters' start, so a short wait only rides over a target replaced in place.
+NODE_NAME_SHARED_FOR = "10m"
 # A GPU counts as busy when its utilisation rose above gpu_busy_ratio within this window (a
 # checkpoint pauses a training job's kernels for a minute or two).
 BUSY_WINDOW = "5m"
@@ -136,6 +148,7 @@ def groups(ctx: Context) -> list[Group]:
         *_collector_failed(ctx),
         *_slurm_collector_failed(ctx),
         *_gpu_exporter_without_gpus(ctx),
+        *_gpu_node_name_shared(ctx),
         *_job_mapping_missing(ctx),
         *_job_info_missing(ctx),
     ]
@@ -338,6 +351,62 @@ def _gpu_exporter_without_gpus(ctx: Context) -> list[Alert]:
                 pending="GPUs missing for less than the for: duration (exporter start-up)",
                 also_silent=[
                     when.silent("the exporter is down (ExporterDcgmDown's case)", [up_series(ctx, role, f"0x{n}")])
+                ],
+            ),
+        )
+    ]
+
+
+def _gpu_node_name_shared(ctx: Context) -> list[Alert]:
+    """Several dcgm-exporter targets name their node alike: each runs against a standalone nv-hostengine (-r
+    host:port) and writes that address's host as its hostname (docs/exporters.md#the-node-name)."""
+    source = ctx.sources["dcgm"]
+    if not (source.enabled and source.node_from_host_label):
+        return []  # a node read from instance is one per scrape target whatever the exporter's hostname says
+    cluster, version = ctx.cluster, source.versions[0]
+    # Each GPU once per scrape target and node name; `group` folds the copies of a GPU shared by several jobs.
+    gpus = ctx.select("dcgm", source.exporter.signals_for("utilization"), ("node", "gpu", "instance"), op="group")
+    when = timing(ctx, NODE_NAME_SHARED_FOR, 0)
+    n = when.samples
+
+    def gpus_of(target: str, hostname: str, count: int = 2) -> list[Series]:
+        """A node's GPUs as its dcgm-exporter writes them: scraped at target:port, labelled with `hostname`."""
+        host = {source.host_label(version): hostname}
+        return [
+            gpu_utilization(ctx, f"0.5x{n}", node=target, gpu=str(gpu), vendor="dcgm", **host) for gpu in range(count)
+        ]
+
+    remote = REMOTE_HOSTENGINE.rpartition(":")[0]
+    return [
+        _node_alert(ctx)(
+            "ExporterGpuNodeNameShared",
+            severity="critical",
+            team=Team.GPU_OPS,
+            expr=f"count by ({cluster}, node) ({gpus}) > on ({cluster}) group_left () "
+            f"max by ({cluster}) (count by ({cluster}, instance) ({gpus}))",
+            for_=NODE_NAME_SHARED_FOR,
+            summary="Several dcgm-exporters report the same node name: their GPUs are merged under it.",
+            description=f"More GPUs report node {label('node')} (cluster {label(cluster)}) than any one "
+            "dcgm-exporter target exposes: the exporters run with -r host:port against a standalone "
+            "nv-hostengine and name every node after that address. Every per-node GPU view and alert merges "
+            "those nodes and ExporterGpuSeriesAbsent fires on each; set exporters.dcgm.node_from: instance.",
+            **standard_cases(
+                when,
+                fault=f"two nodes' exporters both connected to -r {REMOTE_HOSTENGINE}",
+                fault_series=[*gpus_of("n1", remote), *gpus_of("n2", remote)],
+                expect=[alert(**ctx.cluster_labels, node=remote)],
+                healthy="each exporter names its own node",
+                healthy_series=[*gpus_of("n1", "n1"), *gpus_of("n2", "n2")],
+                pending="the names shared for less than the for: duration (a target replaced in place)",
+                also_silent=[
+                    when.silent(
+                        "one node alone against its hostengine: a name of its own, nothing merged",
+                        [*gpus_of("n1", remote), *gpus_of("n2", "n2")],
+                    ),
+                    when.silent(
+                        "a node with more GPUs than another: the largest target is the yardstick",
+                        [*gpus_of("n1", "n1", 4), *gpus_of("n2", "n2")],
+                    ),
                 ],
             ),
         )

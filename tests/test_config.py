@@ -70,6 +70,13 @@ def test_value_not_in_enum(tmp_path):
     assert lines == [f"config error: {site}: exporters.slurm.flavour: 'vpenso' is not one of {flavours}"]
 
 
+def test_node_from_names_a_label_the_catalogue_knows(tmp_path):
+    site, lines = errors_for(tmp_path, "exporters:\n  dcgm:\n    node_from: Hostname\n")
+    choices = list(catalogue.load()["dcgm"].node_from_choices())
+    assert choices == ["hostname", "instance"]
+    assert lines == [f"config error: {site}: exporters.dcgm.node_from: 'Hostname' is not one of {choices}"]
+
+
 @pytest.mark.parametrize(
     "release, family",
     [

@@ -206,6 +206,22 @@ def test_dcgm_versions_differ_in_host_label_names_and_units(mixed):
     assert ("4.9", "DCGM_FI_DEV_GPU_UTIL_RATIO", "hostname") in seen
 
 
+def test_a_remote_hostengine_names_every_node_after_its_address(tmp_path):
+    """dcgm-exporter -r localhost:5555 writes "localhost" as every node's hostname (hostname.go UseRemoteHE):
+    a site reading the node from instance gets the simulator to do so, and its expectations select on instance."""
+    site = tmp_path / "site.yaml"
+    site.write_text("exporters:\n  dcgm:\n    versions: ['3.x-4.5', '4.10+']\n    node_from: instance\n")
+    sim = small(config_module.load(site), nodes=4, gpus_per_node=2, hours=0.1, scenarios="xid79")
+    source = sim.sources["dcgm"]
+    utilization = {source.name("gpu_utilization", v) for v in source.versions}
+    labelled = [labels for _, labels, _ in series_of(sim, utilization)]
+    assert {labels.get("Hostname") or labels["hostname"] for labels in labelled} == {"localhost"}
+    nvidia = {node.name for node in sim.cluster.nodes if node.vendor == "nvidia"}
+    assert {labels["instance"].partition(":")[0] for labels in labelled} == nvidia
+    selected = [e.labels for e in sim.expectations() if e.metric.startswith("DCGM_")]
+    assert selected and all("instance" in labels and not {"Hostname", "hostname"} & set(labels) for labels in selected)
+
+
 def test_synthetic_rule_test_series_use_the_simulators_labels(config):
     sim = small(config, hours=0.1)
     name = sim.sources["dcgm"].name("gpu_utilization", "4.6-4.8")

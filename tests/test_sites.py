@@ -62,14 +62,25 @@ def test_a_site_builds_and_passes_every_rule_test(site_builds, site):
     assert not errors, "\n".join(errors)
 
 
+def test_a_site_on_a_remote_hostengine_reads_the_node_from_instance(site_builds):
+    """With node_from: instance no GPU rule reads dcgm-exporter's hostname (every node "localhost" there, as its
+    series in the rule tests say), and the alert on a shared hostname, which cannot happen then, is not built."""
+    files, _ = site_builds["remote-hostengine-15s"]
+    assert '"instance"' in files[GPU_RULES]
+    assert '"Hostname"' not in files[GPU_RULES] and '"hostname"' not in files[GPU_RULES]
+    assert "ExporterGpuNodeNameShared" not in files["prometheus/rules/exporters.rules.yaml"]
+    assert "ExporterGpuNodeNameShared" in site_builds["h100-10s"][0]["prometheus/rules/exporters.rules.yaml"]
+
+
 def _site(stem: str) -> dict:
     return yaml.safe_load((SITE_FILES / f"{stem}.yaml").read_text(encoding="utf-8"))
 
 
 def test_the_matrix_covers_what_sites_vary():
     """Each site file says which site it stands for; together they cover every interval from 5 s to 2 m, an
-    evaluation interval of its own, each dcgm-exporter family alone (a new family needs a site), AMD only, no
-    job info, each optional exporter disabled alone and all together, and a cluster label of the site's own."""
+    evaluation interval of its own, each dcgm-exporter family alone (a new family needs a site), AMD only, the
+    node read from instance (a standalone nv-hostengine), no job info, each optional exporter disabled alone and
+    all together, and a cluster label of the site's own."""
     sites = {path.stem: _site(path.stem) for path in SITE_FILES.glob("*.yaml")}
     assert all((SITE_FILES / f"{stem}.yaml").read_text().startswith("# ") for stem in sites)
     assert {site.get("scrape_interval", "30s") for site in sites.values()} >= set(INTERVALS)
@@ -78,6 +89,7 @@ def test_the_matrix_covers_what_sites_vary():
     alone = {tuple(e["dcgm"]["versions"]) for e in exporters if "versions" in e.get("dcgm", {})}
     assert {(family,) for family in FAMILIES} <= alone
     assert any(e.get("dcgm", {}).get("enabled") is False and e.get("amd", {}).get("enabled") for e in exporters)
+    assert any(e.get("dcgm", {}).get("node_from") == "instance" for e in exporters)
     assert any(e.get("job_info", {}).get("enabled") is False for e in exporters)
     disabled = [{name for name, value in e.items() if value.get("enabled") is False} for e in exporters]
     assert {(name,) for name in OPTIONAL_EXPORTERS} <= {tuple(d & set(OPTIONAL_EXPORTERS)) for d in disabled}

@@ -117,7 +117,7 @@ class Context:
                 metric = source.metric(signal, version)
                 if metric is None:
                     continue
-                mapping = source.exporter.canonical_labels(version)
+                mapping = source.canonical_labels(version)
                 variants = branches.setdefault((metric.name, metric.unit), [])
                 if mapping not in variants:
                     variants.append(mapping)

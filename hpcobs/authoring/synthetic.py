@@ -13,6 +13,7 @@ from hpcobs.authoring.context import Context
 from hpcobs.authoring.ruletest import Series
 from hpcobs.exporters import catalogue
 from hpcobs.exporters.labels import EXPORTER_PORTS, SLURM_CONTROLLER, amd_gpu_labels, dcgm_gpu_labels
+from hpcobs.exporters.labels import REMOTE_HOSTENGINE as REMOTE_HOSTENGINE  # for content's cases (not importable there)
 from hpcobs.lang.promql import si_factor
 
 
@@ -155,7 +156,7 @@ def series(
     exporter's own (job_id, gpu_id...); plus its scrape labels, the cluster label and its host label."""
     source = ctx.sources[exporter_id]
     version = exporter_version or source.versions[0]
-    raw = source.exporter.canonical_labels(version)
+    raw = source.canonical_labels(version)
     host = source.host_label(version)
     all_labels = {
         **source.scrape_labels(),

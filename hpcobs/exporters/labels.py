@@ -25,6 +25,11 @@ EXPORTER_PORTS = {
     "slurm_jontk": 8080,
 }
 SLURM_CONTROLLER = "slurmctld"  # the host the Slurm exporters run on
+# The standalone nv-hostengine a dcgm-exporter started with `-r` connects to (nv-hostengine's default port, the
+# example of the code below). dcgm-exporter then labels every series with the host part of this address instead
+# of the node's name (NVIDIA/dcgm-exporter d5e5f510 internal/pkg/hostname/hostname.go, parseRemoteHostname): the
+# series of a site that reads the node elsewhere (exporters.dcgm.node_from) carry it.
+REMOTE_HOSTENGINE = "localhost:5555"
 GPU_MODEL = "NVIDIA H100 80GB HBM3"
 DRIVER = "550.127.05"
 AMD_GPU_MODEL = "AMD Instinct MI300X"
@@ -42,15 +47,18 @@ def pci_bus_id(gpu: str | int) -> str:
 def dcgm_gpu_labels(source: Source, version: str | None, node: str, gpu: str | int) -> dict[str, str]:
     """The labels dcgm-exporter puts on every series of one GPU (render_metrics.go gpuMetricsFormat).
 
-    Without hpc_job (added per job by the mapping files) and without the scrape labels.
+    Without hpc_job (added per job by the mapping files) and without the scrape labels. A site that reads the
+    node from another label than the exporter's hostname runs it against a standalone nv-hostengine: the hostname
+    label is then the hostengine's host, the same on every node.
     """
+    hostname = node if source.node_from_host_label else REMOTE_HOSTENGINE.rpartition(":")[0]
     labels = {
         "gpu": str(gpu),
         "UUID": gpu_uuid(node, gpu),
         "pci_bus_id": pci_bus_id(gpu),
         "device": f"nvidia{gpu}",
         "modelName": GPU_MODEL,
-        source.host_label(version): node,
+        source.host_label(version): hostname,
     }
     labels[source.exporter.info_labels(version)[-1]] = DRIVER
     return labels

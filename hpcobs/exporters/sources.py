@@ -25,6 +25,8 @@ class Source:
     matchers: tuple[Matcher, ...]
     prefix: str
     overrides: dict
+    # The label the node is read from (catalogue.Exporter.node_from_choices; exporters.<role>.node_from).
+    node_from: str = catalogue.HOST_LABEL
 
     @property
     def id(self) -> str:
@@ -60,7 +62,17 @@ class Source:
         return self.name(signal, version) + self.selector(*extra)
 
     def host_label(self, version: str | None = None) -> str:
+        """The label the exporter writes its own host name in (not necessarily where the node is read from)."""
         return self.exporter.host_label(version)
+
+    @property
+    def node_from_host_label(self) -> bool:
+        """Whether the node is read from the label the exporter writes its own host name in (the default)."""
+        return self.node_from == catalogue.HOST_LABEL
+
+    def canonical_labels(self, version: str | None = None) -> dict[str, str | dict]:
+        """The exporter's raw label for each canonical label, the node read as this site chose (node_from)."""
+        return self.exporter.canonical_labels(version, self.node_from)
 
     def scrape_labels(self) -> dict[str, str]:
         """Labels a series of this exporter must carry to match the selector (for synthetic series)."""
@@ -98,7 +110,10 @@ class Sources:
             overrides = dict(settings.get("metric_names", {}))
             # Loading the config has checked selectors and overrides (hpcobs.settings.config_checks).
             matchers = parse_selector(settings["selector"])
-            self._sources[exporter_id] = Source(exporter, settings["enabled"], versions, matchers, prefix, overrides)
+            node_from = settings.get("node_from", catalogue.HOST_LABEL)
+            self._sources[exporter_id] = Source(
+                exporter, settings["enabled"], versions, matchers, prefix, overrides, node_from
+            )
 
     @staticmethod
     def _catalogue_entry(exporters: dict[str, Exporter], exporter_id: str, settings: dict) -> Exporter:

@@ -224,7 +224,7 @@ class Expander:
         label, condition = matcher.name, op + escape.promql_string(matcher.value)
         if label == self.cluster or label in source.scrape_labels() or label in metric.labels:
             return label + condition
-        raw = source.exporter.canonical_labels(version).get(label)
+        raw = source.canonical_labels(version).get(label)
         if isinstance(raw, str):
             return raw + condition
         if isinstance(raw, dict) and op in ("=", "=~"):

@@ -1,7 +1,7 @@
 """The settings files written from declarations, as text: what config/schema.json, the `thresholds:` section of
 config/default.yaml, the thresholds table of docs/configuration.md and hpcobs/settings/thresholds.py say about
-the thresholds content declares (hpcobs.settings.declare), and the schema's enums of the exporter profiles and
-version families the catalogue knows.
+the thresholds content declares (hpcobs.settings.declare), and the schema's enums of the exporter profiles,
+node labels and version families the catalogue knows.
 
 Each function takes the file as it is and returns it as it must be: the hand-written parts are kept, the
 generated parts replaced whole. `python -m hpcobs.build.codegen` finds the declarations (it imports content,
@@ -49,9 +49,10 @@ def _replace_between(text: str, begin: str, end: str, generated: str, where: str
 
 
 def schema(current: dict[str, Any], declared: Declared) -> str:
-    """config/schema.json: its `thresholds` object, the enum of each key that picks a catalogue profile, and the
-    items of each exporter's `versions`: a release string of the format that maps it to a family (checked by
-    hpcobs.settings.config_checks with the catalogue's `releases_by_version`), the families as examples."""
+    """config/schema.json: its `thresholds` object, the enum of each key that picks a catalogue profile or the label
+    a node is read from (the catalogue's `node_from`), and the items of each exporter's `versions`: a release
+    string of the format that maps it to a family (checked by hpcobs.settings.config_checks with the catalogue's
+    `releases_by_version`), the families as examples."""
     thresholds = _all(declared)
     out = json.loads(json.dumps(current))
     out["properties"]["thresholds"] = {
@@ -64,6 +65,8 @@ def schema(current: dict[str, Any], declared: Declared) -> str:
     for role, (key, profiles) in PROFILES.items():
         exporters[role]["properties"][key]["enum"] = list(profiles)
     for role, spec in exporters.items():
+        if "node_from" in spec["properties"]:
+            spec["properties"]["node_from"]["enum"] = list(catalogue.load()[role].node_from_choices())
         if "versions" in spec["properties"]:
             spec["properties"]["versions"]["items"] = {
                 "type": "string",

@@ -18,6 +18,9 @@ from hpcobs.lang.render import load_yaml
 from hpcobs.lang.units import UNITS
 
 HERE = Path(__file__).resolve().parent
+# The value of a config's `node_from` that reads the node from the label the exporter itself names it with
+# (`host`, `host_by_version`); the catalogue's `node_from` lists the other labels a site may choose.
+HOST_LABEL = "hostname"
 
 
 _SPELLING = {
@@ -78,6 +81,15 @@ _EXPORTER = {
             "additionalProperties": False,
             "required": ["regex"],
             "properties": {"label": {"type": "string"}, "regex": {"type": "string"}},
+        },
+        "node_from": {
+            "type": "object",
+            "additionalProperties": {
+                "type": "object",
+                "additionalProperties": False,
+                "required": ["label", "regex"],
+                "properties": {"label": {"type": "string"}, "regex": {"type": "string"}},
+            },
         },
         "job_label": {"type": ["string", "null"]},
         "canonical_labels": {
@@ -150,13 +162,19 @@ class Exporter:
         """This exporter's signals that measure a canonical quantity, in order of preference."""
         return [m["signal"] for m in self.raw["metrics"] if m.get("canonical") == canonical]
 
-    def canonical_labels(self, version: str | None = None) -> dict[str, str | dict]:
+    def node_from_choices(self) -> tuple[str, ...]:
+        """Where a site may take the node from: the exporter's own host label, or another label it names."""
+        return (HOST_LABEL, *self.raw.get("node_from", {}))
+
+    def canonical_labels(self, version: str | None = None, node_from: str = HOST_LABEL) -> dict[str, str | dict]:
         """Raw label holding each canonical label (node, hpc_job, gpu...) on this exporter's series, or
-        {label, regex} when the canonical value is a part of a raw label."""
-        host = self.host_label(version)
-        out: dict[str, str | dict] = {
-            "node": host if self.host_regex == "(.+)" else {"label": host, "regex": self.host_regex}
-        }
+        {label, regex} when the canonical value is a part of a raw label. `node_from` picks the label the node
+        is read from (node_from_choices)."""
+        if node_from == HOST_LABEL:
+            host, regex = self.host_label(version), self.host_regex
+        else:
+            host, regex = self.raw["node_from"][node_from]["label"], self.raw["node_from"][node_from]["regex"]
+        out: dict[str, str | dict] = {"node": host if regex == "(.+)" else {"label": host, "regex": regex}}
         if self.job_label:
             out["hpc_job"] = self.job_label
         out.update(self.raw.get("canonical_labels", {}))

@@ -375,8 +375,10 @@ class Scene:
         out = dict(source.scrape_labels())
         if on is not None:
             version = on.version if exporter == "dcgm" else None
-            host = source.host_label(version)
-            out[host] = on.name if host in ("Hostname", "hostname", "node") else f"{on.name}:{_port(exporter)}"
+            node = source.canonical_labels(version)["node"]
+            label = node if isinstance(node, str) else node["label"]
+            # The label the node is read from (exporters.<role>.node_from): instance holds it as host:port.
+            out[label] = f"{on.name}:{_port(exporter)}" if label == "instance" else on.name
         out.update(labels)
         return metric.name, metric.unit, out
 
