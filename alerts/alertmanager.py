@@ -78,6 +78,13 @@ def inhibitions(ctx: Context, reading: Callable[[str], Sequence[Alert]]) -> list
             "target_matchers": [f'team=~"{"|".join(JOB_TEAMS)}"'],
             "equal": [cluster, "hpc_job"],
         },
+        # Every dcgm-exporter naming its node after one standalone hostengine (localhost) explains why each node's
+        # answering exporter seems to report no GPU of its own: one page for the cluster, not one per node.
+        {
+            "source_matchers": ['alertname="ExporterGpuNodeNameShared"'],
+            "target_matchers": ['alertname="ExporterGpuSeriesAbsent"'],
+            "equal": [cluster],
+        },
         # A GPU that fell off the bus stops reporting, so its node reports fewer GPUs.
         {
             "source_matchers": ['alertname="GpuFellOffBus"'],

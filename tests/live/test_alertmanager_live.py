@@ -130,6 +130,13 @@ INHIBITIONS = [
         alert("IbTransmitDiscards", "warning", team="network", node="n7"),
         ({"node": "n7b"},),
     ),
+    # Every exporter naming its node localhost (a standalone hostengine): the nodes' GPUs seem absent everywhere.
+    # Scoped by cluster, so this case is the only one in a cluster of its own.
+    Inhibition(
+        alert("ExporterGpuNodeNameShared", "critical", node="localhost", cluster="gpu-lab"),
+        alert("ExporterGpuSeriesAbsent", "warning", node="n15", cluster="gpu-lab"),
+        ({"cluster": "gpu-lab2"},),
+    ),
     # A job stuck writing its checkpoint makes no step: the storage stall explains the hang.
     Inhibition(
         alert("StorageCheckpointWriteStalled", "critical", team="storage", hpc_job="46"),
