@@ -103,9 +103,7 @@ def _spread(ctx: Context, record: str, per_node: str, signal: str) -> Record:
     )
 
 
-def _port(
-    ctx: Context, signal: str, values: str, node: str = "n1", device: str = "mlx5_0", port: str = "1"
-) -> Series:
+def _port(ctx: Context, signal: str, values: str, node: str = "n1", device: str = "mlx5_0", port: str = "1") -> Series:
     return series(ctx, "node_exporter", signal, values, node=node, device=device, port=port)
 
 

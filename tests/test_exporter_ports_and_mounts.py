@@ -10,6 +10,7 @@ import yaml
 from hpcobs.build import pipeline, tools
 from hpcobs.lang.promql import duration
 from hpcobs.proof.simulate import Simulation
+from hpcobs.proof.simulate.model import NFS_SCRATCH
 from hpcobs.proof.simulate.node import STORAGE_RAIL
 from hpcobs.settings import config as config_module
 from tests.conftest import ROOT
@@ -24,7 +25,7 @@ def simulated(config, hours: float = 1.5) -> Simulation:
 
 
 def node_exporter_series(sim: Simulation, signal: str) -> dict[tuple[str, str, str], list]:
-    """(node label value, device, port) -> values of one node_exporter signal."""
+    """(instance, device, port) -> values of one node_exporter signal."""
     name = sim.sources["node_exporter"].name(signal)
     return {
         (labels.get("instance", ""), labels.get("device", ""), labels.get("port", "")): values
@@ -49,9 +50,7 @@ def records_over_simulation(
             {
                 "rule_files": ["rules.yml"],
                 "evaluation_interval": config["evaluation_interval"],
-                "tests": [
-                    {"interval": config["scrape_interval"], "input_series": inputs, "promql_expr_test": tests}
-                ],
+                "tests": [{"interval": config["scrape_interval"], "input_series": inputs, "promql_expr_test": tests}],
             },
             width=10**9,
         )
@@ -82,5 +81,31 @@ def test_unused_ports_and_storage_rails_are_emitted_and_are_no_fault(tmp_path, s
         "network.rules.yaml",
         "ib_",
         {"node:ib_ports_not_active:count": [], "node:ib_ports_below_nominal_rate:count": []},
+    )
+    assert not problem, problem
+
+
+# -- point 8: shared filesystems alert once ---------------------------------------------------------------------
+
+
+def test_a_full_shared_filesystem_every_client_reports_pages_once(tmp_path, config):
+    sim = Simulation(
+        config, nodes=3, gpus_per_node=8, hours=1, scenarios="shared_fs_full:start=5m:duration=20m", seed=5, start=EPOCH
+    )
+    avail = node_exporter_series(sim, "fs_avail")
+    scratch = {key: values for key, values in avail.items() if key[1] == NFS_SCRATCH[0]}
+    assert len(scratch) == 3 and len({tuple(v) for v in scratch.values()}) == 1, "one filesystem, one view"
+    firing = 'ALERTS{alertstate="firing",alertname=~"StorageSharedFilesystemFull|StorageFilesystemFull"}'
+    problem = records_over_simulation(
+        tmp_path,
+        config,
+        sim,
+        "storage.rules.yaml",
+        "fs_",
+        {
+            f"count by (alertname, mountpoint) ({firing})": [
+                {"labels": '{alertname="StorageSharedFilesystemFull",mountpoint="/scratch"}', "value": 1}
+            ]
+        },
     )
     assert not problem, problem

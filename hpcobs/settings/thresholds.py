@@ -61,6 +61,7 @@ class Thresholds:
     slurm_partition_pending_jobs: int  # a non-negative whole number
     slurm_queue_backlog_for: Duration
     # alerts/storage.py
+    storage_shared_fstypes: Regex
     storage_shared_mountpoints: Regex
     storage_fill_window: Duration
     storage_fill_horizon: Duration

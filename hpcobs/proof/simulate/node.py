@@ -18,6 +18,7 @@ from hpcobs.proof.simulate.model import (
     LUSTRE_SERVERS,
     MEMORY_BYTES,
     NFS_EXPORT,
+    NFS_SCRATCH,
     NFS_SERVER_ADDRESS,
     Node,
 )
@@ -57,6 +58,8 @@ NFS_METHODS = ("Access", "Getattr", "Lookup", "Read", "Write")
 TEXTFILE_DIR = "/var/lib/prometheus/node-exporter"
 JOB_METRICS_DIR = "/run/hpcobs-jobs"
 BOOT_AGO = 12 * 86400
+SHARED_NFS_USED = {"/home": 0.64, NFS_SCRATCH[1]: 0.55}  # used fraction of the shared NFS filesystems
+SHARED_FULL = 0.97  # what shared_fs_full fills /scratch to
 
 
 class Port:
@@ -192,13 +195,16 @@ IB: dict[str, Callable[[Port], list]] = {
 
 
 def mounts(sim) -> list[tuple[str, str, str, float]]:
-    """(device, mountpoint, fstype, size bytes) on every node."""
+    """(device, mountpoint, fstype, size bytes) on every node. node_exporter's filesystem collector excludes no
+    network filesystem (defFSTypesExcluded in collector/filesystem_linux.go lists pseudo filesystems only), so
+    every client reports the shared ones: Lustre, NFS /home and an NFS /scratch at a mountpoint no threshold names."""
     lustre_osts = [t for ts in LUSTRE_SERVERS.values() for t in ts if t.startswith("OST")]
     return [
         ("/dev/nvme0n1p2", "/", "ext4", 1.8e12),
         ("/dev/md0", "/raid", "ext4", 2.8e13),
         (f"10.10.0.1@o2ib:/{LUSTRE_FS}", "/lustre", "lustre", len(lustre_osts) * LUSTRE_OST_KIB * 1024.0),
         (NFS_EXPORT, "/home", "nfs4", 5e13),
+        (NFS_SCRATCH[0], NFS_SCRATCH[1], "nfs4", NFS_SCRATCH[2]),
     ]
 
 
@@ -207,7 +213,15 @@ def _fs_used_fraction(sim, node: Node, mountpoint: str) -> list[float]:
         osts = [t for ts in LUSTRE_SERVERS.values() for t in ts if t.startswith("OST")]
         per = [lustre_used_fraction(sim, ost) for ost in osts]
         return [sum(v) / len(osts) for v in zip(*per)]
-    base = {"/": 0.31, "/raid": 0.12, "/home": 0.64}[mountpoint]
+    if mountpoint in SHARED_NFS_USED:
+        # One filesystem: every client reports the same usage.
+        out = [SHARED_NFS_USED[mountpoint]] * sim.window.steps
+        for effect in sim.faults.effects("shared_fill", mountpoint):
+            length = max(1, effect.end - effect.start)
+            for i in range(effect.start, sim.window.steps):
+                out[i] = out[i] + (SHARED_FULL - out[i]) * min(1.0, (i - effect.start + 1) / length)
+        return out
+    base = {"/": 0.31, "/raid": 0.12}[mountpoint]
     return [base + 0.01 * seeded(sim.seed, "fs", node.name, mountpoint).random()] * sim.window.steps
 
 
@@ -247,7 +261,8 @@ def _per_node(sim, signal: str) -> Callable[[Node], Iterator[tuple[dict, list]]]
     ib = IB.get(signal)
     if ib is not None:
         return lambda node: (
-            ({"device": hca, "port": "1"}, ib(Port(sim, node, hca, signal, role))) for hca, role in ib_devices(sim, node)
+            ({"device": hca, "port": "1"}, ib(Port(sim, node, hca, signal, role)))
+            for hca, role in ib_devices(sim, node)
         )
     if signal.startswith("fs_"):
         return _fs_family(sim, signal)
