@@ -171,9 +171,10 @@ class _Data:
 
     @cached_property
     def shared(self) -> str:
-        """Used ratio of shared mounts as each client sees them, but Lustre's when its servers are watched
-        (StorageLustreOstFull judges the OST that fails the writes; the client view is an average)."""
-        not_lustre = ',fstype!="lustre"' if self.ctx.sources["lustre"].enabled else ""
+        """Used ratio of shared mounts as each client sees them, but Lustre's: Lustre is judged from its servers
+        (StorageLustreOstFull: one full OST fails the writes striped on it while the client view, an average
+        over the OSTs, still looks fine)."""
+        not_lustre = ',fstype!="lustre"'
         by_type = promql_matcher("fstype", "=~", self.thresholds.storage_shared_fstypes)
         by_mountpoint = promql_matcher("mountpoint", "=~", self.thresholds.storage_shared_mountpoints)
         return (
