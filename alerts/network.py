@@ -9,7 +9,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from functools import partial
 
-from hpcobs.authoring.alert_cases import standard_cases, timing
+from hpcobs.authoring.alert_cases import Timing, standard_cases, timing
 from hpcobs.authoring.context import Context
 from hpcobs.authoring.rules import Alert, Group, alerts_of, label
 from hpcobs.authoring.ruletest import Case, Series, alert
@@ -366,7 +366,7 @@ def _rate_below_nominal(ctx: Context) -> Alert:
     )
 
 
-def _storage_rail_case(ctx: Context, when, length: int) -> list[Case]:
+def _storage_rail_case(ctx: Context, when: Timing, length: int) -> list[Case]:
     """An ACTIVE Ethernet storage rail at 200 Gb/s, when the site names its compute rails so that it is not one."""
     storage, nominal = "mlx5_bond_0", ctx.thresholds.ib_port_rate_bytes_per_second
     if promregex.fullmatch(ctx.thresholds.ib_compute_rail_devices, storage):

@@ -108,10 +108,10 @@ def _port(ctx: Context, signal: str, values: str, node: str = "n1", device: str 
 
 
 def _fabric(ctx: Context) -> list[Series]:
-    """Three HCAs on n1 (one healthy, one gone down, one ACTIVE but slow) and a flapping port on n2, shared by every
-    test;
-    n3 has the ports node_exporter reports beside the compute rails and that are no fault: the unused second
-    port of an HCA (DOWN since boot) and, when the site names its rails, an Ethernet storage rail at 200 Gb/s."""
+    """Shared by every test: three HCAs on n1 (one healthy, one gone down that still reports a rate, one ACTIVE but
+    slow) and a flapping port on n2; n3 has the ports node_exporter reports beside the compute rails and that are
+    no fault: the unused second port of an HCA (DOWN since boot) and, when the site names its rails, an Ethernet
+    storage rail at 200 Gb/s."""
     nominal = ctx.thresholds.ib_port_rate_bytes_per_second
     t = ctx.timeline
     return [
