@@ -9,11 +9,13 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from functools import partial
 
-from hpcobs.authoring.alert_cases import standard_cases, timing
+from hpcobs.authoring.alert_cases import Timing, standard_cases, timing
 from hpcobs.authoring.context import Context
 from hpcobs.authoring.rules import Alert, Group, alerts_of, label
 from hpcobs.authoring.ruletest import Case, Series, alert
 from hpcobs.authoring.synthetic import series
+from hpcobs.lang import promregex
+from hpcobs.lang.escape import promql_string
 from hpcobs.lang.promql import duration, duration_seconds
 from hpcobs.settings import declare
 from hpcobs.settings.names import DashboardUid, Team
@@ -24,6 +26,14 @@ PORT = ("node", "device", "port")
 START = 10
 
 THRESHOLDS = (
+    declare.regex(
+        "ib_compute_rail_devices",
+        ".*",
+        "RDMA devices (RE2 regex on node_exporter's `device`, anchored at both ends) whose ports are compute rails: "
+        "IbPortNotActive, IbLinkRateBelowNominal and IbLinkFlapping judge only these. node_exporter reports every "
+        "port of every device with no link-layer label, so name the rails (e.g. `mlx5_[0-7]`) when a node also has "
+        "an Ethernet (RoCE) storage rail or a slower management HCA.",
+    ),
     declare.number(
         "ib_port_rate_bytes_per_second",
         50_000_000_000,
@@ -168,8 +178,8 @@ def _node_alert(ctx: Context) -> partial[Alert]:
     return alerts_of("network", DashboardUid.NETWORK_STORAGE, ctx.cluster, "node", team=Team.NETWORK)
 
 
-def _port(ctx: Context, signal: str, values: str, device: str = "mlx5_0") -> Series:
-    return series(ctx, "node_exporter", signal, values, node="n1", device=device, port="1")
+def _port(ctx: Context, signal: str, values: str, device: str = "mlx5_0", port: str = "1") -> Series:
+    return series(ctx, "node_exporter", signal, values, node="n1", device=device, port=port)
 
 
 def _on_node(ctx: Context, **labels: str) -> list:
@@ -217,29 +227,39 @@ def _port_not_active(ctx: Context) -> Alert:
     when = timing(ctx, for_, START + 1, settle=5 * duration_seconds(ctx.scrape_interval))
     length = when.hold // when.step
     down, active = f"4x{START} 1x{length + 20}", f"4x{START + length + 21}"
+    # link_downed counts the port's link losses since boot: one more when it goes down.
+    went_down = _port(ctx, "ib_link_downed", f"0x{START} 1x{length + 20}", device="mlx5_1")
     return _node_alert(ctx)(
         "IbPortNotActive",
         severity="critical",
         expr="node:ib_ports_not_active:count > 0",
         for_=for_,
         summary="An InfiniBand port is not ACTIVE.",
-        description=f"{label('node')} ({_where(ctx)}) has had an InfiniBand port out of the ACTIVE state for "
-        f"{for_}; multi-node jobs on it lose that rail. Drain the node and check the port with ibstat.",
+        description=f"{label('node')} ({_where(ctx)}) has had an InfiniBand compute-rail port out of the ACTIVE "
+        f"state for {for_}; multi-node jobs on it lose that rail. Drain the node and check the port with ibstat.",
         fired_by=("ib_port_down",),
         **standard_cases(
             when,
             fault="a port DOWN while the others are ACTIVE",
-            fault_series=[_port(ctx, "ib_state", down, device="mlx5_1"), _port(ctx, "ib_state", active)],
+            fault_series=[_port(ctx, "ib_state", down, device="mlx5_1"), went_down, _port(ctx, "ib_state", active)],
             expect=_on_node(ctx),
             healthy="every port ACTIVE",
             healthy_series=[_port(ctx, "ib_state", active), _port(ctx, "ib_state", active, device="mlx5_1")],
             pending=f"DOWN for less than {for_}",
-            pending_series=[_port(ctx, "ib_state", down, device="mlx5_1")],
+            pending_series=[_port(ctx, "ib_state", down, device="mlx5_1"), went_down],
             also_silent=[
                 when.silent(
                     "one scrape DOWN (a flap is IbLinkFlapping's)",
-                    [_port(ctx, "ib_state", f"4x{START} 1 4x{length + 19}", device="mlx5_1")],
-                )
+                    [_port(ctx, "ib_state", f"4x{START} 1 4x{length + 19}", device="mlx5_1"), went_down],
+                ),
+                when.silent(
+                    "an unused HCA port: DOWN since boot, never had a link",
+                    [
+                        _port(ctx, "ib_state", active),
+                        _port(ctx, "ib_state", f"1x{length + START + 20}", port="2"),
+                        _port(ctx, "ib_link_downed", f"0x{length + START + 20}", port="2"),
+                    ],
+                ),
             ],
         ),
     )
@@ -248,7 +268,15 @@ def _port_not_active(ctx: Context) -> Alert:
 def _link_flapping(ctx: Context) -> Alert:
     window, flaps = ctx.thresholds.ib_link_flap_window, ctx.thresholds.ib_link_flaps
     step, window_s = duration_seconds(ctx.scrape_interval), duration_seconds(ctx.thresholds.ib_link_flap_window)
-    downs = ctx.select("node_exporter", ["ib_link_downed"], PORT, op="sum", over=lambda e: f"increase({e}[{window}])")
+    downs = ctx.select(
+        "node_exporter",
+        ["ib_link_downed"],
+        PORT,
+        op="sum",
+        over=lambda e: f"increase({e}[{window}])",
+        # The compute rails, as the port-health records of recording_rules/network.py select them.
+        where={"device": "=~" + promql_string(ctx.thresholds.ib_compute_rail_devices)},
+    )
     within = duration(min(window_s // 2, 50 * step))
 
     def flapping(scrapes: int, times: int = flaps) -> Series:
@@ -296,25 +324,59 @@ def _rate_below_nominal(ctx: Context) -> Alert:
     when = timing(ctx, for_, START + 1, settle=5 * duration_seconds(ctx.scrape_interval))
     length = START + when.hold // when.step + 20
     slow = _port(ctx, "ib_rate", f"{nominal}x{START} {nominal // 2}x{length - START}", device="mlx5_1")
+
+    def active(device: str, port: str = "1") -> Series:
+        return _port(ctx, "ib_state", f"4x{length}", device=device, port=port)
+
+    unused_port = [
+        _port(ctx, "ib_state", f"1x{length}", port="2"),
+        _port(ctx, "ib_rate", f"{nominal // 40}x{length}", port="2"),
+    ]
     return _node_alert(ctx)(
         "IbLinkRateBelowNominal",
         severity="warning",
         expr="node:ib_ports_below_nominal_rate:count > 0",
         for_=for_,
         summary="An InfiniBand port trained below its nominal rate.",
-        description=f"{label('node')} ({_where(ctx)}) has an InfiniBand port running below {nominal} bytes/s for "
-        f"{for_}: a degraded cable or a lane down; every job crossing it runs at the slower rate.",
+        description=f"{label('node')} ({_where(ctx)}) has an ACTIVE InfiniBand compute-rail port running below "
+        f"{nominal} bytes/s for {for_}: a degraded cable or a lane down; every job crossing it runs at the slower "
+        "rate.",
         **standard_cases(
             when,
             fault="a port at half its nominal rate",
-            fault_series=[_port(ctx, "ib_rate", f"{nominal}x{length}"), slow],
+            fault_series=[_port(ctx, "ib_rate", f"{nominal}x{length}"), slow, active("mlx5_0"), active("mlx5_1")],
             expect=_on_node(ctx),
             healthy="every port at the nominal rate",
             healthy_series=[
                 _port(ctx, "ib_rate", f"{nominal}x{length}"),
                 _port(ctx, "ib_rate", f"{nominal}x{length}", device="mlx5_1"),
+                active("mlx5_0"),
+                active("mlx5_1"),
             ],
             pending=f"slow for less than {for_} (retraining after a reset)",
-            pending_series=[slow],
+            pending_series=[slow, active("mlx5_1")],
+            also_silent=[
+                when.silent(
+                    "an unused port without link, whatever rate the driver reports for it",
+                    [_port(ctx, "ib_rate", f"{nominal}x{length}"), active("mlx5_0"), *unused_port],
+                ),
+                *_storage_rail_case(ctx, when, length),
+            ],
         ),
     )
+
+
+def _storage_rail_case(ctx: Context, when: Timing, length: int) -> list[Case]:
+    """An ACTIVE Ethernet storage rail at 200 Gb/s, when the site names its compute rails so that it is not one."""
+    storage, nominal = "mlx5_bond_0", ctx.thresholds.ib_port_rate_bytes_per_second
+    if promregex.fullmatch(ctx.thresholds.ib_compute_rail_devices, storage):
+        return []
+    return [
+        when.silent(
+            "an Ethernet storage rail, slower than the compute rails by design",
+            [
+                _port(ctx, "ib_state", f"4x{length}", device=storage),
+                _port(ctx, "ib_rate", f"{nominal // 2}x{length}", device=storage),
+            ],
+        )
+    ]

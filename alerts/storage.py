@@ -1,8 +1,10 @@
 """Storage alerts: filling and full filesystems, stalled checkpoints, NFS and Lustre health.
 
-Node mounts are read from node:filesystem_used:ratio minus the shared mountpoints (config
-thresholds.storage_shared_mountpoints): every client sees a Lustre or NFS filesystem, so alerting on each
-client's view would page once per node. Lustre is watched from its servers instead, per filesystem
+Node mounts are read from node:filesystem_used:ratio minus the shared ones (config
+thresholds.storage_shared_fstypes and storage_shared_mountpoints): node_exporter excludes no network
+filesystem by default (defFSTypesExcluded, docs/exporters.md), so every client reports the same NFS or Lustre
+mount and alerting on each client's view would page once per node. A full shared mount pages once, from the
+fullest client view (StorageSharedFilesystemFull). Lustre is watched from its servers instead, per filesystem
 (fs:lustre_used:ratio) and per OST: one full OST fails the writes striped on it while the filesystem
 still looks half empty. The per-OST and health reads are raw (no record keeps them) and small: one
 series per OST, one per Lustre host. Filling up reads the recorded forecasts
@@ -33,11 +35,17 @@ FULL_FROM = 6
 
 THRESHOLDS = (
     declare.regex(
+        "storage_shared_fstypes",
+        "nfs4?|lustre|cifs|smb3|ceph|beegfs|gpfs|wekafs",
+        "Filesystem types (RE2 regex on node_exporter's `fstype`, anchored at both ends) of shared filesystems: "
+        "node_exporter reports them on every client, so the node mount alerts skip them and "
+        "StorageSharedFilesystemFull judges each once.",
+    ),
+    declare.regex(
         "storage_shared_mountpoints",
         "/lustre(/.*)?|/home(/.*)?",
-        "Mountpoints (RE2 regex, anchored at both ends as in PromQL) of shared filesystems that the node mount alerts "
-        "(StorageFilesystemFillingUp, StorageFilesystemFull) skip: Lustre has its own alerts, and an NFS server's own "
-        "node_exporter sees its export as a local mount.",
+        "Mountpoints (RE2 regex, anchored at both ends as in PromQL) of shared filesystems whatever their type, "
+        "judged like storage_shared_fstypes: an NFS server's own node_exporter sees its export as a local mount.",
     ),
     declare.duration(
         "storage_fill_window",
@@ -108,6 +116,7 @@ def groups(ctx: Context) -> list[Group]:
         _filesystem_filling_up(data),
         _lustre_filling_up(data),
         _filesystem_full(data),
+        _shared_filesystem_full(data),
         _lustre_ost_full(data),
         _checkpoint_write_stalled(data),
         _nfs_retransmissions(data),
@@ -153,15 +162,40 @@ class _Data:
     @cached_property
     def local(self) -> str:
         """Used ratio of node mounts that are not shared."""
-        shared = promql_matcher("mountpoint", "!~", self.thresholds.storage_shared_mountpoints)
-        return f"node:filesystem_used:ratio{{{shared}}}"
+        # The same selection as node:filesystem_used_forecast:ratio (recording_rules/storage.py).
+        not_shared = (
+            promql_matcher("fstype", "!~", self.thresholds.storage_shared_fstypes),
+            promql_matcher("mountpoint", "!~", self.thresholds.storage_shared_mountpoints),
+        )
+        return f"node:filesystem_used:ratio{{{','.join(not_shared)}}}"
+
+    @cached_property
+    def shared(self) -> str:
+        """Used ratio of shared mounts as each client sees them, but Lustre's: Lustre is judged from its servers
+        (StorageLustreOstFull: one full OST fails the writes striped on it while the client view, an average
+        over the OSTs, still looks fine)."""
+        not_lustre = ',fstype!="lustre"'
+        by_type = promql_matcher("fstype", "=~", self.thresholds.storage_shared_fstypes)
+        by_mountpoint = promql_matcher("mountpoint", "=~", self.thresholds.storage_shared_mountpoints)
+        return (
+            f"node:filesystem_used:ratio{{{by_type}{not_lustre}}} "
+            f"or node:filesystem_used:ratio{{{by_mountpoint}{not_lustre}}}"
+        )
 
     def on(self, **labels: str) -> list[Sample]:
         return [alert(**self.ctx.cluster_labels, **labels)]
 
-    def mount(self, used: str, mountpoint: str = "/raid") -> list[Series]:
-        """A node mount of 1 TB on n1; `used` in thousandths as _remaining() reads it."""
-        labels = dict(node="n1", device="/dev/md0", mountpoint=mountpoint, fstype="ext4")
+    def mount(self, used: str, mountpoint: str = "/raid", node: str = "n1") -> list[Series]:
+        """A node mount of 1 TB; `used` in thousandths as _remaining() reads it."""
+        labels = dict(node=node, device="/dev/md0", mountpoint=mountpoint, fstype="ext4")
+        return self._mount(used, labels)
+
+    def nfs_mount(self, used: str, node: str, mountpoint: str = "/scratch") -> list[Series]:
+        """A shared NFS filesystem of 1 TB as one client's node_exporter reports it."""
+        labels = dict(node=node, device=f"nfs01:/export{mountpoint}", mountpoint=mountpoint, fstype="nfs4")
+        return self._mount(used, labels)
+
+    def _mount(self, used: str, labels: dict[str, str]) -> list[Series]:
         total, avail = _remaining(used, NODE_DISK)
         return [
             series(self.ctx, "node_exporter", "fs_size", total, **labels),
@@ -226,7 +260,7 @@ def _filesystem_filling_up(data: _Data) -> Alert:
             data.fill,
             fault=f"half full and growing to full in well under {horizon}",
             fault_series=data.mount(f"500+{fast}x{length}"),
-            expect=data.on(node="n1", mountpoint="/raid"),
+            expect=data.on(node="n1", mountpoint="/raid", fstype="ext4"),
             healthy="a steady filesystem",
             healthy_series=data.mount(f"600x{length}"),
             pending=f"forecast full for less than {thresholds.storage_fill_for}",
@@ -299,16 +333,54 @@ def _filesystem_full(data: _Data) -> Alert:
             data.full,
             fault=f"above {full:.0%}",
             fault_series=data.mount(data.filled(over)),
-            expect=data.on(node="n1", mountpoint="/raid"),
+            expect=data.on(node="n1", mountpoint="/raid", fstype="ext4"),
             healthy="half full",
             healthy_series=data.mount(f"500x{length}"),
             pending=f"above {full:.0%} for less than {for_}",
             also_silent=[
                 data.full.silent(f"just under {full:.0%}", data.mount(f"{under}x{length}")),
                 data.full.silent(
-                    "a full shared mount is Lustre's or the NFS server's alert",
+                    "a full shared mountpoint is StorageSharedFilesystemFull's",
                     data.mount(f"{over}x{length}", mountpoint="/home"),
                 ),
+                data.full.silent(
+                    "a full NFS mount every client reports is StorageSharedFilesystemFull's",
+                    data.nfs_mount(f"{over}x{length}", "n1") + data.nfs_mount(f"{over}x{length}", "n2"),
+                ),
+            ],
+        ),
+    )
+
+
+def _shared_filesystem_full(data: _Data) -> Alert:
+    full, over, under, length = _full_levels(data)
+    for_ = data.thresholds.storage_full_for
+
+    def everywhere(used: str) -> list[Series]:
+        """The same shared filesystem as two clients report it."""
+        return data.nfs_mount(used, "n1") + data.nfs_mount(used, "n2")
+
+    return data.storage_alert()(
+        "StorageSharedFilesystemFull",
+        severity="critical",
+        expr=f"max by ({data.ctx.cluster}, mountpoint) ({data.shared}) > {full}",
+        for_=for_,
+        summary="A shared filesystem is full.",
+        description=f"The shared filesystem mounted at {label('mountpoint')} ({data.where}) is more than {full:.0%} "
+        "used as its fullest client sees it: jobs writing to it on every node are about to fail with ENOSPC. Find "
+        "the users writing most (quota, du on the server) and free or grow it on the file server.",
+        fired_by=("shared_fs_full",),
+        **standard_cases(
+            data.full,
+            fault=f"above {full:.0%} on every client",
+            fault_series=everywhere(data.filled(over)),
+            expect=data.on(mountpoint="/scratch"),
+            healthy="half full",
+            healthy_series=everywhere(f"500x{length}"),
+            pending=f"above {full:.0%} for less than {for_}",
+            also_silent=[
+                data.full.silent(f"just under {full:.0%}", everywhere(f"{under}x{length}")),
+                data.full.silent("a full local mount is StorageFilesystemFull's", data.mount(f"{over}x{length}")),
             ],
         ),
     )

@@ -4,12 +4,21 @@ per-port recorded series the largest group, and the one-node drill-down reads th
 Link downs in the last hour compare the counter with its value an hour ago rather than increase(): for
 a counter that starts inside the window, VictoriaMetrics counts a small starting value (link_downed is
 usually 1-3 since boot) as an increase, so every node_exporter restart would look like a flap for an
-hour. A port seen for less than an hour, or whose counter reset, is not judged until it has an hour."""
+hour. A port seen for less than an hour, or whose counter reset, is not judged until it has an hour.
+
+Port health reads only compute-rail ports (thresholds.ib_compute_rail_devices): node_exporter's infiniband
+collector emits every port of every RDMA device with no link-layer label (docs/exporters.md), so an Ethernet
+storage rail or a 200G management HCA would otherwise count as a slow compute port forever. A port that is not
+ACTIVE counts only once it has had a link since boot (link_downed above zero): the unused second port of an
+HCA sits DOWN from boot with a zero counter and is no fault. The rate of a port is judged only while it is
+ACTIVE: a port without link reports whatever rate the driver keeps for it."""
 
 from hpcobs.authoring.context import Context
 from hpcobs.authoring.rules import Group, Record
 from hpcobs.authoring.ruletest import Case, Series, sample, spread_case
 from hpcobs.authoring.synthetic import series
+from hpcobs.lang import promregex
+from hpcobs.lang.escape import promql_string
 from hpcobs.lang.promql import ABOVE_ZERO, aggregate, spread
 
 PORT = ("node", "device", "port")
@@ -77,6 +86,11 @@ def groups(ctx: Context) -> list[Group]:
     ]
 
 
+def compute_rails(ctx: Context) -> dict[str, str]:
+    """The `where` of Context.select keeping the ports of compute-rail devices (IbLinkFlapping selects the same)."""
+    return {"device": "=~" + promql_string(ctx.thresholds.ib_compute_rail_devices)}
+
+
 def _spread(ctx: Context, record: str, per_node: str, signal: str) -> Record:
     def node_counter(values: str, node: str) -> Series:
         return _port(ctx, signal, values, node=node)
@@ -89,15 +103,19 @@ def _spread(ctx: Context, record: str, per_node: str, signal: str) -> Record:
     )
 
 
-def _port(ctx: Context, signal: str, values: str, node: str = "n1", device: str = "mlx5_0") -> Series:
-    return series(ctx, "node_exporter", signal, values, node=node, device=device, port="1")
+def _port(ctx: Context, signal: str, values: str, node: str = "n1", device: str = "mlx5_0", port: str = "1") -> Series:
+    return series(ctx, "node_exporter", signal, values, node=node, device=device, port=port)
 
 
 def _fabric(ctx: Context) -> list[Series]:
-    """Two HCAs on n1 (one healthy, one down and slow) and a flapping port on n2, shared by every test."""
+    """Shared by every test: three HCAs on n1 (one healthy, one gone down that still reports a rate, one ACTIVE but
+    slow) and a flapping port on n2; n3 has the ports node_exporter reports beside the compute rails and that are
+    no fault: the unused second port of an HCA (DOWN since boot) and, when the site names its rails, an Ethernet
+    storage rail at 200 Gb/s."""
     nominal = ctx.thresholds.ib_port_rate_bytes_per_second
     t = ctx.timeline
     return [
+        *_ports_beside_the_rails(ctx),
         _port(ctx, "ib_port_xmit_bytes", t.rising(100e6, t.span)),
         _port(ctx, "ib_port_xmit_bytes", t.rising(50e6, t.span), device="mlx5_1"),
         _port(ctx, "ib_port_rcv_bytes", t.rising(20e6, t.span)),
@@ -109,8 +127,27 @@ def _fabric(ctx: Context) -> list[Series]:
         _port(ctx, "ib_link_downed", f"{t.held(0, '30m')} {t.held(1, '30m')} {t.held(2, '30m')}", node="n2"),
         _port(ctx, "ib_state", t.held(ACTIVE, t.span)),
         _port(ctx, "ib_state", t.held(1, t.span), device="mlx5_1"),
+        _port(ctx, "ib_link_downed", t.held(1, t.span), device="mlx5_1"),
         _port(ctx, "ib_rate", t.held(nominal, t.span)),
         _port(ctx, "ib_rate", t.held(nominal // 2, t.span), device="mlx5_1"),
+        _port(ctx, "ib_state", t.held(ACTIVE, t.span), device="mlx5_2"),
+        _port(ctx, "ib_rate", t.held(nominal // 2, t.span), device="mlx5_2"),
+    ]
+
+
+def _ports_beside_the_rails(ctx: Context) -> list[Series]:
+    t, nominal = ctx.timeline, ctx.thresholds.ib_port_rate_bytes_per_second
+    unused = [
+        _port(ctx, "ib_state", t.held(1, t.span), node="n3", port="2"),
+        _port(ctx, "ib_link_downed", t.held(0, t.span), node="n3", port="2"),
+        _port(ctx, "ib_rate", t.held(nominal // 40, t.span), node="n3", port="2"),
+    ]
+    storage = "mlx5_bond_0"
+    if promregex.fullmatch(ctx.thresholds.ib_compute_rail_devices, storage):
+        return unused
+    return unused + [
+        _port(ctx, "ib_state", t.held(ACTIVE, t.span), node="n3", device=storage),
+        _port(ctx, "ib_rate", t.held(nominal // 2, t.span), node="n3", device=storage),
     ]
 
 
@@ -144,6 +181,7 @@ def _port_states(ctx: Context, fabric: list[Series]) -> list[Record]:
     nominal = ctx.thresholds.ib_port_rate_bytes_per_second
     n1 = dict(**cluster_labels, node="n1")
     t = ctx.timeline
+    rails, on_port = compute_rails(ctx), ", ".join((cluster, *PORT))
     return [
         Record(
             "node:ib_ports_flapped:count",
@@ -151,7 +189,12 @@ def _port_states(ctx: Context, fabric: list[Series]) -> list[Record]:
                 "count",
                 (cluster, "node"),
                 ctx.select(
-                    "node_exporter", ["ib_link_downed"], PORT, over=lambda e: f"{e} - {e} offset 1h", when=ABOVE_ZERO
+                    "node_exporter",
+                    ["ib_link_downed"],
+                    PORT,
+                    over=lambda e: f"{e} - {e} offset 1h",
+                    where=rails,
+                    when=ABOVE_ZERO,
                 ),
             ),
             tests=[
@@ -171,10 +214,15 @@ def _port_states(ctx: Context, fabric: list[Series]) -> list[Record]:
         ),
         Record(
             "node:ib_ports_not_active:count",
-            aggregate("count", (cluster, "node"), ctx.select("node_exporter", ["ib_state"], PORT) + f" != {ACTIVE}"),
+            aggregate(
+                "count",
+                (cluster, "node"),
+                f"{ctx.select('node_exporter', ['ib_state'], PORT, where=rails)} != {ACTIVE} and on ({on_port}) "
+                + ctx.select("node_exporter", ["ib_link_downed"], PORT, where=rails, when=ABOVE_ZERO),
+            ),
             tests=[
                 Case(
-                    "ports whose logical state is not ACTIVE",
+                    "compute-rail ports not ACTIVE that have had a link since boot; an unused port is left out",
                     at=ctx.timeline.settled,
                     series=fabric,
                     expect=[sample(1, **n1)],
@@ -183,10 +231,15 @@ def _port_states(ctx: Context, fabric: list[Series]) -> list[Record]:
         ),
         Record(
             "node:ib_ports_below_nominal_rate:count",
-            aggregate("count", (cluster, "node"), ctx.select("node_exporter", ["ib_rate"], PORT) + f" < {nominal}"),
+            aggregate(
+                "count",
+                (cluster, "node"),
+                f"{ctx.select('node_exporter', ['ib_rate'], PORT, where=rails)} < {nominal} and on ({on_port}) "
+                f"{ctx.select('node_exporter', ['ib_state'], PORT, where=rails)} == {ACTIVE}",
+            ),
             tests=[
                 Case(
-                    "ports that trained below the nominal link rate",
+                    "ACTIVE compute-rail ports that trained below the nominal rate; a storage rail is left out",
                     at=ctx.timeline.settled,
                     series=fabric,
                     expect=[sample(1, **n1)],

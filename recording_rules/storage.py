@@ -15,6 +15,8 @@ from hpcobs.lang.escape import promql_matcher
 from hpcobs.lang.promql import aggregate, duration_seconds, label_replace, spread
 
 OST = {"component": '="ost"'}
+# A mount as node_exporter reports it: its type is kept so that the alerts tell shared filesystems from local ones.
+MOUNT = ("node", "mountpoint", "fstype")
 
 
 # Lustre OST counter rates: record, jobstats or OST signal, the label kept, test description, expected value
@@ -161,16 +163,15 @@ def _local_filesystems(ctx: Context) -> Record:
     ]
     return Record(
         "node:filesystem_used:ratio",
-        f"1 - {ctx.select('node_exporter', ['fs_avail'], ('node', 'mountpoint'))} "
-        f"/ {ctx.select('node_exporter', ['fs_size'], ('node', 'mountpoint'))}",
+        f"1 - {ctx.select('node_exporter', ['fs_avail'], MOUNT)} / {ctx.select('node_exporter', ['fs_size'], MOUNT)}",
         tests=[
             Case(
                 "used fraction of each local mount (checkpoint staging, /)",
                 at=ctx.timeline.settled,
                 series=local,
                 expect=[
-                    sample(0.75, **cluster_labels, node="n1", mountpoint="/local"),
-                    sample(0.25, **cluster_labels, node="n1", mountpoint="/"),
+                    sample(0.75, **cluster_labels, node="n1", mountpoint="/local", fstype="xfs"),
+                    sample(0.25, **cluster_labels, node="n1", mountpoint="/", fstype="xfs"),
                 ],
             )
         ],
@@ -248,7 +249,13 @@ def _forecasts(ctx: Context) -> list[Record]:
     cluster_labels = ctx.cluster_labels
     thresholds = ctx.thresholds
     window, horizon = thresholds.storage_fill_window, duration_seconds(thresholds.storage_fill_horizon)
-    local = promql_matcher("mountpoint", "!~", thresholds.storage_shared_mountpoints)
+    # Mounts that are not shared, as the node mount alerts select them (alerts/storage.py).
+    local = ",".join(
+        (
+            promql_matcher("fstype", "!~", thresholds.storage_shared_fstypes),
+            promql_matcher("mountpoint", "!~", thresholds.storage_shared_mountpoints),
+        )
+    )
     # 64 scrapes (a power of two, so the fit's means are exact) of a ratio growing by exactly 2^-15 per
     # second: the forecast is the last value plus 2^-15 x the horizon, exactly.
     scrapes, per_second = 64, 2**-15
@@ -265,6 +272,17 @@ def _forecasts(ctx: Context) -> list[Record]:
         return [
             series(ctx, "node_exporter", "fs_size", f"{size}x{scrapes}", **labels),
             series(ctx, "node_exporter", "fs_avail", f"{size // 2}-{slope}x{scrapes}", **labels),
+        ]
+
+    def nfs(mountpoint: str) -> list[Series]:
+        """A shared NFS mount, growing, at a mountpoint no threshold names: its type says it is shared."""
+        size = 2**40
+        labels = dict(node="n1", device=f"nfs01:/export{mountpoint}", mountpoint=mountpoint, fstype="nfs4")
+        return [
+            series(ctx, "node_exporter", "fs_size", f"{size}x{scrapes}", **labels),
+            series(
+                ctx, "node_exporter", "fs_avail", f"{size // 2}-{round(step * per_second * size)}x{scrapes}", **labels
+            ),
         ]
 
     def ost(target: str, growing: bool) -> list[Series]:
@@ -284,10 +302,10 @@ def _forecasts(ctx: Context) -> list[Record]:
                 Case(
                     "a local mount growing is forecast from its trend, a steady one stays; shared mounts are left out",
                     at=at,
-                    series=mount("/raid", True) + mount("/", False) + mount("/lustre", True),
+                    series=mount("/raid", True) + mount("/", False) + mount("/lustre", True) + nfs("/scratch"),
                     expect=[
-                        sample(forecast, **cluster_labels, node="n1", mountpoint="/raid"),
-                        sample(0.5, **cluster_labels, node="n1", mountpoint="/"),
+                        sample(forecast, **cluster_labels, node="n1", mountpoint="/raid", fstype="ext4"),
+                        sample(0.5, **cluster_labels, node="n1", mountpoint="/", fstype="ext4"),
                     ],
                 )
             ],

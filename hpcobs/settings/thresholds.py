@@ -37,6 +37,7 @@ class Thresholds:
     log_nccl_warn_window: Duration
     log_nccl_warn_for: Duration
     # alerts/network.py
+    ib_compute_rail_devices: Regex
     ib_port_rate_bytes_per_second: int
     ib_port_not_active_for: Duration
     ib_link_flap_window: Duration
@@ -60,6 +61,7 @@ class Thresholds:
     slurm_partition_pending_jobs: int  # a non-negative whole number
     slurm_queue_backlog_for: Duration
     # alerts/storage.py
+    storage_shared_fstypes: Regex
     storage_shared_mountpoints: Regex
     storage_fill_window: Duration
     storage_fill_horizon: Duration

@@ -35,6 +35,8 @@ LUSTRE_FS = "scratch"
 LUSTRE_SERVERS = {"mds01": ("MDT0000",), "oss01": ("OST0000", "OST0001"), "oss02": ("OST0002", "OST0003")}
 LUSTRE_OST_KIB = 120 * 1024**3  # 120 TiB per OST
 NFS_EXPORT = "nfs01:/export/home"
+# A second NFS filesystem mounted on every node at a mountpoint no threshold names (shared_fs_full fills it).
+NFS_SCRATCH = ("nfs01:/export/scratch", "/scratch", 2e14)  # device, mountpoint, size in bytes
 NFS_SERVER_ADDRESS = "10.10.0.2"
 USERS = {
     "alice": "llm-pretrain",

@@ -9,6 +9,7 @@ from collections.abc import Callable, Iterator
 from itertools import chain
 
 from hpcobs.exporters.labels import gpu_uuid
+from hpcobs.lang import promregex
 from hpcobs.proof.simulate.core import Family, accumulate, seeded, to_unit, where, window_mask
 from hpcobs.proof.simulate.model import (
     CPUS_PER_NODE,
@@ -17,6 +18,7 @@ from hpcobs.proof.simulate.model import (
     LUSTRE_SERVERS,
     MEMORY_BYTES,
     NFS_EXPORT,
+    NFS_SCRATCH,
     NFS_SERVER_ADDRESS,
     Node,
 )
@@ -24,6 +26,13 @@ from hpcobs.proof.simulate.storage import lustre_used_fraction
 
 IB_RATE = 5e10  # 400 Gb/s NDR, in bytes/s as node_exporter reports it
 IB_PEAK = 2.2e10  # bytes/s a busy training job pushes through one HCA
+# Ports node_exporter reports beside the compute rails (collector/infiniband_linux.go walks every port of every
+# device under /sys/class/infiniband; procfs reads link_layer but the collector writes no label for it): an unused
+# HCA port, DOWN since boot with its link_downed counter at zero and whatever low rate the driver keeps for a port
+# without link (10 Gb/s here), and a RoCE storage rail (a bonded Ethernet pair, 200 Gb/s) ACTIVE below the NDR rate.
+UNUSED_PORT_RATE = 1.25e9
+STORAGE_RAIL = "mlx5_bond_0"
+STORAGE_RAIL_RATE = 2.5e10
 CPU_MODES = ("idle", "iowait", "irq", "nice", "softirq", "steal", "system", "user")
 COLLECTORS = (
     "cpu",
@@ -49,19 +58,22 @@ NFS_METHODS = ("Access", "Getattr", "Lookup", "Read", "Write")
 TEXTFILE_DIR = "/var/lib/prometheus/node-exporter"
 JOB_METRICS_DIR = "/run/hpcobs-jobs"
 BOOT_AGO = 12 * 86400
+SHARED_NFS_USED = {"/home": 0.64, NFS_SCRATCH[1]: 0.55}  # used fraction of the shared NFS filesystems
+SHARED_FULL = 0.97  # what shared_fs_full fills /scratch to
 
 
 class Port:
     """One IB port: traffic follows the node's GPU work; faults change state and error counters."""
 
-    def __init__(self, sim, node: Node, hca: str, signal: str):
-        self.sim, self.node, self.hca = sim, node, hca
+    def __init__(self, sim, node: Node, hca: str, signal: str, role: str = "compute"):
+        self.sim, self.node, self.hca, self.role = sim, node, hca, role
         self.n, self.step = sim.window.steps, sim.window.step
         self.rng = seeded(sim.seed, "ib", signal, node.name, hca)
         self.key = (node.index, hca)
-        self.down = sim.faults.mask("ib_down", *self.key)
+        self.down = [True] * self.n if role == "unused" else sim.faults.mask("ib_down", *self.key)
         self.flap_downs = self._flaps()
-        self.rate = [IB_RATE] * self.n
+        base_rate = {"compute": IB_RATE, "unused": UNUSED_PORT_RATE, "storage": STORAGE_RAIL_RATE}[role]
+        self.rate = [base_rate] * self.n
         for effect in sim.faults.effects("ib_degraded", *self.key):
             for i in range(effect.start, min(effect.end, self.n)):
                 self.rate[i] = IB_RATE * effect.get("factor")
@@ -99,7 +111,9 @@ class Port:
         return [per_second * (0.5 + r()) if m else 0.0 for m in mask]
 
     def flap_count(self, extra_for_down: bool = True) -> list[float]:
-        """+1 at each flap and at the start of each down window."""
+        """+1 at each flap and at the start of each down window; an unused port never had a link to lose."""
+        if self.role == "unused":
+            return [0.0] * self.n
         inc = [0.0] * self.n
         for i in self.flap_downs:
             inc[i] += 1
@@ -114,6 +128,16 @@ class Port:
         for i in self.flap_downs:
             states[i] = polling if polling is not None else down
         return states
+
+
+def ib_devices(sim, node: Node) -> list[tuple[str, str]]:
+    """(device, role) of every RDMA device node_exporter reports on a node: the compute rails, one unused HCA
+    port, and the storage rail when the site's ib_compute_rail_devices leaves it out (a site with a RoCE storage
+    rail names its compute rails; docs/exporters.md)."""
+    devices = [(hca, "compute") for hca in node.hcas] + [(f"mlx5_{len(node.hcas)}", "unused")]
+    if not promregex.fullmatch(sim.thresholds.ib_compute_rail_devices, STORAGE_RAIL):
+        devices.append((STORAGE_RAIL, "storage"))
+    return devices
 
 
 def _initial(port: Port, scale: float) -> float:
@@ -171,13 +195,16 @@ IB: dict[str, Callable[[Port], list]] = {
 
 
 def mounts(sim) -> list[tuple[str, str, str, float]]:
-    """(device, mountpoint, fstype, size bytes) on every node."""
+    """(device, mountpoint, fstype, size bytes) on every node. node_exporter's filesystem collector excludes no
+    network filesystem (defFSTypesExcluded in collector/filesystem_linux.go lists pseudo filesystems only), so
+    every client reports the shared ones: Lustre, NFS /home and an NFS /scratch at a mountpoint no threshold names."""
     lustre_osts = [t for ts in LUSTRE_SERVERS.values() for t in ts if t.startswith("OST")]
     return [
         ("/dev/nvme0n1p2", "/", "ext4", 1.8e12),
         ("/dev/md0", "/raid", "ext4", 2.8e13),
         (f"10.10.0.1@o2ib:/{LUSTRE_FS}", "/lustre", "lustre", len(lustre_osts) * LUSTRE_OST_KIB * 1024.0),
         (NFS_EXPORT, "/home", "nfs4", 5e13),
+        (NFS_SCRATCH[0], NFS_SCRATCH[1], "nfs4", NFS_SCRATCH[2]),
     ]
 
 
@@ -186,7 +213,15 @@ def _fs_used_fraction(sim, node: Node, mountpoint: str) -> list[float]:
         osts = [t for ts in LUSTRE_SERVERS.values() for t in ts if t.startswith("OST")]
         per = [lustre_used_fraction(sim, ost) for ost in osts]
         return [sum(v) / len(osts) for v in zip(*per)]
-    base = {"/": 0.31, "/raid": 0.12, "/home": 0.64}[mountpoint]
+    if mountpoint in SHARED_NFS_USED:
+        # One filesystem: every client reports the same usage.
+        out = [SHARED_NFS_USED[mountpoint]] * sim.window.steps
+        for effect in sim.faults.effects("shared_fill", mountpoint):
+            length = max(1, effect.end - effect.start)
+            for i in range(effect.start, sim.window.steps):
+                out[i] = out[i] + (SHARED_FULL - out[i]) * min(1.0, (i - effect.start + 1) / length)
+        return out
+    base = {"/": 0.31, "/raid": 0.12}[mountpoint]
     return [base + 0.01 * seeded(sim.seed, "fs", node.name, mountpoint).random()] * sim.window.steps
 
 
@@ -221,11 +256,14 @@ def _per_node(sim, signal: str) -> Callable[[Node], Iterator[tuple[dict, list]]]
                 {"device": hca, "board_id": "MT_0000000838", "firmware_version": "28.41.1000", "hca_type": "MT4129"},
                 [1] * n,
             )
-            for hca in node.hcas
+            for hca, _ in ib_devices(sim, node)
         )
     ib = IB.get(signal)
     if ib is not None:
-        return lambda node: (({"device": hca, "port": "1"}, ib(Port(sim, node, hca, signal))) for hca in node.hcas)
+        return lambda node: (
+            ({"device": hca, "port": "1"}, ib(Port(sim, node, hca, signal, role)))
+            for hca, role in ib_devices(sim, node)
+        )
     if signal.startswith("fs_"):
         return _fs_family(sim, signal)
 

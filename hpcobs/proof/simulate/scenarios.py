@@ -23,7 +23,7 @@ from hpcobs.exporters.sources import Sources
 from hpcobs.lang.promql import duration, duration_seconds, si_factor
 from hpcobs.proof.simulate.core import UP, Window, seeded, window_mask
 from hpcobs.proof.simulate.expect import Expectation
-from hpcobs.proof.simulate.model import FOREVER, LUSTRE_FS, LUSTRE_OST_KIB, Cluster, Job, Node
+from hpcobs.proof.simulate.model import FOREVER, LUSTRE_FS, LUSTRE_OST_KIB, NFS_SCRATCH, Cluster, Job, Node
 from hpcobs.proof.simulate.training import allreduce_time_us
 from hpcobs.security import names as security_content
 from hpcobs.settings.thresholds import Thresholds
@@ -1038,6 +1038,33 @@ def _fs_filling(scene: Scene, spec: Spec, start: int, end: int) -> Fault:
                 Expectation("fs_filling", "OST nearly full", name, labels, "value", "<", 0.05 * LUSTRE_OST_KIB, at)
             )
     return Fault("fs_filling", start, end, {"target": target}, f"{target} filling up", effects, tuple(expectations))
+
+
+@kind(
+    "shared_fs_full",
+    1200,
+    "The shared NFS /scratch fills from 55% to 97% used over the duration; every client's node_exporter reports it.",
+)
+def _shared_fs_full(scene: Scene, spec: Spec, start: int, end: int) -> Fault:
+    _, mountpoint, size = NFS_SCRATCH
+    effects = (Effect("shared_fill", (mountpoint,), scene.idx(start), scene.idx(end)),)
+    at = min(end, scene.window.duration - scene.window.step)
+    expectations = []
+    if at >= end - 60:
+        for node in scene.cluster.nodes[:2]:
+            expectations += scene.expect(
+                f"{mountpoint} nearly full on {node.name}",
+                "node_exporter",
+                "fs_avail",
+                node,
+                "value",
+                "<",
+                (1 - scene.thresholds.storage_full_ratio) * size,
+                at,
+                mountpoint=mountpoint,
+            )
+    summary = f"{mountpoint} filling up"
+    return Fault("shared_fs_full", start, end, {"mountpoint": mountpoint}, summary, effects, tuple(expectations))
 
 
 def _hero_job(scene: Scene, spec: Spec) -> Job:

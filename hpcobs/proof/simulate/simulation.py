@@ -51,7 +51,8 @@ class Simulation:
         self.window = Window(int((start or model.DEFAULT_START).timestamp()), step, max(1, round(hours * 3600 / step)))
         specs = Spec.parse(scenarios) if isinstance(scenarios, str) else list(scenarios)
         base = model.build(self.sources, config.get("cluster", "name"), nodes, gpus_per_node, seed, self.window)
-        self.faults = resolve(specs, self.sources, Thresholds.from_config(config["thresholds"]), base, seed)
+        self.thresholds = Thresholds.from_config(config["thresholds"])
+        self.faults = resolve(specs, self.sources, self.thresholds, base, seed)
         self.cluster = self.faults.cluster
         self.activity = Activity(self)
         self._scrape: dict[str, dict[str, str]] = {}
