@@ -8,7 +8,6 @@ from hpcobs.authoring.context import Context
 from hpcobs.authoring.ruletest import selector_text
 from hpcobs.build import outdir, tools
 from hpcobs.exporters import catalogue
-from hpcobs.exporters.labels import DCGM_EXP_WINDOW_MS
 from hpcobs.proof.simulate import Simulation
 
 DRAIN, FOLLOW_ON = "48", "45"  # the codes of the xid_overwritten scenario
@@ -46,12 +45,11 @@ def test_the_last_value_never_shows_a_code_overwritten_within_one_scrape(overwri
     on_hero = [labels["err_code"] for labels, _ in _xid_series(overwritten, "xid") if hero.name in labels.values()]
     assert on_hero == [FOLLOW_ON], f"the last-value field shows {on_hero}, dcgm-exporter only the follow-on"
     assert DRAIN not in codes
-    counted = {
-        labels.get("xid"): values
-        for labels, values in _xid_series(overwritten, "xid_count")
-        if hero.name in labels.values()
-    }
-    window = DCGM_EXP_WINDOW_MS // 1000 // step
+    count_series = [
+        (labels, values) for labels, values in _xid_series(overwritten, "xid_count") if hero.name in labels.values()
+    ]
+    counted = {labels.get("xid"): values for labels, values in count_series}
+    window = int(count_series[0][0]["window_size_in_ms"]) // 1000 // step
     first = START // step
     # Both codes counted from the scrape of the Xids for one window, then gone: no series kept at 0.
     for code in (DRAIN, FOLLOW_ON):
