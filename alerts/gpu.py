@@ -352,11 +352,15 @@ def _xid_application_class(gpus: _TestGpu) -> Alert:
         where={"err_code": one_of(application)},
         over=lambda raw: f"{raw} offset {XID_NEW_WINDOW}",
     )
+    # An application-class code (45 "preemptive cleanup, due to previous errors" above all) that follows a
+    # drain-class one on the same GPU is the hardware's doing: GpuXidDrainClass pages gpu-ops instead.
+    drain_reported = ctx.xids_reported(ctx.sources["dcgm"].exporter.xids("drain"))
     return gpus.gpu_alert(
         "GpuXidApplicationClass",
         severity="warning",
         team=Team.JOB_OWNER,
-        expr=f"{app_now} unless on ({gpus.cluster}, node, gpu, err_code) {app_before}",
+        expr=f"({app_now} unless on ({gpus.cluster}, node, gpu, err_code) {app_before}) "
+        f"unless on ({gpus.cluster}, node, gpu) {drain_reported}",
         for_=FLAG_FOR,
         summary="A job hit an application-class Xid error on its GPU.",
         description=f"Job {label('hpc_job')} hit Xid {label('err_code')} on GPU {label('gpu')} of {label('node')} "
@@ -382,6 +386,15 @@ def _xid_application_class(gpus: _TestGpu) -> Alert:
             also_silent=[
                 Case("a drain-class Xid goes to gpu-ops", at="5m", series=[xid(48, "48x10", hpc_job="7")]),
                 Case("no job on the GPU: nobody to tell", at="5m", series=[xid(13, "13x10")]),
+                Case(
+                    "Xid 45 after a drain-class Xid 48 the Xid count collector counted: the GPU's fault, not the job's",
+                    at="5m",
+                    series=[
+                        xid(45, "_x4 45x10", hpc_job="7"),
+                        gpus.xid_count(48, "_x4 1x10", hpc_job="7"),
+                        gpus.xid_count(45, "_x4 1x10", hpc_job="7"),
+                    ],
+                ),
                 Case(
                     "the previous job's sticky Xid 13 is not blamed on the next job",
                     at="35m",

@@ -63,35 +63,38 @@ def test_the_last_value_never_shows_a_code_overwritten_within_one_scrape(overwri
     assert {v for v in counted[None] if v is not None} == {0}
 
 
-def test_a_drain_xid_seen_only_by_the_count_collector_fires_the_drain_alert(overwritten, generated, tmp_path):
-    """The simulated exporter's series through the built GpuXidDrainClass rule in promtool: the page names Xid 48,
-    which the last-value field never showed."""
-    names = {
-        overwritten.sources["dcgm"].name(s, v)
-        for s in ("xid", "xid_count")
-        for v in overwritten.sources["dcgm"].versions
-    }
-    series = overwritten.input_series(names)
-    firing = 'count by (err_code) (ALERTS{alertname="GpuXidDrainClass", alertstate="firing"})'
+@pytest.mark.parametrize(
+    ("alert", "firing"),
+    [
+        pytest.param("GpuXidDrainClass", [DRAIN], id="the drain alert pages with the code the last value never showed"),
+        pytest.param("GpuXidApplicationClass", [], id="the job's owner is not told about the follow-on 45"),
+    ],
+)
+def test_a_drain_xid_seen_only_by_the_count_collector(overwritten, generated, tmp_path, alert, firing):
+    """The simulated exporter's series (Xid 48 then 45 in one scrape, on a GPU running the hero job) through the
+    built alert in promtool, once its `for` has elapsed."""
+    dcgm = overwritten.sources["dcgm"]
+    series = overwritten.input_series({dcgm.name(s, v) for s in ("xid", "xid_count") for v in dcgm.versions})
+    step = overwritten.window.step
     test = {
-        "rule_files": ["GpuXidDrainClass.rules.yaml"],
-        "evaluation_interval": f"{overwritten.window.step}s",
+        "rule_files": [f"{alert}.rules.yaml"],
+        "evaluation_interval": f"{step}s",
         "tests": [
             {
-                "interval": f"{overwritten.window.step}s",
+                "interval": f"{step}s",
                 "input_series": [{"series": selector_text(s.name, s.labels), "values": s.values} for s in series],
                 "promql_expr_test": [
                     {
-                        "expr": firing,
+                        "expr": f'count by (err_code) (ALERTS{{alertname="{alert}", alertstate="firing"}})',
                         "eval_time": f"{START + 240}s",
-                        "exp_samples": [{"labels": f'{{err_code="{DRAIN}"}}', "value": 1}],
+                        "exp_samples": [{"labels": f'{{err_code="{code}"}}', "value": 1} for code in firing],
                     }
                 ],
             }
         ],
     }
     files = {
-        f"{TEST_FILES}GpuXidDrainClass.rules.yaml": generated[f"{TEST_FILES}GpuXidDrainClass.rules.yaml"],
+        f"{TEST_FILES}{alert}.rules.yaml": generated[f"{TEST_FILES}{alert}.rules.yaml"],
         f"{TEST_FILES}xid_overwritten.tests.yaml": yaml.safe_dump(test),
     }
     outdir.write_tree(tmp_path, files)
