@@ -402,9 +402,9 @@ def _unhealthy_causes(ctx: Context) -> list[_Unhealthy]:
                     dcgm(ctx, "row_remap_failure", "1x10", node="n1", gpu="0"),
                     dcgm(ctx, "row_remap_failure", "1x10", node="n1", gpu="2"),
                     dcgm(ctx, "row_remap_failure", "0x10", node="n1", gpu="3"),
-                    dcgm(ctx, "xid", "45x10", node="n1", gpu="4", err_code="45", err_msg="Preemptive Cleanup"),
-                    dcgm_xid_count(ctx, 48, "1x10", node="n1", gpu="4"),
-                    dcgm_xid_count(ctx, 45, "1x10", node="n1", gpu="4"),
+                    dcgm(ctx, "xid", "45x10", node="n1", gpu="6", err_code="45", err_msg="Preemptive Cleanup"),
+                    dcgm_xid_count(ctx, 48, "1x10", node="n1", gpu="6"),
+                    dcgm_xid_count(ctx, 45, "1x10", node="n1", gpu="6"),
                 ],
                 3,
                 "a drain-class Xid (the last one, or one the Xid count collector counted under a follow-on 45) or a "
