@@ -20,7 +20,7 @@ from hpcobs.authoring.context import Context
 from hpcobs.authoring.rules import Group, Record
 from hpcobs.authoring.ruletest import Case, Series, sample
 from hpcobs.authoring.synthetic import amd, dcgm, dcgm_xid_count, first_gpu_exporter, gpu_si_series, gpu_utilization
-from hpcobs.lang.promql import ABOVE_ZERO, aggregate, duration, duration_seconds, label_replace, one_of
+from hpcobs.lang.promql import ABOVE_ZERO, aggregate, duration, duration_seconds, label_replace
 
 GPU = ("node", "gpu")
 OWNED = {"hpc_job": '!=""'}

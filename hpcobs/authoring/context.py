@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 import re
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from functools import cached_property
 
@@ -166,7 +166,7 @@ class Context:
         return either(parts)
 
     def xids_reported(
-        self, codes: tuple[int, ...], keep: tuple[str, ...] = (), over: Callable[[str], str] | None = None
+        self, codes: Sequence[int], keep: tuple[str, ...] = (), over: Callable[[str], str] | None = None
     ) -> str:
         """GPUs that reported one of these Xid codes, by GPU and `keep` (`err_code` for the code).
 
