@@ -17,7 +17,7 @@ TEST_FILES = "prometheus/tests/gpu/"
 
 @pytest.fixture(scope="module")
 def overwritten(config):
-    """Two nodes for 20 minutes, Xid 48 overwritten by Xid 45 in one scrape on the first hero node's GPU 4."""
+    """Two nodes for 20 minutes, Xid 48 overwritten by Xid 45 in one scrape on the first hero node's GPU 7."""
     return Simulation(config, nodes=2, gpus_per_node=8, hours=1 / 3, scenarios="xid_overwritten:start=2m", seed=3)
 
 
@@ -27,7 +27,7 @@ def _xid_series(sim, signal):
         (labels, values)
         for family in sim.families({name})
         for labels, values in family.series
-        if labels.get("gpu") == "4" and any(v is not None for v in values)
+        if labels.get("gpu") == "7" and any(v is not None for v in values)
     ]
 
 

@@ -599,11 +599,11 @@ for _code, _doc in (
     INF,
     "Xid 48 (double-bit ECC) followed within the same scrape by its follow-on Xid 45 (preemptive cleanup): "
     "dcgm-exporter's last-value Xid field shows only 45, the Xid count collector (extended CSV) counts both for "
-    "its 5-minute window (NVIDIA/DCGM issue 235: Xid 62 seen only as 45). Default: first hero node, GPU 4.",
+    "its 5-minute window (NVIDIA/DCGM issue 235: Xid 62 seen only as 45). Default: first hero node, GPU 7.",
     targets=("node", "gpu"),
 )
 def _xid_overwritten(scene: Scene, spec: Spec, start: int, end: int) -> Fault:
-    node, gpu, target = _gpu_fault(scene, spec, scene.hero(0), 4)
+    node, gpu, target = _gpu_fault(scene, spec, scene.hero(0), 7)
     drain, follow_on = 48, 45
     # Effects starting at the same scrape replace each other in the order given (hpcobs.proof.simulate.gpu._xid_parts).
     effects = (_xid(scene, node, gpu, drain, start, end), _xid(scene, node, gpu, follow_on, start, end))
