@@ -17,7 +17,7 @@ from hpcobs.authoring.alert_cases import Timing, counter_timing, standard_cases,
 from hpcobs.authoring.context import Context
 from hpcobs.authoring.rules import Alert, Group, alerts_of, label
 from hpcobs.authoring.ruletest import Case, Sample, Series, alert
-from hpcobs.authoring.synthetic import dcgm, gpu_si_series, gpu_utilization, job_info, series
+from hpcobs.authoring.synthetic import dcgm, dcgm_xid_count, gpu_si_series, gpu_utilization, job_info, series
 from hpcobs.lang.promql import ABOVE_ZERO, aggregate, duration_seconds, label_replace, one_of
 from hpcobs.settings import declare
 from hpcobs.settings.names import DashboardUid, Team
@@ -159,6 +159,10 @@ class _TestGpu:
     def xid(self, code: int, values: str, **labels: str) -> Series:
         return self.dcgm("xid", values, err_code=str(code), err_msg="msg", **labels)
 
+    def xid_count(self, code: int | None, values: str, **labels: str) -> Series:
+        """The Xid count collector's series of GPU n1/1 (`code` None: no Xid in its window)."""
+        return dcgm_xid_count(self.ctx, code, values, node="n1", gpu="1", **labels)
+
     def flag(self, for_: str = FLAG_FOR) -> Timing:
         return timing(self.ctx, for_, FLAG_ONSET, settle=FLAG_SETTLE)
 
@@ -199,10 +203,13 @@ class _TestGpu:
 
 def _fell_off_bus(gpus: _TestGpu) -> Alert:
     ctx = gpus.ctx
-    (fell_off_bus,) = ctx.sources["dcgm"].exporter.xids("fell_off_bus")
     # The Xid value is sticky and the GPU's series may vanish right after Xid 79: look back over a
     # window so the alert survives the series going stale.
-    last_xid_79 = ctx.gpu("xid", keep=JOB, over=lambda raw: f"last_over_time({raw}[5m])", when=("==", fell_off_bus))
+    last_xid_79 = ctx.xids_reported(
+        ctx.sources["dcgm"].exporter.xids("fell_off_bus"),
+        keep=(*JOB, "err_code"),
+        over=lambda raw: f"last_over_time({raw}[5m])",
+    )
 
     def xid79(gpu: str, values: str, **labels: str) -> Series:
         return dcgm(
@@ -221,19 +228,29 @@ def _fell_off_bus(gpus: _TestGpu) -> Alert:
         **standard_cases(
             gpus.flag(ctx.thresholds.gpu_fell_off_bus_for),
             fault="Xid 79 on a GPU running a job",
-            fault_series=[xid79("3", "0 0 79x10", hpc_job="4242")],
-            expect=[alert(**ctx.cluster_labels, node="n1", gpu="3", hpc_job="4242")],
+            fault_series=[xid79("3", "_ _ 79x10", hpc_job="4242")],
+            expect=[alert(**ctx.cluster_labels, node="n1", gpu="3", hpc_job="4242", err_code="79")],
             healthy="healthy GPU",
             healthy_series=[dcgm(ctx, "xid", "0x20", node="n1", gpu="3")],
             pending="Xid 79 seen for less than the for: duration",
-            pending_series=[xid79("3", "0 0 79x10")],
+            pending_series=[xid79("3", "_ _ 79x10")],
             also_fires=[
                 Case(
                     "Xid 79 then the GPU's series vanish",
                     at="4m",
                     series=[xid79("5", "79x3")],
-                    expect=[alert(**ctx.cluster_labels, node="n1", gpu="5")],
-                )
+                    expect=[alert(**ctx.cluster_labels, node="n1", gpu="5", err_code="79")],
+                ),
+                Case(
+                    "Xid 79 then Xid 45 (preemptive cleanup) within one scrape: only the Xid count collector saw 79",
+                    at="5m",
+                    series=[
+                        gpus.xid(45, "45x10"),
+                        gpus.xid_count(79, "1x10"),
+                        gpus.xid_count(45, "1x10"),
+                    ],
+                    expect=[gpus.on_gpu(err_code="79")],
+                ),
             ],
             also_silent=[
                 Case(
@@ -264,12 +281,12 @@ def _xid_drain_class(gpus: _TestGpu) -> Alert:
         "GpuXidDrainClass",
         severity="critical",
         team=Team.GPU_OPS,
-        expr=ctx.gpu("xid", keep=(*JOB, "err_code"), where={"err_code": one_of(drain)}),
+        expr=ctx.xids_reported(drain, keep=(*JOB, "err_code")),
         for_=FLAG_FOR,
         summary="A GPU reported an Xid error that needs a GPU reset or a node drain.",
         description=f"{gpus.where} reported Xid {label('err_code')}, a drain-class error: drain the node, "
         "reset the GPU or reboot, and run dcgmi diag before resuming it.",
-        fired_by=("xid48", "dbe", "row_remap_failure"),
+        fired_by=("xid48", "dbe", "row_remap_failure", "xid_overwritten"),
         **standard_cases(
             gpus.flag(),
             fault="Xid 48 (double-bit ECC) on a GPU running a job",
@@ -284,11 +301,42 @@ def _xid_drain_class(gpus: _TestGpu) -> Alert:
                     at="5m",
                     series=[xid(119, "119x10")],
                     expect=[gpus.on_gpu(err_code="119")],
-                )
+                ),
+                Case(
+                    "Xid 48 then Xid 45 within one scrape: the last value shows 45, the Xid count collector counted 48",
+                    at="5m",
+                    series=[
+                        xid(45, "45x10", hpc_job="7"),
+                        gpus.xid_count(48, "1x10", hpc_job="7"),
+                        gpus.xid_count(45, "1x10", hpc_job="7"),
+                    ],
+                    expect=[gpus.on_gpu(hpc_job="7", err_code="48")],
+                ),
+                Case(
+                    "Xid 48 as the last value and counted twice in the window: one alert, by the last value",
+                    at="5m",
+                    series=[xid(48, "48x10", hpc_job="7"), gpus.xid_count(48, "2x10", hpc_job="7")],
+                    expect=[gpus.on_gpu(hpc_job="7", err_code="48")],
+                ),
             ],
             also_silent=[
                 Case("Xid 79 is GpuFellOffBus's alert", at="5m", series=[xid(79, "79x10")]),
                 Case("application-class Xid 13", at="5m", series=[xid(13, "13x10", hpc_job="7")]),
+                Case(
+                    "Xid 109 (context switch timeout): an application error, NVIDIA's device plugin keeps the GPU",
+                    at="5m",
+                    series=[xid(109, "109x10", hpc_job="7")],
+                ),
+                Case(
+                    "the Xid count collector with no Xid in its window (one series without xid, 0)",
+                    at="5m",
+                    series=[xid(0, "0x10"), gpus.xid_count(None, "0x10")],
+                ),
+                Case(
+                    "the Xid count collector counted only a follow-on Xid 45",
+                    at="5m",
+                    series=[xid(45, "45x10"), gpus.xid_count(45, "1x10")],
+                ),
             ],
         ),
     )
@@ -304,11 +352,15 @@ def _xid_application_class(gpus: _TestGpu) -> Alert:
         where={"err_code": one_of(application)},
         over=lambda raw: f"{raw} offset {XID_NEW_WINDOW}",
     )
+    # An application-class code (45 "preemptive cleanup, due to previous errors" above all) that follows a
+    # drain-class one on the same GPU is the hardware's doing: GpuXidDrainClass pages gpu-ops instead.
+    drain_reported = ctx.xids_reported(ctx.sources["dcgm"].exporter.xids("drain"))
     return gpus.gpu_alert(
         "GpuXidApplicationClass",
         severity="warning",
         team=Team.JOB_OWNER,
-        expr=f"{app_now} unless on ({gpus.cluster}, node, gpu, err_code) {app_before}",
+        expr=f"({app_now} unless on ({gpus.cluster}, node, gpu, err_code) {app_before}) "
+        f"unless on ({gpus.cluster}, node, gpu) {drain_reported}",
         for_=FLAG_FOR,
         summary="A job hit an application-class Xid error on its GPU.",
         description=f"Job {label('hpc_job')} hit Xid {label('err_code')} on GPU {label('gpu')} of {label('node')} "
@@ -334,6 +386,15 @@ def _xid_application_class(gpus: _TestGpu) -> Alert:
             also_silent=[
                 Case("a drain-class Xid goes to gpu-ops", at="5m", series=[xid(48, "48x10", hpc_job="7")]),
                 Case("no job on the GPU: nobody to tell", at="5m", series=[xid(13, "13x10")]),
+                Case(
+                    "Xid 45 after a drain-class Xid 48 the Xid count collector counted: the GPU's fault, not the job's",
+                    at="5m",
+                    series=[
+                        xid(45, "_x4 45x10", hpc_job="7"),
+                        gpus.xid_count(48, "_x4 1x10", hpc_job="7"),
+                        gpus.xid_count(45, "_x4 1x10", hpc_job="7"),
+                    ],
+                ),
                 Case(
                     "the previous job's sticky Xid 13 is not blamed on the next job",
                     at="35m",

@@ -19,8 +19,8 @@ from typing import NamedTuple
 from hpcobs.authoring.context import Context
 from hpcobs.authoring.rules import Group, Record
 from hpcobs.authoring.ruletest import Case, Series, sample
-from hpcobs.authoring.synthetic import amd, dcgm, first_gpu_exporter, gpu_si_series, gpu_utilization
-from hpcobs.lang.promql import ABOVE_ZERO, aggregate, duration, duration_seconds, label_replace, one_of
+from hpcobs.authoring.synthetic import amd, dcgm, dcgm_xid_count, first_gpu_exporter, gpu_si_series, gpu_utilization
+from hpcobs.lang.promql import ABOVE_ZERO, aggregate, duration, duration_seconds, label_replace
 
 GPU = ("node", "gpu")
 OWNED = {"hpc_job": '!=""'}
@@ -392,19 +392,23 @@ def _unhealthy_causes(ctx: Context) -> list[_Unhealthy]:
     """One row per enabled GPU vendor; the unhealthy records exist only when some vendor reports health."""
     causes = []
     if ctx.sources["dcgm"].enabled:
-        drain_xid = {"err_code": one_of(ctx.sources["dcgm"].exporter.xids("drain"))}
+        drain_xid = ctx.xids_reported(ctx.sources["dcgm"].exporter.xids("drain"))
         causes.append(
             _Unhealthy(
-                f"({ctx.gpu('xid', where=drain_xid)}) or ({ctx.gpu('row_remap_failure', when=ABOVE_ZERO)})",
+                f"({drain_xid}) or ({ctx.gpu('row_remap_failure', when=ABOVE_ZERO)})",
                 [
                     dcgm(ctx, "xid", "48x10", node="n1", gpu="0", err_code="48", err_msg="Double Bit ECC Error"),
                     dcgm(ctx, "xid", "13x10", node="n1", gpu="1", err_code="13", err_msg="Graphics Engine Exception"),
                     dcgm(ctx, "row_remap_failure", "1x10", node="n1", gpu="0"),
                     dcgm(ctx, "row_remap_failure", "1x10", node="n1", gpu="2"),
                     dcgm(ctx, "row_remap_failure", "0x10", node="n1", gpu="3"),
+                    dcgm(ctx, "xid", "45x10", node="n1", gpu="6", err_code="45", err_msg="Preemptive Cleanup"),
+                    dcgm_xid_count(ctx, 48, "1x10", node="n1", gpu="6"),
+                    dcgm_xid_count(ctx, 45, "1x10", node="n1", gpu="6"),
                 ],
-                2,
-                "a drain-class Xid or a failed row remap makes a GPU unhealthy; Xid 13 does not",
+                3,
+                "a drain-class Xid (the last one, or one the Xid count collector counted under a follow-on 45) or a "
+                "failed row remap makes a GPU unhealthy; Xid 13 does not",
             )
         )
     if ctx.sources["amd"].enabled:

@@ -257,7 +257,7 @@ def test_tests_catch_double_counting_of_shared_gpus(generated, tmp_path):
 
 
 def test_tests_catch_an_alert_that_no_longer_fires(generated, tmp_path):
-    result = _break(generated, tmp_path, RULE_FILES + "gpu.rules.yaml", ") == 79", ") == 80")
+    result = _break(generated, tmp_path, RULE_FILES + "gpu.rules.yaml", 'err_code=~"79"', 'err_code=~"80"')
     assert not result.ok
     assert "GpuFellOffBus" in result.output
 

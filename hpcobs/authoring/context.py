@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 import re
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from functools import cached_property
 
@@ -164,3 +164,32 @@ class Context:
         if not parts:
             raise ValueError(f"no enabled GPU exporter measures {canonical}")
         return either(parts)
+
+    def xids_reported(
+        self, codes: Sequence[int], keep: tuple[str, ...] = (), over: Callable[[str], str] | None = None
+    ) -> str:
+        """GPUs that reported one of these Xid codes, by GPU and `keep` (`err_code` for the code).
+
+        dcgm-exporter's Xid field is the *last* code (one series, `err_code` following the value): a drain-class
+        Xid followed within one scrape by its follow-on (45, 43, 13, 63, 94) is never exported, and the follow-on
+        replaces it in the next scrape. Where the site's CSV enables the Xid count collector
+        (DCGM_EXP_XID_ERRORS_COUNT, one series per code DCGM recorded in the exporter's window), a code it counted
+        is reported too, for as long as it stays in that window; a GPU whose last code already is one of these is
+        reported once, by it. Without the collector only the last code is seen (docs/exporters.md, "Xid").
+        """
+        last = self.gpu("xid", keep=keep, over=over, where={"err_code": promql.one_of(codes)})
+        if not self.sources["dcgm"].enabled:
+            return last
+        per_gpu = (*GPU_KEY, *(label for label in keep if label != "err_code"))
+        counted = self.select(
+            "dcgm",
+            ["xid_count"],
+            (*per_gpu, "xid"),
+            over=over,
+            where={"xid": promql.one_of(codes)},
+            when=promql.ABOVE_ZERO,
+        )
+        as_err_code = promql.aggregate(
+            "max", (self.cluster, *GPU_KEY, *keep), promql.label_replace(counted, "err_code", "xid", "(.+)")
+        )
+        return f"({last} or ({as_err_code} unless on ({self.cluster}, {', '.join(GPU_KEY)}) {last}))"

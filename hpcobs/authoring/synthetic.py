@@ -12,7 +12,13 @@ import re
 from hpcobs.authoring.context import Context
 from hpcobs.authoring.ruletest import Series
 from hpcobs.exporters import catalogue
-from hpcobs.exporters.labels import EXPORTER_PORTS, SLURM_CONTROLLER, amd_gpu_labels, dcgm_gpu_labels
+from hpcobs.exporters.labels import (
+    DCGM_EXP_WINDOW_MS,
+    EXPORTER_PORTS,
+    SLURM_CONTROLLER,
+    amd_gpu_labels,
+    dcgm_gpu_labels,
+)
 from hpcobs.exporters.labels import REMOTE_HOSTENGINE as REMOTE_HOSTENGINE  # for content's cases (not importable there)
 from hpcobs.lang.promql import si_factor
 
@@ -42,6 +48,16 @@ def dcgm(
         labels["hpc_job"] = hpc_job
     labels.update(extra)
     return Series(source.name(signal, version), labels, values)
+
+
+def dcgm_xid_count(ctx: Context, code: int | None, values: str, *, node: str, gpu: str, **labels: str) -> Series:
+    """dcgm-exporter's Xid count collector on one GPU: the Xids of `code` DCGM recorded in the exporter's window,
+    or, with `code` None, the one series (no `xid` label, value 0) of a GPU with no Xid in the window
+    (internal/pkg/collector/expcollector.go getMetrics)."""
+    xid = {} if code is None else {"xid": str(code)}
+    return dcgm(
+        ctx, "xid_count", values, node=node, gpu=gpu, window_size_in_ms=str(DCGM_EXP_WINDOW_MS), **xid, **labels
+    )
 
 
 def _unit(ctx: Context, exporter_id: str, signal: str, version: str | None) -> str:

@@ -33,6 +33,9 @@ REMOTE_HOSTENGINE = "localhost:5555"
 GPU_MODEL = "NVIDIA H100 80GB HBM3"
 DRIVER = "550.127.05"
 AMD_GPU_MODEL = "AMD Instinct MI300X"
+# dcgm-exporter's windowed collectors (Xid count, clock events) label each series with their window: the defaults
+# of --xid-count-window-size and --clock-events-count-window-size, 5 minutes (pkg/cmd/app.go).
+DCGM_EXP_WINDOW_MS = 300000
 
 
 def gpu_uuid(node: str, gpu: str | int) -> str:

@@ -18,7 +18,10 @@ HERO_JOB_SLOTS = {
     "ib_congestion": "start=115m:duration=15m",
     "xid79": "start=140m",
 }
-SCENARIOS = ",".join(f"{name}:{HERO_JOB_SLOTS[name]}" if name in HERO_JOB_SLOTS else name for name in FAULTS)
+# A GPU exports one Xid, its last: xid13 and xid48 (both on GPU 1 by default) at once would overwrite each other, as
+# on a real GPU (hpcobs.proof.simulate.gpu._xid_parts), so xid13 takes a GPU of its own.
+OWN_GPU = {"xid13": "gpu=0"}
+SCENARIOS = ",".join(":".join([name, *filter(None, (HERO_JOB_SLOTS.get(name), OWN_GPU.get(name)))]) for name in FAULTS)
 HOURS = 2.75
 
 

@@ -10,13 +10,12 @@ from __future__ import annotations
 from collections.abc import Callable, Iterator
 from functools import cached_property
 
-from hpcobs.exporters.labels import amd_gpu_labels, dcgm_gpu_labels
+from hpcobs.exporters.labels import DCGM_EXP_WINDOW_MS, amd_gpu_labels, dcgm_gpu_labels
 from hpcobs.proof.simulate.core import Family, accumulate, seeded, to_unit, trailing_count, where, window_mask
 from hpcobs.proof.simulate.model import AMD_VRAM_MIB, GPU_FB_MIB, GPU_FB_RESERVED_MIB, Node
 
 MIB = 1024**2
 FB_USABLE = (GPU_FB_MIB - GPU_FB_RESERVED_MIB) * MIB
-EXPORTER_WINDOW_MS = 300000  # --xid-count-window-size and --clock-events-count-window-size defaults
 DCGM_COLLECT_SECONDS = 30  # -c default: samples per window = 300 s / 30 s
 CLOCK_EVENTS = (
     "gpu_idle",
@@ -107,12 +106,15 @@ def one(fn: Callable[[Gpu], list]) -> Callable[[Gpu], list[tuple[dict, list]]]:
 
 
 def _xid_parts(g: Gpu) -> list[tuple[dict, list]]:
-    """The last Xid code, sticky; a new code is a new series (err_code label). No series before the first
-    Xid: blank values are skipped since 4.5.3-4.8.2 (NVIDIA/dcgm-exporter issues 646 and 700)."""
+    """The last Xid code ("Value of the last XID error encountered", etc/default-counters.csv), sticky; a new
+    code is a new series (err_code label, internal/pkg/collector/xid_errors.go). A code followed by another
+    before the next scrape (effects starting at the same step, in the order they happened) is never exported,
+    and a repeat of the code changes nothing. No series before the first Xid: blank values are skipped since
+    4.5.3-4.8.2 (NVIDIA/dcgm-exporter issues 646 and 700)."""
     effects = sorted(g.sim.faults.effects("xid", g.node.index, g.gpu), key=lambda e: e.start)
     parts = []
     for k, effect in enumerate(effects):
-        end = min([effect.end] + [e.start for e in effects[k + 1 :] if e.start > effect.start])
+        end = min([effect.end] + [e.start for e in effects[k + 1 :]])
         mask = window_mask(g.n, [(effect.start, end)])
         code = effect.get("code")
         parts.append(({"err_code": str(code), "err_msg": effect.get("message")}, where(mask, [code] * g.n)))
@@ -120,25 +122,25 @@ def _xid_parts(g: Gpu) -> list[tuple[dict, list]]:
 
 
 def _xid_count_parts(g: Gpu) -> list[tuple[dict, list]]:
-    width = max(1, EXPORTER_WINDOW_MS // 1000 // g.step)
-    parts: dict[str, list] = {}
+    """The Xid count collector (internal/pkg/collector/xid_collector.go, expcollector.go getMetrics): every Xid
+    DCGM recorded in the last window, repeats and overwritten codes included, one series per code while it is in
+    the window; a GPU with none in the window has one series without `xid`, value 0."""
+    width = max(1, DCGM_EXP_WINDOW_MS // 1000 // g.step)
+    counts: dict[str, list[int]] = {}
     for effect in g.sim.faults.effects("xid", g.node.index, g.gpu):
-        onset = [i == effect.start for i in range(g.n)]
-        counts = trailing_count(onset, width)
+        onset = trailing_count([i == effect.start for i in range(g.n)], width)
         code = str(effect.get("code"))
-        first = effect.start
-        values = [c if i >= first else None for i, c in enumerate(counts)]
-        previous = parts.get(code)
-        parts[code] = (
-            values
-            if previous is None
-            else [a if b is None else (b if a is None else a + b) for a, b in zip(previous, values)]
-        )
-    return [({"xid": code, "window_size_in_ms": str(EXPORTER_WINDOW_MS)}, v) for code, v in sorted(parts.items())]
+        counts[code] = [a + b for a, b in zip(counts.get(code, [0] * g.n), onset)]
+    window = {"window_size_in_ms": str(DCGM_EXP_WINDOW_MS)}
+    none_counted = [not any(c[i] for c in counts.values()) for i in range(g.n)]
+    return [
+        (window, where(none_counted, [0] * g.n)),
+        *(({"xid": code, **window}, [c or None for c in v]) for code, v in sorted(counts.items())),
+    ]
 
 
 def _clock_event_parts(g: Gpu) -> list[tuple[dict, list]]:
-    width = max(1, EXPORTER_WINDOW_MS // 1000 // g.step)
+    width = max(1, DCGM_EXP_WINDOW_MS // 1000 // g.step)
     per_scrape = max(1, g.step // DCGM_COLLECT_SECONDS)
     thermal = g.mask("thermal") or [False] * g.n
     reasons = {
@@ -150,7 +152,7 @@ def _clock_event_parts(g: Gpu) -> list[tuple[dict, list]]:
     nothing = [0] * g.n
     return [
         (
-            {"clock_event": event, "window_size_in_ms": str(EXPORTER_WINDOW_MS)},
+            {"clock_event": event, "window_size_in_ms": str(DCGM_EXP_WINDOW_MS)},
             [c * per_scrape for c in trailing_count(reasons[event], width)] if event in reasons else nothing,
         )
         for event in CLOCK_EVENTS

@@ -597,6 +597,58 @@ for _code, _doc in (
 
 
 @kind(
+    "xid_overwritten",
+    INF,
+    "Xid 48 (double-bit ECC) followed within the same scrape by its follow-on Xid 45 (preemptive cleanup): "
+    "dcgm-exporter's last-value Xid field shows only 45, the Xid count collector (extended CSV) counts both for "
+    "its 5-minute window (NVIDIA/DCGM issue 235: Xid 62 seen only as 45). Default: first hero node, GPU 7.",
+    targets=("node", "gpu"),
+)
+def _xid_overwritten(scene: Scene, spec: Spec, start: int, end: int) -> Fault:
+    node, gpu, target = _gpu_fault(scene, spec, scene.hero(0), 7)
+    drain, follow_on = 48, 45
+    # Effects starting at the same scrape replace each other in the order given (hpcobs.proof.simulate.gpu._xid_parts).
+    effects = (_xid(scene, node, gpu, drain, start, end), _xid(scene, node, gpu, follow_on, start, end))
+    expectations = _xid_expectation(scene, node, gpu, follow_on, start)
+    expectations += scene.expect(
+        f"the last-value Xid field never shows {drain} on {node.name} GPU {gpu}",
+        "dcgm",
+        "xid",
+        node,
+        "absent",
+        None,
+        None,
+        start + 2 * scene.window.step,
+        window=2 * scene.window.step,
+        gpu=str(gpu),
+        err_code=str(drain),
+    )
+    if node.csv == "extended":
+        expectations += scene.expect(
+            f"the Xid count collector counted Xid {drain} on {node.name} GPU {gpu}",
+            "dcgm",
+            "xid_count",
+            node,
+            "value",
+            "==",
+            1,
+            start + scene.window.step,
+            raw=True,
+            gpu=str(gpu),
+            xid=str(drain),
+        )
+    return Fault(
+        "xid_overwritten",
+        start,
+        end,
+        target,
+        f"Xid {drain} overwritten by Xid {follow_on} on {node.name} GPU {gpu}",
+        (*effects, *_reset_after(scene, node, end)),
+        tuple(expectations),
+    )
+
+
+@kind(
     "dbe",
     INF,
     "Uncorrectable (double-bit) ECC error: volatile and aggregate DBE counters +1, an "
