@@ -444,6 +444,8 @@ def _job_mapping_missing(ctx: Context) -> list[Alert]:
     def slurm_gpus(count: int) -> Series:
         return series(ctx, "slurm", signal, f"{count}x{samples}", node="n1", **test_labels)
 
+    barely_busy = 1.1 * busy  # the fault just over the busy threshold, so that the cases pin it
+
     return [
         _node_alert(ctx)(
             "ExporterJobMappingMissing",
@@ -460,8 +462,12 @@ def _job_mapping_missing(ctx: Context) -> list[Alert]:
             fired_by=("prolog_not_writing",),
             **standard_cases(
                 when,
-                fault="two busy GPUs without hpc_job on a node running a job",
-                fault_series=[_busy_gpu(ctx, 0.9, samples, "0"), _busy_gpu(ctx, 0.9, samples, "1"), slurm_gpus(2)],
+                fault="two GPUs just over the busy threshold without hpc_job on a node running a job",
+                fault_series=[
+                    _busy_gpu(ctx, barely_busy, samples, "0"),
+                    _busy_gpu(ctx, barely_busy, samples, "1"),
+                    slurm_gpus(2),
+                ],
                 expect=[alert(**ctx.cluster_labels, node="n1")],
                 healthy="busy GPUs labelled with their job",
                 healthy_series=[_busy_gpu(ctx, 0.9, samples, hpc_job="7"), slurm_gpus(1)],

@@ -578,8 +578,8 @@ def _thermal_violation(gpus: _TestGpu) -> Alert:
         fired_by=("thermal",),
         **standard_cases(
             throttled,
-            fault="throttled 70% of the time",
-            fault_series=[violation_counter(0.7, hpc_job="7")],
+            fault="throttled just over the threshold's share of the time",
+            fault_series=[violation_counter(1.1 * violation, hpc_job="7")],
             expect=[gpus.on_gpu(hpc_job="7")],
             healthy="healthy GPU: the counter does not move",
             healthy_series=[gpus.dcgm("thermal_violation", t.held(5, lasting))],
@@ -606,11 +606,11 @@ def _temperature_high(gpus: _TestGpu) -> Alert:
         fired_by=("thermal",),
         **standard_cases(
             hot,
-            fault="GPU at 92 C",
-            fault_series=[gpus.dcgm("gpu_temperature", "92x40", hpc_job="7")],
+            fault="GPU just over the limit",
+            fault_series=[gpus.dcgm("gpu_temperature", f"{1.1 * limit:g}x40", hpc_job="7")],
             expect=[gpus.on_gpu(hpc_job="7")],
-            healthy="busy GPU at 72 C",
-            healthy_series=[gpus.dcgm("gpu_temperature", "72x40", hpc_job="7")],
+            healthy="busy GPU well under the limit",
+            healthy_series=[gpus.dcgm("gpu_temperature", f"{0.85 * limit:g}x40", hpc_job="7")],
             pending="hot for less than the for: duration",
             also_silent=[hot.silent("exactly at the limit", [gpus.dcgm("gpu_temperature", f"{limit}x40")])],
         ),
@@ -643,9 +643,9 @@ def _nvlink_errors(gpus: _TestGpu) -> Alert:
         fired_by=("nvlink_errors",),
         **standard_cases(
             counting,
-            fault="NVLink replays at 15/s",
+            fault="NVLink replays just over the limit",
             fault_series=[
-                errors("nvlink_replay_errors", 15, hpc_job="7"),
+                errors("nvlink_replay_errors", 1.1 * replays / 60, hpc_job="7"),
                 errors("nvlink_crc_flit_errors", 0, hpc_job="7"),
             ],
             expect=[gpus.on_gpu(hpc_job="7")],
@@ -654,15 +654,15 @@ def _nvlink_errors(gpus: _TestGpu) -> Alert:
             pending="replay errors for less than the for: duration",
             also_fires=[
                 counting.fires(
-                    "CRC errors at 120/s, flit and data together",
-                    [errors("nvlink_crc_flit_errors", 90), errors("nvlink_crc_data_errors", 30)],
+                    "CRC errors just over the limit, flit and data together",
+                    [errors("nvlink_crc_flit_errors", 0.9 * crc), errors("nvlink_crc_data_errors", 0.2 * crc)],
                     [gpus.on_gpu()],
                 )
             ],
             also_silent=[
                 counting.silent(
-                    "CRC errors at 90/s and replays at 0.8/min: under DCGM's limits",
-                    [errors("nvlink_crc_flit_errors", 90), errors("nvlink_replay_errors", 0.8 / 60)],
+                    "CRC and replay errors just under DCGM's limits",
+                    [errors("nvlink_crc_flit_errors", 0.9 * crc), errors("nvlink_replay_errors", 0.8 * replays / 60)],
                 )
             ],
         ),
@@ -773,8 +773,8 @@ def _pcie_replay_rate(gpus: _TestGpu) -> Alert:
         fired_by=_simulated(gpus, "pcie_replay_storm"),
         **standard_cases(
             counting,
-            fault="a replay storm at 200/s",
-            fault_series=[replay(t.rising(200, lasting), hpc_job="7")],
+            fault="replays just over the limit",
+            fault_series=[replay(t.rising(1.1 * replays / 60, lasting), hpc_job="7")],
             expect=[gpus.on_gpu(hpc_job="7")],
             healthy="healthy link: a few replays since boot, none now",
             healthy_series=[replay(t.held(3, lasting))],

@@ -210,13 +210,16 @@ def _error_rate(ctx: Context, row: _ErrorRate) -> Alert:
         fired_by=row.fired_by,
         **standard_cases(
             when,
-            fault=f"twice the threshold for longer than {for_}",
-            fault_series=[per_second(2 * threshold), _port(ctx, row.signal, f"0x{START + scrapes}", device="mlx5_1")],
+            fault=f"just over the threshold for longer than {for_}",
+            fault_series=[
+                per_second(1.1 * threshold),
+                _port(ctx, row.signal, f"0x{START + scrapes}", device="mlx5_1"),
+            ],
             expect=_on_node(ctx),
             healthy="a clean port",
             healthy_series=[_port(ctx, row.signal, f"0x{START + scrapes}")],
             pending=f"above the threshold for less than {for_}",
-            pending_series=[per_second(2 * threshold)],
+            pending_series=[per_second(1.1 * threshold)],
             also_silent=[when.silent("just under the threshold", [per_second(0.9 * threshold)])],
         ),
     )
@@ -306,9 +309,10 @@ def _link_flapping(ctx: Context) -> Alert:
         silent_on=[
             Case("no down", at=within, series=[_port(ctx, "ib_link_downed", f"3x{window_s // step}")]),
             Case(
-                "a single down (a port that went down and stayed down, or a peer reboot)",
+                f"{flaps - 1} downs, one short of flapping (by default a single down: a port that went down and "
+                "stayed down, or a peer reboot)",
                 at=within,
-                series=[flapping(window_s // step, times=1)],
+                series=[flapping(window_s // step, times=flaps - 1)],
             ),
             Case(
                 f"{flaps} downs, but longer ago than {window}",

@@ -154,6 +154,8 @@ def _falco_critical(events: _Events) -> Alert:
     critical = events.ctx.thresholds.security_falco_critical_priority
     priorities = {"priority": one_of([str(priority) for priority in range(critical + 1)])}
     ssh = "Disallowed SSH Connection"
+    # The configured level, the one above it (more severe) and the one just below it, as Falco writes them.
+    level, above, below = str(critical), str(max(critical - 1, 0)), str(critical + 1)
     return events.event_alert(
         "SecurityFalcoCritical",
         severity="critical",
@@ -164,33 +166,33 @@ def _falco_critical(events: _Events) -> Alert:
         "the Falco output on the node for the process, user and job, and isolate the node if it is real.",
         fires_on=[
             Case(
-                "the first Critical match creates the series at 1",
+                "the first match at the configured priority (Critical by default) creates the series at 1",
                 at=events.appears_at,
-                series=[events.falco(APPEAR, SHELL, "2")],
-                expect=events.on_node(rule_name=SHELL, priority="2"),
+                series=[events.falco(APPEAR, SHELL, level)],
+                expect=events.on_node(rule_name=SHELL, priority=level),
             ),
             Case(
-                "an Alert-priority rule that matched before matches again",
+                "a rule of a more severe priority (Alert by default) that matched before matches again",
                 at=duration(32 * events.step),  # the scrape after the second match
-                series=[events.falco("1x30 2x30", ssh, "1", node="n2")],
-                expect=events.on_node("n2", rule_name=ssh, priority="1"),
+                series=[events.falco("1x30 2x30", ssh, above, node="n2")],
+                expect=events.on_node("n2", rule_name=ssh, priority=above),
             ),
         ],
         silent_on=[
             Case(
                 "no critical rule has matched",
                 at=duration(40 * events.step),
-                series=[events.falco("0+1x40", UNRELATED_RULE, "4")],
+                series=[events.falco("0+1x40", UNRELATED_RULE, below)],
             ),
             Case(
-                "an Error-priority match, just below Critical",
+                "a match just below the configured priority (Error by default)",
                 at=events.appears_at,
-                series=[events.falco(APPEAR, UNRELATED_RULE, "3")],
+                series=[events.falco(APPEAR, UNRELATED_RULE, below)],
             ),
             Case(
-                f"a Critical match older than {events.window}",
+                f"a match at the configured priority older than {events.window}",
                 at=events.quiet_at,
-                series=events.old_then_quiet(events.falco, rule=SHELL, priority="2"),
+                series=events.old_then_quiet(events.falco, rule=SHELL, priority=level),
             ),
         ],
     )

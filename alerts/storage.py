@@ -224,6 +224,11 @@ class _Data:
     def fill_length(self) -> int:
         return self.fill.hold // self.fill.step + 40
 
+    def fill_start(self, share: float) -> int:
+        """Used thousandths at `share` of storage_fill_min_ratio. A fault starting just over it (1.03) has grown to
+        about 1.15 times it when its case is evaluated (at the default horizon): a ratio 25% higher silences it."""
+        return round(self.thresholds.storage_fill_min_ratio * share * 1000)
+
     def growth(self, pace: float) -> float:
         """Used thousandths per scrape that reach full within pace x the horizon (1.5: well within; 0.4: after)."""
         horizon_scrapes = duration_seconds(self.thresholds.storage_fill_horizon) // self.fill.step
@@ -240,8 +245,8 @@ class _Data:
         return self.full.hold // self.full.step + 20
 
     def filled(self, over: int) -> str:
-        """Used thousandths: 80% for FULL_FROM scrapes, then `over`."""
-        return f"800x{FULL_FROM - 1} {over}x{self.full_length}"
+        """Used thousandths: just under the full ratio for FULL_FROM scrapes, then `over`."""
+        return f"{_full_levels(self)[2]}x{FULL_FROM - 1} {over}x{self.full_length}"
 
 
 def _filesystem_filling_up(data: _Data) -> Alert:
@@ -258,8 +263,8 @@ def _filesystem_filling_up(data: _Data) -> Alert:
         "staging, core dumps, logs).",
         **standard_cases(
             data.fill,
-            fault=f"half full and growing to full in well under {horizon}",
-            fault_series=data.mount(f"500+{fast}x{length}"),
+            fault=f"just over {thresholds.storage_fill_min_ratio:.0%} used and growing to full in well under {horizon}",
+            fault_series=data.mount(f"{data.fill_start(1.03)}+{fast}x{length}"),
             expect=data.on(node="n1", mountpoint="/raid", fstype="ext4"),
             healthy="a steady filesystem",
             healthy_series=data.mount(f"600x{length}"),
@@ -270,7 +275,7 @@ def _filesystem_filling_up(data: _Data) -> Alert:
                 ),
                 data.fill.silent(
                     f"growing fast but less than {thresholds.storage_fill_min_ratio:.0%} used",
-                    data.mount(f"100+{fast}x{length}"),
+                    data.mount(f"{data.fill_start(0.8)}+{fast}x{length}"),
                 ),
                 data.fill.silent(
                     "a shared mount: each client sees it; Lustre has its own alerts",
@@ -296,8 +301,9 @@ def _lustre_filling_up(data: _Data) -> Alert:
         fired_by=("fs_filling",),
         **standard_cases(
             data.fill,
-            fault="an OST filling fast fills the filesystem",
-            fault_series=data.ost(0, f"400+{2 * fast}x{length}") + data.ost(1, f"400x{length}"),
+            fault="an OST filling fast fills the filesystem, just over the used ratio",
+            fault_series=data.ost(0, f"{data.fill_start(1.03)}+{2 * fast}x{length}")
+            + data.ost(1, f"{data.fill_start(1.03)}x{length}"),
             expect=data.on(fs="scratch"),
             healthy="a steady filesystem",
             healthy_series=data.ost(0, f"400x{length}") + data.ost(1, f"600x{length}"),
@@ -450,7 +456,7 @@ def _checkpoint_write_stalled(data: _Data) -> Alert:
         """Writes from the job's stop on, at this rate over its two OSTs."""
         return job_writes(f"0x{stop} 0+{bytes_per_second / 2 * when.step:.12g}x{run}")
 
-    stuck = progress + trickle(stalled / 10)
+    stuck = progress + trickle(stalled * 0.9)
     return data.storage_alert("hpc_job")(
         "StorageCheckpointWriteStalled",
         severity="critical",
@@ -467,7 +473,7 @@ def _checkpoint_write_stalled(data: _Data) -> Alert:
         fired_by=("checkpoint_stall",),
         **standard_cases(
             when,
-            fault="no step, writes down to a trickle",
+            fault="no step, writes just under the stall threshold",
             fault_series=stuck + [job_info(ctx, "42", "1x400", job_name="pretrain")],
             expect=data.on(hpc_job="42", **JOB_OWNER),
             healthy="training and not writing (between checkpoints)",
@@ -517,8 +523,8 @@ def _nfs_retransmissions(data: _Data) -> Alert:
         "server is slow or unreachable and processes on the node block on /home or other NFS mounts.",
         **standard_cases(
             when,
-            fault="retransmitting at twice the threshold",
-            fault_series=retransmissions(2 * rate),
+            fault="retransmitting just over the threshold",
+            fault_series=retransmissions(1.1 * rate),
             expect=data.on(node="n1"),
             healthy="no retransmission",
             healthy_series=retransmissions(0),

@@ -211,8 +211,8 @@ def _straggler(jobs: _TestJob) -> Alert:
         fired_by=("straggler",),
         **standard_cases(
             when,
-            fault="rank 3 takes twice as long per step",
-            fault_series=four_ranks(1.0),
+            fault=f"a slowest rank just under the {ratio} ratio",
+            fault_series=four_ranks(round(0.5 / ratio / 0.9, 3)),
             expect=jobs.owned(rank="3", node="n2"),
             healthy="balanced ranks",
             healthy_series=four_ranks(0.5),
@@ -262,8 +262,9 @@ def _step_time_regression(jobs: _TestJob) -> Alert:
         "(sequence length, data loading).",
         **standard_cases(
             when,
-            fault="step time doubles",
-            fault_series=regressed(1.0),
+            # 1.2x the factor (not less): the new step time must dominate the rate window by the onset.
+            fault=f"step time rises to 1.2 times {factor}x",
+            fault_series=regressed(round(0.5 * factor * 1.2, 3)),
             expect=jobs.owned(),
             healthy="a steady job",
             healthy_series=regressed(0.5),
@@ -374,8 +375,8 @@ def _nccl_collective_slow(jobs: _TestJob) -> Alert:
         fired_by=("nccl_latency_spike",),
         **standard_cases(
             when,
-            fault="AllReduce 8x slower",
-            fault_series=all_reduce_at(8000),
+            fault=f"AllReduce just over {factor}x slower",
+            fault_series=all_reduce_at(1000 * factor * 1.1),
             expect=jobs.owned(collective="AllReduce"),
             healthy="steady collectives",
             healthy_series=all_reduce_at(1000),
@@ -413,8 +414,8 @@ def _throughput_drop(jobs: _TestJob) -> Alert:
         fired_by=("straggler",),
         **standard_cases(
             when,
-            fault="tokens/s halves",
-            fault_series=steps_per_scrape_after(2.0),
+            fault=f"a drop to just under {drop:.0%}",
+            fault_series=steps_per_scrape_after(round(4.0 * drop * 0.9, 3)),
             expect=jobs.owned(),
             healthy="steady throughput",
             healthy_series=steps_per_scrape_after(4.0),
