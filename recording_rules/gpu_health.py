@@ -1,6 +1,10 @@
 """GPU health beyond the unhealthy count: Xid codes and classes, row remapping, NVLink errors, per node
 and cluster (docs/recording-rules.md). dcgm-exporter only (the AMD exporter has no Xid, row-remap or NVLink field).
 
+The fleet block (`hpcobs-gpu-fleet`, read by alerts/gpu_fleet.py) counts what must agree across a cluster's nodes:
+GPUs per node whose ECC is off now or after their next reset, and nodes per driver version, so the drift alerts
+compare a few series per node or per version instead of scanning every GPU of the fleet.
+
 Xid counts exist only where a GPU reported one (a condition count): GPUs per node by the code of their
 last Xid, classed with NVIDIA's Xid catalogue (hpcobs/exporters/catalogue/dcgm.yaml `xid_classes`; a code in two
 classes takes the first listed, e.g. 79 is fell_off_bus before drain; unlisted codes are "other").
@@ -9,7 +13,7 @@ classes takes the first listed, e.g. 79 is fell_off_bus before drain; unlisted c
 from hpcobs.authoring.context import Context
 from hpcobs.authoring.rules import Group, Record
 from hpcobs.authoring.ruletest import Case, Series, sample
-from hpcobs.authoring.synthetic import dcgm
+from hpcobs.authoring.synthetic import dcgm, gpu_utilization
 from hpcobs.lang.promql import ABOVE_ZERO, aggregate, label_replace
 
 GPU = ("node", "gpu")
@@ -27,6 +31,12 @@ def groups(ctx: Context) -> list[Group]:
             rules=[_gpus_by_xid(ctx), _gpus_row_remap(ctx), _nvlink_errors(ctx)],
         ),
         Group("hpcobs-gpu-health-cluster", domain="gpu", interval=ctx.evaluation_interval, rules=[_cluster_xids(ctx)]),
+        Group(
+            "hpcobs-gpu-fleet",
+            domain="gpu",
+            interval=ctx.evaluation_interval,
+            rules=[_gpus_ecc_disabled(ctx), _driver_nodes(ctx)],
+        ),
     ]
 
 
@@ -162,6 +172,95 @@ def _cluster_xids(ctx: Context) -> Record:
                     sample(2, **cluster_labels, err_code="48", xid_class="drain"),
                     sample(1, **cluster_labels, err_code="13", xid_class="application"),
                     sample(1, **cluster_labels, err_code="999", xid_class="other"),
+                ],
+            )
+        ],
+    )
+
+
+# -- GPU fleet: what must agree across nodes (alerts/gpu_fleet.py) ------------------------------------------------
+
+# NVML's nvmlEnableState_t, the value of DCGM_FI_DEV_ECC_CURRENT and DCGM_FI_DEV_ECC_PENDING: 0 disabled, 1 enabled.
+ECC_DISABLED = 0
+
+
+def _gpus_ecc_disabled(ctx: Context) -> Record:
+    """GPUs per node with ECC off now (`current`), and GPUs with ECC on now that turn it off at their next reset
+    (`pending`: someone ran nvidia-smi -e 0). A GPU off now that turns it back on is still `current`."""
+    cluster_labels = ctx.cluster_labels
+
+    def disabled(signal: str) -> str:
+        return ctx.select("dcgm", [signal], GPU, when=("==", ECC_DISABLED))
+
+    def state(name: str, gpus: str) -> str:
+        return label_replace(aggregate("count", (ctx.cluster, "node"), gpus), "state", "", "", name)
+
+    def ecc(signal: str, mode: int, node: str, gpu: str) -> Series:
+        return dcgm(ctx, signal, f"{mode}x10", node=node, gpu=gpu)
+
+    pending_off = f"{disabled('ecc_pending')} unless on ({ctx.cluster}, node, gpu) {disabled('ecc_mode')}"
+    return Record(
+        "node:gpus_ecc_disabled:count",
+        f"{state('current', disabled('ecc_mode'))} or {state('pending', pending_off)}",
+        tests=[
+            Case(
+                "n1: GPU 0 off (being turned back on), GPU 1 on but off after its reset, GPU 2 on; n2 all on",
+                at="4m",
+                series=[
+                    ecc("ecc_mode", 0, "n1", "0"),
+                    ecc("ecc_pending", 1, "n1", "0"),
+                    ecc("ecc_mode", 1, "n1", "1"),
+                    ecc("ecc_pending", 0, "n1", "1"),
+                    ecc("ecc_mode", 1, "n1", "2"),
+                    ecc("ecc_pending", 1, "n1", "2"),
+                    ecc("ecc_mode", 1, "n2", "0"),
+                    ecc("ecc_pending", 1, "n2", "0"),
+                ],
+                expect=[
+                    sample(1, **cluster_labels, node="n1", state="current"),
+                    sample(1, **cluster_labels, node="n1", state="pending"),
+                ],
+            ),
+            Case(
+                "a GPU off now and after its reset is counted once, as current",
+                at="4m",
+                series=[ecc("ecc_mode", 0, "n1", "0"), ecc("ecc_pending", 0, "n1", "0")],
+                expect=[sample(1, **cluster_labels, node="n1", state="current")],
+            ),
+        ],
+    )
+
+
+def _driver_nodes(ctx: Context) -> Record:
+    """Nodes per driver version in each cluster, from the driver label dcgm-exporter writes on every GPU series
+    (the CSV's `label` row DCGM_FI_DRIVER_VERSION, DCGM_FI_SYSTEM_DRIVER_VERSION from 4.9; read through
+    node:gpus_by_model:count). One series per version: the majority GpuDriverDrift compares a node with."""
+    cluster = ctx.cluster
+    version = ctx.sources["dcgm"].versions[0]
+    driver = str(ctx.sources["dcgm"].canonical_labels(version)["driver"])
+
+    def node_on(node: str, release: str, gpus: str = "01") -> list[Series]:
+        return [gpu_utilization(ctx, "0.5x10", node=node, gpu=gpu, vendor="dcgm", **{driver: release}) for gpu in gpus]
+
+    return Record(
+        "cluster:gpu_driver_nodes:count",
+        aggregate(
+            "count",
+            (cluster, "driver"),
+            aggregate("group", (cluster, "node", "driver"), 'node:gpus_by_model:count{driver!=""}'),
+        ),
+        tests=[
+            Case(
+                "two nodes on 550.127.05, one on 535.183.01: nodes, not GPUs, per driver",
+                at="4m",
+                series=[
+                    *node_on("n1", "550.127.05"),
+                    *node_on("n2", "550.127.05", "0123"),
+                    *node_on("n3", "535.183.01"),
+                ],
+                expect=[
+                    sample(2, **ctx.cluster_labels, driver="550.127.05"),
+                    sample(1, **ctx.cluster_labels, driver="535.183.01"),
                 ],
             )
         ],

@@ -31,6 +31,10 @@ class Thresholds:
     gpu_nvlink_replay_errors_per_minute: float  # a non-negative number
     gpu_link_errors_for: Duration
     gpu_count_lookback: Duration
+    # alerts/gpu_fleet.py
+    gpu_fabric_not_ready_for: Duration
+    gpu_driver_drift_for: Duration
+    gpu_values_frozen_window: Duration
     # alerts/logs.py
     log_event_window: Duration
     log_nccl_warn_lines: int  # a whole number of log lines, at least 1

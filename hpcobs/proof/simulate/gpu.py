@@ -7,10 +7,11 @@ A model returns one or more (extra labels, values) parts: most return one, Xid/h
 
 from __future__ import annotations
 
+import itertools
 from collections.abc import Callable, Iterator
 from functools import cached_property
 
-from hpcobs.exporters.labels import DCGM_EXP_WINDOW_MS, amd_gpu_labels, dcgm_gpu_labels
+from hpcobs.exporters.labels import DCGM_EXP_WINDOW_MS, DRIVER, amd_gpu_labels, dcgm_gpu_labels
 from hpcobs.proof.simulate.core import Family, accumulate, seeded, to_unit, trailing_count, where, window_mask
 from hpcobs.proof.simulate.model import AMD_VRAM_MIB, GPU_FB_MIB, GPU_FB_RESERVED_MIB, Node
 
@@ -28,6 +29,9 @@ CLOCK_EVENTS = (
     "hw_power_brake",
     "display_clocks",
 )
+# dcgmFabricManagerStatus_t (NVIDIA/DCGM dcgm_structs.h): the simulated GPUs are H100 SXM on an NVSwitch board, so
+# they report success once Fabric Manager has trained the fabric, and not started while it does not run.
+FM_NOT_STARTED, FM_SUCCESS = 1, 3
 HEALTH_WATCHES = ("PCIE", "NVLINK", "PMU", "MCU", "MEM", "SM", "INFOROM", "THERMAL", "POWER", "DRIVER", "ALL")
 # Optional dcgm fields that the shipped etc/default-counters.csv enables (dcgm-exporter repository); the others
 # only exist on nodes whose CSV enables them (Node.csv == "extended").
@@ -244,6 +248,10 @@ DCGM: dict[str, Callable[[Gpu], list[tuple[dict, list]]]] = {
     "clock_events": _clock_event_parts,
     "xid_count": _xid_count_parts,
     "health_status": _health_parts,
+    # GPU fleet signals (alerts/gpu_fleet.py): fabric state and ECC mode (1 enabled, NVML's nvmlEnableState_t).
+    "fabric_manager_status": one(lambda g: g.during("fabric_not_ready", [FM_SUCCESS] * g.n, FM_NOT_STARTED)),
+    "ecc_mode": one(lambda g: [1] * g.n),
+    "ecc_pending": one(lambda g: [1 - f for f in g.flag()]),
 }
 
 
@@ -285,20 +293,49 @@ def _dcgm_series(sim, signal: str, metrics: dict, nodes: list[Node]):
         metric = metrics[node.version]
         target = sim.target("dcgm", node.name)
         scraped = sim.scraped("dcgm", node.index)
+        frozen = sim.faults.windows("dcgm_frozen", node.index)
+        drivers = _drivers(sim, node)
         for gpu in range(node.gpus):
             lost = sim.faults.mask("gpu_lost", node.index, gpu)
             present = _and(scraped, [not x for x in lost] if lost else None)
             base = {**dcgm_gpu_labels(source, node.version, node.name, gpu), **target}
+            driver_label = source.exporter.info_labels(node.version)[-1]
             variants = sim.job_variants(node.index, gpu)
             for extra, values in model(Gpu(sim, node, gpu, signal)):
                 raw = to_unit(values, metric)
-                if present is not None:
-                    raw = where(present, raw)
-                for job, mask in variants:
-                    labels = {**base, **extra}
+                for (job, mask), (driver, running) in itertools.product(variants, drivers):
+                    labels = {**base, **extra, driver_label: driver}
                     if job is not None:
                         labels["hpc_job"] = job.id
-                    yield labels, where(mask, raw) if mask is not None else raw
+                    served = _held(_only(_and(mask, running), raw), frozen)
+                    yield labels, served if present is None else where(present, served)
+
+
+def _drivers(sim, node: Node) -> list[tuple[str, list[bool] | None]]:
+    """The driver label a node's series carry over time (the CSV's DCGM_FI_DRIVER_VERSION label row, read from DCGM
+    at each collection): the fleet's driver, or another one from a `driver` effect on (a node reimaged with another
+    image); a new label value is a new series."""
+    changes = sim.faults.effects("driver", node.index)
+    if not changes:
+        return [(DRIVER, None)]
+    other = window_mask(sim.window.steps, [(e.start, e.end) for e in changes])
+    return [(DRIVER, [not m for m in other]), (changes[0].get("version"), other)]
+
+
+def _only(mask: list[bool] | None, values: list) -> list:
+    return values if mask is None else where(mask, values)
+
+
+def _held(values: list, windows: list[tuple[int, int]]) -> list:
+    """dcgm-exporter before 3.1.3-3.1.2 keeps serving its last output when a collection fails, as after an
+    nv-hostengine restart (pkg/dcgmexporter/pipeline.go Run `continue`, server.go serving the cached string, tag
+    3.0.4-3.0.0; NVIDIA/gpu-monitoring-tools issue 188): every series repeats, or stays absent as, its sample
+    before the window."""
+    out = list(values)
+    for start, end in windows:
+        last = out[start - 1] if start > 0 else None
+        out[start:end] = [last] * (min(end, len(out)) - start)
+    return out
 
 
 def _and(a: list[bool] | None, b: list[bool] | None) -> list[bool] | None:

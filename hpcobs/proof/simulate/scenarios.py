@@ -1446,6 +1446,147 @@ def _exporter_down(scene: Scene, spec: Spec, start: int, end: int) -> Fault:
     )
 
 
+# -- GPU fleet signals (alerts/gpu_fleet.py) -------------------------------------------------------------------------
+# Each on a hero node the other scenarios leave alone (they take the first and the last), with the extended CSV.
+OLD_DRIVER = "535.183.01"  # a driver branch older than the fleet's (hpcobs.exporters.labels.DRIVER)
+
+
+def _spare_hero(scene: Scene, spec: Spec, position: int) -> Node:
+    hero = scene.cluster.roles.hero
+    node = scene.node(spec, hero[position % len(hero)] if hero else None)
+    if node.csv != "extended":
+        raise scene.refuse(f"{node.name} runs the default CSV, without the optional fields", "name another node=")
+    return node
+
+
+@kind(
+    "fabric_not_ready",
+    1800,
+    "An NVSwitch node reboots and nvidia-fabricmanager does not start: every GPU's fabric state stays NOT_STARTED "
+    "(DCGM_FI_DEV_FABRIC_MANAGER_STATUS 1, extended CSV), then success once it runs. Default: second hero node.",
+    targets=("node",),
+)
+def _fabric_not_ready(scene: Scene, spec: Spec, start: int, end: int) -> Fault:
+    if not scene.sources["dcgm"].enabled:
+        raise scene.refuse("needs dcgm-exporter", "set exporters.dcgm.enabled: true in the config")
+    node = _spare_hero(scene, spec, 1)
+    s, e = scene.idx(start), scene.idx(end)
+    effects = (
+        Effect("driver_reload", (node.index,), s, s + 1),
+        *(Effect("fabric_not_ready", (node.index, gpu), s, e) for gpu in range(node.gpus)),
+    )
+    expectations = scene.expect(
+        f"{node.name} GPU 0 not in the fabric",
+        "dcgm",
+        "fabric_manager_status",
+        node,
+        "value",
+        "==",
+        1,
+        start + scene.window.step,
+        raw=True,
+        gpu="0",
+    )
+    return Fault(
+        "fabric_not_ready",
+        start,
+        end,
+        {"node": node.name},
+        f"Fabric Manager not started on {node.name}",
+        effects,
+        tuple(expectations),
+    )
+
+
+@kind(
+    "ecc_disabled",
+    INF,
+    "nvidia-smi -e 0 on one GPU: its pending ECC mode turns 0 at once (DCGM_FI_DEV_ECC_PENDING, extended CSV), the "
+    "current mode stays 1 until the GPU's next reset, which does not come. Default: second hero node, GPU 0.",
+    targets=("node", "gpu"),
+)
+def _ecc_disabled(scene: Scene, spec: Spec, start: int, end: int) -> Fault:
+    node = _spare_hero(scene, spec, 1)
+    node, gpu, target = _gpu_fault(scene, replace(spec, node=node.name), None, 0)
+    effects = (Effect("flag", (node.index, gpu), scene.idx(start), scene.idx(end), (("signal", "ecc_pending"),)),)
+    expectations = scene.expect(
+        f"ECC off after the next reset on {node.name} GPU {gpu}",
+        "dcgm",
+        "ecc_pending",
+        node,
+        "value",
+        "==",
+        0,
+        start + scene.window.step,
+        raw=True,
+        gpu=str(gpu),
+    )
+    return Fault(
+        "ecc_disabled", start, end, target, f"ECC pending off on {node.name} GPU {gpu}", effects, tuple(expectations)
+    )
+
+
+@kind(
+    "dcgm_values_frozen",
+    1800,
+    "dcgm-exporter on one node keeps serving its last output (as releases before 3.1.3-3.1.2 do once nv-hostengine "
+    "restarts): every series repeats its value, up stays 1. Default: third hero node.",
+    targets=("node",),
+)
+def _values_frozen(scene: Scene, spec: Spec, start: int, end: int) -> Fault:
+    node = _spare_hero(scene, spec, 2)
+    effects = (Effect("dcgm_frozen", (node.index,), scene.idx(start), scene.idx(end)),)
+    expectations = scene.expect(
+        f"{node.name} GPU 0's energy counter does not move",
+        "dcgm",
+        "energy",
+        node,
+        "changes",
+        "==",
+        0,
+        start + 600,
+        window=300,
+        raw=True,
+        gpu="0",
+    )
+    return Fault(
+        "dcgm_values_frozen",
+        start,
+        end,
+        {"node": node.name},
+        f"dcgm-exporter values frozen on {node.name}",
+        effects,
+        tuple(expectations),
+    )
+
+
+@kind(
+    "driver_drift",
+    INF,
+    f"One node comes back on another GPU driver ({OLD_DRIVER}): dcgm-exporter's driver label changes on all its "
+    "series (a new series per GPU and field). Default: fourth hero node.",
+    targets=("node",),
+)
+def _driver_drift(scene: Scene, spec: Spec, start: int, end: int) -> Fault:
+    node = _spare_hero(scene, spec, 3)
+    effects = (Effect("driver", (node.index,), scene.idx(start), scene.idx(end), (("version", OLD_DRIVER),)),)
+    # The driver label's name depends on the node's exporter version: the selector is completed by hand.
+    at = start + 300
+    name, _, labels = scene.selector("dcgm", "gpu_utilization", node, gpu="0")
+    labels[scene.sources["dcgm"].exporter.info_labels(node.version)[-1]] = OLD_DRIVER
+    described = f"{node.name} reports driver {OLD_DRIVER}"
+    expectations = [Expectation("driver_drift", described, name, labels, "present", None, None, at, 240)]
+    return Fault(
+        "driver_drift",
+        start,
+        end,
+        {"node": node.name},
+        f"{node.name} on driver {OLD_DRIVER}",
+        effects,
+        tuple(expectations if scene.fits(at) else ()),
+    )
+
+
 @kind(
     "prolog_not_writing",
     1800,
