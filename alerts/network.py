@@ -8,7 +8,10 @@ port, the selection node:ib_ports_flapped:count reads).
 A port out of service is one page, for its cause: IbPortLinkDown when its physical link is down (cable,
 transceiver, the switch port: hands in the data centre), IbPortNotActive when the link is up but the port was
 never made ACTIVE (INIT or ARMED: the subnet manager's job). The logical state of a port whose physical link is
-down is DOWN too, so IbPortNotActive counts only the ports not ACTIVE beyond those physically down.
+down is DOWN too, so IbPortNotActive reads the ports not ACTIVE whose physical link is up, port by port (raw: a
+comparison of the two per-node counts would go false for an evaluation whenever they are recorded a scrape
+apart, and restart its `for`). A port with its link up is cabled and in use, so no "linked since boot" test is
+needed there: a rail port left in INIT since boot (no subnet manager then) pages too.
 """
 
 from collections.abc import Callable
@@ -375,11 +378,16 @@ def _port_not_active(ctx: Context) -> Alert:
     total = START + length + 21
     init = _out_of_service(ctx, NOT_ACTIVATED, length + 20, "mlx5_1")
     physically_down = _out_of_service(ctx, NO_SIGNAL, length + 20, "mlx5_2")
+    rails, on_port = compute_rails(ctx), ", ".join((ctx.cluster, *PORT))
+
+    def ports(signal: str, comparison: tuple[str, int]) -> str:
+        return ctx.select("node_exporter", [signal], PORT, where=rails, when=comparison)
+
     return _node_alert(ctx)(
         "IbPortNotActive",
         severity="critical",
-        # More ports out of ACTIVE than without a physical link: one has its link up but was never activated.
-        expr="node:ib_ports_not_active:count > (node:ib_ports_link_down:count or 0 * node:ib_ports_not_active:count)",
+        expr=f"count by ({ctx.cluster}, node) ({ports('ib_state', ('!=', ACTIVE))} and on ({on_port}) "
+        f"{ports('ib_physical_state', ('==', LINK_UP))}) > 0",
         for_=for_,
         summary="An InfiniBand port has its link up but is not ACTIVE.",
         description=f"{label('node')} ({_where(ctx)}) has had an InfiniBand compute-rail port with its physical link "
@@ -401,7 +409,13 @@ def _port_not_active(ctx: Context) -> Alert:
                     "a port in INIT beside a port without link (IbPortLinkDown's)",
                     init + physically_down,
                     _on_node(ctx),
-                )
+                ),
+                when.fires(
+                    "a port in INIT since boot (no subnet manager then): link up, never ACTIVE, no link lost",
+                    _states(ctx, [(NOT_ACTIVATED, total)], device="mlx5_1")
+                    + [_port(ctx, "ib_link_downed", f"0x{total}", device="mlx5_1")],
+                    _on_node(ctx),
+                ),
             ],
             also_silent=[
                 when.silent(
