@@ -76,7 +76,7 @@ THRESHOLDS = (
         "ib_link_flaps",
         2,
         "Downs of one port within ib_link_flap_window that make it flapping (IbLinkFlapping; one down is a port that "
-        "went down, IbPortNotActive's case, or a peer reboot).",
+        "went down, IbPortLinkDown's case, or a peer reboot).",
         expected="a whole number of link downs, at least 1",
         whole=True,
         minimum=1,
