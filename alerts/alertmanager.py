@@ -97,9 +97,10 @@ def inhibitions(ctx: Context, reading: Callable[[str], Sequence[Alert]]) -> list
             "target_matchers": ['alertname="GpuAllocatedIdle"'],
             "equal": [cluster, "hpc_job"],
         },
-        # A port that is not ACTIVE is below its rate and discards what it sends (IB alerts are per node).
+        # A port that is not ACTIVE, physically down or not, is below its rate and discards what it sends (IB
+        # alerts are per node).
         {
-            "source_matchers": ['alertname="IbPortNotActive"'],
+            "source_matchers": ['alertname=~"IbPortLinkDown|IbPortNotActive"'],
             "target_matchers": ['alertname=~"IbLinkRateBelowNominal|IbTransmitDiscards"'],
             "equal": [cluster, "node"],
         },

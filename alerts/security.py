@@ -6,6 +6,13 @@ single match. So an event alert fires on a counter that rose within the event wi
 did not exist one window ago (hpcobs.lang.promql.rise_within, which the security records use too). Reading the raw
 counters is cheap here (the selection is filtered on a priority, a few rule names or policies, and only matched
 rules have series) and needed: the records keep per-node totals by priority and per-rule totals without the node.
+
+An alert on matches of a Falco rule takes its severity from that rule's priority, as SecurityFalcoCritical draws the
+line (security_falco_critical_priority): Critical and above pages; Error, Warning and Notice are a ticket for the
+security team's queue (severity warning, which the default routes send to the security channel, not the pager).
+Falco's own levels say how sure a rule is that something is wrong: the shipped outbound rule is Notice (a job
+downloading from the internet is its usual match) and the checkpoint rule Warning (a backup tool or an
+administrator is its usual match), so neither wakes anyone up; a site that wants them paged routes them by name.
 """
 
 from collections.abc import Callable
@@ -13,6 +20,7 @@ from dataclasses import dataclass
 from functools import cached_property, partial
 
 from hpcobs.security import names as security_content
+from hpcobs.security.names import FalcoRule
 
 from hpcobs.authoring.alert_cases import standard_cases, timing
 from hpcobs.authoring.context import Context
@@ -42,8 +50,9 @@ THRESHOLDS = (
     declare.number(
         "security_falco_critical_priority",
         2,
-        "Falco native priority number at or below which a match pages, SecurityFalcoCritical (0 Emergency, "
-        "1 Alert, 2 Critical).",
+        "Falco native priority number at or below which a match pages (0 Emergency, 1 Alert, 2 Critical): "
+        "SecurityFalcoCritical's rules, and the severity of SecurityUnexpectedOutbound and "
+        "SecurityCheckpointForeignRead from their shipped rule's priority (critical at or below it, warning above).",
         expected="a Falco priority number, 0 (Emergency) to 7 (Debug)",
         whole=True,
         minimum=0,
@@ -150,6 +159,12 @@ class _Events:
         return [build(f"1x20 2x{late + 30}", **labels)]
 
 
+def severity(ctx: Context, rule: FalcoRule) -> str:
+    """The severity of an alert on a Falco rule's matches: critical (a page) at the priorities SecurityFalcoCritical
+    pages for, warning (the security team's queue) below them."""
+    return "critical" if int(rule.priority_number) <= ctx.thresholds.security_falco_critical_priority else "warning"
+
+
 def _falco_critical(events: _Events) -> Alert:
     critical = events.ctx.thresholds.security_falco_critical_priority
     priorities = {"priority": one_of([str(priority) for priority in range(critical + 1)])}
@@ -201,10 +216,11 @@ def _falco_critical(events: _Events) -> Alert:
 def _unexpected_outbound(events: _Events) -> Alert:
     rules = events.ctx.thresholds.security_outbound_rules
     outbound = rules[0]
-    priority = security_content.falco_rule(events.ctx.thresholds, "outbound").priority_number
+    shipped = security_content.falco_rule(events.ctx.thresholds, "outbound")
+    priority = shipped.priority_number
     return events.event_alert(
         "SecurityUnexpectedOutbound",
-        severity="critical",
+        severity=severity(events.ctx, shipped),
         expr=events.rose("falco", "rule_matches", ("node", "rule_name"), {"rule_name": one_of(rules)}),
         summary="A compute node opened an unexpected outbound connection.",
         description=f'Falco rule "{label("rule_name")}" matched on {label("node")} ({events.where}) within the last '
@@ -237,12 +253,13 @@ def _checkpoint_foreign_read(events: _Events) -> Alert:
     )
     rule, policy = rules[0], policies[0]
     reads = security_content.checkpoint_foreign_reads(events.ctx.thresholds)
-    priority = security_content.falco_rule(events.ctx.thresholds, "checkpoint").priority_number
+    shipped = security_content.falco_rule(events.ctx.thresholds, "checkpoint")
+    priority = shipped.priority_number
     falco_read = events.falco(KEEPS_MATCHING, rule, priority, node="n3")
     tetragon_read = events.tetragon("_x10 2+0.5x30", policy, node="n3")
     return events.event_alert(
         "SecurityCheckpointForeignRead",
-        severity="critical",
+        severity=severity(events.ctx, shipped),
         expr=f"{events.rose('falco', 'rule_matches', ('node',), reads.falco)} or "
         f"{events.rose('tetragon', 'policy_events', ('node',), reads.tetragon)}",
         summary="A process outside the owning job read a training checkpoint.",

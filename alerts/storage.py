@@ -9,10 +9,21 @@ fullest client view (StorageSharedFilesystemFull). Lustre is watched from its se
 still looks half empty. The per-OST and health reads are raw (no record keeps them) and small: one
 series per OST, one per Lustre host. Filling up reads the recorded forecasts
 (node:filesystem_used_forecast:ratio, fs:lustre_used_forecast:ratio), which the fill panels show too.
+
+Inodes run out apart from space (many small files: an unpacked data set, per-rank logs, checkpoint shards), and
+then every file creation fails with ENOSPC while df still shows free space. The inode alerts judge the same mounts
+as the space ones, through the same selection (the inode ratio joined with the space record's series, which
+carry it), and Lustre per target: an MDT out of inodes refuses new files on the whole filesystem, an OST out of
+objects the stripes placed on it. The inode reads are raw (node_exporter's files and files_free, the Lustre
+exporter's inodes_free and inodes_maximum): a record per mount would double the largest storage record for a
+ratio only these alerts read.
 """
 
+from collections.abc import Callable
 from dataclasses import dataclass
 from functools import cached_property, partial
+
+from hpcobs.recording_rules.storage import MOUNT
 
 from hpcobs.authoring.alert_cases import Timing, standard_cases, timing
 from hpcobs.authoring.context import Context
@@ -28,8 +39,13 @@ from hpcobs.settings.thresholds import Thresholds
 from .training import owned, rank_series
 
 OST = {"component": '="ost"'}
+# The targets that hold a filesystem's inodes: its MDTs (files) and OSTs (objects); the MGS (component "mgt",
+# target "MGS", lustrefs-exporter's snapshots) belongs to no filesystem.
+DATA_TARGETS = {"component": '=~"mdt|ost"'}
 TIB_KIB = 1024**3  # one TiB in the KiB the Lustre exporter reports
 NODE_DISK = 10**12  # a node mount of 1 TB
+NODE_INODES = 64 * 10**6  # its inodes (ext4's default of one per 16 KiB)
+TARGET_INODES = 2 * 10**9  # inodes of a Lustre target in the tests
 # Full filesystems are full from this scrape on in every case.
 FULL_FROM = 6
 
@@ -74,11 +90,20 @@ THRESHOLDS = (
         0.95,
         "Used fraction above which a node mount or a Lustre OST is full (StorageFilesystemFull, StorageLustreOstFull).",
     ),
+    declare.fraction(
+        "storage_inodes_full_ratio",
+        0.95,
+        "Used fraction of its inodes above which a node mount or a Lustre MDT or OST is out of inodes "
+        "(StorageFilesystemInodesFull, StorageSharedFilesystemInodesFull, StorageLustreInodesFull): every file "
+        "creation then fails with ENOSPC. 5% left is where node_exporter's own mixin warns "
+        "(NodeFilesystemAlmostOutOfFiles, docs/node-mixin/alerts/alerts.libsonnet); here it pages like a full disk, "
+        "as jobs on a cluster create files at a rate that empties the rest within hours.",
+    ),
     declare.duration(
         "storage_full_for",
         "5m",
-        "How long a filesystem must stay above storage_full_ratio before StorageFilesystemFull or "
-        "StorageLustreOstFull (a file written then deleted).",
+        "How long a filesystem must stay above storage_full_ratio (storage_inodes_full_ratio for its inodes) before "
+        "its full alert (a file written then deleted).",
     ),
     declare.rate(
         "storage_checkpoint_stalled_bytes_per_second",
@@ -115,9 +140,10 @@ def groups(ctx: Context) -> list[Group]:
     rules = [
         _filesystem_filling_up(data),
         _lustre_filling_up(data),
-        _filesystem_full(data),
-        _shared_filesystem_full(data),
+        *(_filesystem_full(data, measure) for measure in MEASURES),
+        *(_shared_filesystem_full(data, measure) for measure in MEASURES),
         _lustre_ost_full(data),
+        _lustre_inodes_full(data),
         _checkpoint_write_stalled(data),
         _nfs_retransmissions(data),
         _lustre_unhealthy(data),
@@ -182,24 +208,44 @@ class _Data:
             f"or node:filesystem_used:ratio{{{by_mountpoint}{not_lustre}}}"
         )
 
+    def inodes_used(self, mounts: str) -> str:
+        """Used fraction of the inodes of the mounts that `mounts` (a used-space expression by mount) selects."""
+        ctx = self.ctx
+
+        def files(signal: str) -> str:
+            return ctx.select("node_exporter", [signal], MOUNT)
+
+        on = ", ".join((ctx.cluster, *MOUNT))
+        return f"((1 - {files('fs_files_free')} / {files('fs_files')}) and on ({on}) ({mounts}))"
+
     def on(self, **labels: str) -> list[Sample]:
         return [alert(**self.ctx.cluster_labels, **labels)]
 
-    def mount(self, used: str, mountpoint: str = "/raid", node: str = "n1") -> list[Series]:
-        """A node mount of 1 TB; `used` in thousandths as _remaining() reads it."""
+    def mount(self, used: str, mountpoint: str = "/raid", node: str = "n1", inodes: bool = False) -> list[Series]:
+        """A node mount of 1 TB; `used` in thousandths as _remaining() reads it, of its space or its inodes."""
         labels = dict(node=node, device="/dev/md0", mountpoint=mountpoint, fstype="ext4")
-        return self._mount(used, labels)
+        return self._mount(used, labels, inodes)
 
-    def nfs_mount(self, used: str, node: str, mountpoint: str = "/scratch") -> list[Series]:
+    def nfs_mount(self, used: str, node: str, mountpoint: str = "/scratch", inodes: bool = False) -> list[Series]:
         """A shared NFS filesystem of 1 TB as one client's node_exporter reports it."""
         labels = dict(node=node, device=f"nfs01:/export{mountpoint}", mountpoint=mountpoint, fstype="nfs4")
-        return self._mount(used, labels)
+        return self._mount(used, labels, inodes)
 
-    def _mount(self, used: str, labels: dict[str, str]) -> list[Series]:
+    def _mount(self, used: str, labels: dict[str, str], inodes: bool) -> list[Series]:
+        """Its size and available space; with `inodes`, `used` is of its inodes and its space is half used."""
         total, avail = _remaining(used, NODE_DISK)
+        if not inodes:
+            return [
+                series(self.ctx, "node_exporter", "fs_size", total, **labels),
+                series(self.ctx, "node_exporter", "fs_avail", avail, **labels),
+            ]
+        files, free = _remaining(used, NODE_INODES)
+        half = f"{NODE_DISK // 2}x{total.partition('x')[2]}"
         return [
             series(self.ctx, "node_exporter", "fs_size", total, **labels),
-            series(self.ctx, "node_exporter", "fs_avail", avail, **labels),
+            series(self.ctx, "node_exporter", "fs_avail", half, **labels),
+            series(self.ctx, "node_exporter", "fs_files", files, **labels),
+            series(self.ctx, "node_exporter", "fs_files_free", free, **labels),
         ]
 
     def ost(self, index: int, used: str) -> list[Series]:
@@ -209,6 +255,15 @@ class _Data:
         return [
             series(self.ctx, "lustre", "capacity_kib", total, **labels),
             series(self.ctx, "lustre", "available_kib", avail, **labels),
+        ]
+
+    def target_inodes(self, used: str, target: str, node: str, component: str) -> list[Series]:
+        """A Lustre target's inodes; `used` as _remaining() reads it."""
+        maximum, free = _remaining(used, TARGET_INODES)
+        labels = dict(node=node, component=component, target=target)
+        return [
+            series(self.ctx, "lustre", "inodes_max", maximum, **labels),
+            series(self.ctx, "lustre", "inodes_free", free, **labels),
         ]
 
     # -- filling up: the recorded forecast (predict_linear over the fill window) -------------------------
@@ -318,64 +373,113 @@ def _lustre_filling_up(data: _Data) -> Alert:
     )
 
 
-def _full_levels(data: _Data) -> tuple[float, int, int, int]:
-    """The full ratio, and used thousandths above it, just under it, and the length of a steady series."""
-    full = data.thresholds.storage_full_ratio
-    return full, round(full * 1000) + 20, round(full * 1000) - 10, data.full_length + 5
+@dataclass(frozen=True)
+class _Measure:
+    """What a node mount runs out of, space or inodes: one row per pair of node mount alerts (local, shared)."""
+
+    local_alert: str
+    shared_alert: str
+    full: Callable[[Thresholds], float]  # the used ratio it is full at
+    used: Callable[[_Data, str], str]  # used fraction of the mounts a used-space expression selects
+    noun: str  # what the summary says runs out
+    what: str  # how the description says it is full, with {full}
+    local_fails: str  # what fails on the node
+    shared_fails: str  # what fails on every client, and what to do
+    inodes: bool  # whether the test series fill its inodes
 
 
-def _filesystem_full(data: _Data) -> Alert:
-    full, over, under, length = _full_levels(data)
-    for_ = data.thresholds.storage_full_for
-    return data.storage_alert("node")(
+MEASURES = (
+    _Measure(
         "StorageFilesystemFull",
+        "StorageSharedFilesystemFull",
+        lambda thresholds: thresholds.storage_full_ratio,
+        lambda data, mounts: mounts,
+        "is full",
+        "is more than {full:.0%} used",
+        "writes (checkpoint staging, logs, /tmp) are about to fail with ENOSPC.",
+        "jobs writing to it on every node are about to fail with ENOSPC. Find the users writing most (quota, du on "
+        "the server) and free or grow it on the file server.",
+        inodes=False,
+    ),
+    _Measure(
+        "StorageFilesystemInodesFull",
+        "StorageSharedFilesystemInodesFull",
+        lambda thresholds: thresholds.storage_inodes_full_ratio,
+        _Data.inodes_used,
+        "is running out of inodes",
+        "has used more than {full:.0%} of its inodes",
+        "creating files (checkpoint shards, logs, /tmp) is about to fail with ENOSPC while df still shows free space.",
+        "creating files on it from every node is about to fail with ENOSPC while df still shows free space. Find "
+        "who creates most files (quota -s, a file count per directory on the server) and clean up, or grow the "
+        "inode table on the file server.",
+        inodes=True,
+    ),
+)
+
+
+def _full_levels(data: _Data, full: float) -> tuple[int, int, int]:
+    """Used thousandths just above the full ratio and just under it, and the length of a steady series."""
+    return round(full * 1000) + 20, round(full * 1000) - 10, data.full_length + 5
+
+
+def _filesystem_full(data: _Data, measure: _Measure) -> Alert:
+    full = measure.full(data.thresholds)
+    over, under, length = _full_levels(data, full)
+    for_, inodes = data.thresholds.storage_full_for, measure.inodes
+
+    def mount(used: str, mountpoint: str = "/raid") -> list[Series]:
+        return data.mount(used, mountpoint, inodes=inodes)
+
+    return data.storage_alert("node")(
+        measure.local_alert,
         severity="critical",
-        expr=f"{data.local} > {full}",
+        expr=f"{measure.used(data, data.local)} > {full}",
         for_=for_,
-        summary="A node filesystem is full.",
-        description=f"{label('mountpoint')} on {label('node')} ({data.where}) is more than {full:.0%} used: writes "
-        "(checkpoint staging, logs, /tmp) are about to fail with ENOSPC.",
+        summary=f"A node filesystem {measure.noun}.",
+        description=f"{label('mountpoint')} on {label('node')} ({data.where}) {measure.what.format(full=full)}: "
+        f"{measure.local_fails}",
         **standard_cases(
             data.full,
             fault=f"above {full:.0%}",
-            fault_series=data.mount(data.filled(over)),
+            fault_series=mount(data.filled(over)),
             expect=data.on(node="n1", mountpoint="/raid", fstype="ext4"),
             healthy="half full",
-            healthy_series=data.mount(f"500x{length}"),
+            healthy_series=mount(f"500x{length}"),
             pending=f"above {full:.0%} for less than {for_}",
             also_silent=[
-                data.full.silent(f"just under {full:.0%}", data.mount(f"{under}x{length}")),
+                data.full.silent(f"just under {full:.0%}", mount(f"{under}x{length}")),
                 data.full.silent(
-                    "a full shared mountpoint is StorageSharedFilesystemFull's",
-                    data.mount(f"{over}x{length}", mountpoint="/home"),
+                    f"a full shared mountpoint is {measure.shared_alert}'s",
+                    mount(f"{over}x{length}", mountpoint="/home"),
                 ),
                 data.full.silent(
-                    "a full NFS mount every client reports is StorageSharedFilesystemFull's",
-                    data.nfs_mount(f"{over}x{length}", "n1") + data.nfs_mount(f"{over}x{length}", "n2"),
+                    f"a full NFS mount every client reports is {measure.shared_alert}'s",
+                    data.nfs_mount(f"{over}x{length}", "n1", inodes=inodes)
+                    + data.nfs_mount(f"{over}x{length}", "n2", inodes=inodes),
                 ),
             ],
         ),
     )
 
 
-def _shared_filesystem_full(data: _Data) -> Alert:
-    full, over, under, length = _full_levels(data)
+def _shared_filesystem_full(data: _Data, measure: _Measure) -> Alert:
+    full = measure.full(data.thresholds)
+    over, under, length = _full_levels(data, full)
     for_ = data.thresholds.storage_full_for
 
     def everywhere(used: str) -> list[Series]:
         """The same shared filesystem as two clients report it."""
-        return data.nfs_mount(used, "n1") + data.nfs_mount(used, "n2")
+        return data.nfs_mount(used, "n1", inodes=measure.inodes) + data.nfs_mount(used, "n2", inodes=measure.inodes)
 
     return data.storage_alert()(
-        "StorageSharedFilesystemFull",
+        measure.shared_alert,
         severity="critical",
-        expr=f"max by ({data.ctx.cluster}, mountpoint) ({data.shared}) > {full}",
+        expr=f"max by ({data.ctx.cluster}, mountpoint) ({measure.used(data, data.shared)}) > {full}",
         for_=for_,
-        summary="A shared filesystem is full.",
-        description=f"The shared filesystem mounted at {label('mountpoint')} ({data.where}) is more than {full:.0%} "
-        "used as its fullest client sees it: jobs writing to it on every node are about to fail with ENOSPC. Find "
-        "the users writing most (quota, du on the server) and free or grow it on the file server.",
-        fired_by=("shared_fs_full",),
+        summary=f"A shared filesystem {measure.noun}.",
+        description=f"The shared filesystem mounted at {label('mountpoint')} ({data.where}) "
+        f"{measure.what.format(full=full)} as its fullest client sees it: {measure.shared_fails}",
+        fired_by=() if measure.inodes else ("shared_fs_full",),
         **standard_cases(
             data.full,
             fault=f"above {full:.0%} on every client",
@@ -386,14 +490,18 @@ def _shared_filesystem_full(data: _Data) -> Alert:
             pending=f"above {full:.0%} for less than {for_}",
             also_silent=[
                 data.full.silent(f"just under {full:.0%}", everywhere(f"{under}x{length}")),
-                data.full.silent("a full local mount is StorageFilesystemFull's", data.mount(f"{over}x{length}")),
+                data.full.silent(
+                    f"a full local mount is {measure.local_alert}'s",
+                    data.mount(f"{over}x{length}", inodes=measure.inodes),
+                ),
             ],
         ),
     )
 
 
 def _lustre_ost_full(data: _Data) -> Alert:
-    full, over, under, length = _full_levels(data)
+    full = data.thresholds.storage_full_ratio
+    over, under, length = _full_levels(data, full)
     for_, by = data.thresholds.storage_full_for, ("fs", "target", "node")
     used = (
         f"1 - {data.ctx.select('lustre', ['available_kib'], by, op='sum', where=OST)} "
@@ -419,6 +527,60 @@ def _lustre_ost_full(data: _Data) -> Alert:
             pending=f"above {full:.0%} for less than {for_}",
             pending_series=data.ost(0, data.filled(over)),
             also_silent=[data.full.silent(f"just under {full:.0%}", data.ost(0, f"{under}x{length}"))],
+        ),
+    )
+
+
+def _lustre_inodes_full(data: _Data) -> Alert:
+    full = data.thresholds.storage_inodes_full_ratio
+    over, under, length = _full_levels(data, full)
+    for_, by = data.thresholds.storage_full_for, ("fs", "target", "node", "component")
+    ctx = data.ctx
+    used = (
+        f"1 - {ctx.select('lustre', ['inodes_free'], by, op='sum', where=DATA_TARGETS)} "
+        f"/ {ctx.select('lustre', ['inodes_max'], by, op='sum', where=DATA_TARGETS)}"
+    )
+
+    def mdt(used: str) -> list[Series]:
+        return data.target_inodes(used, "scratch-MDT0000", "mds01", "mdt")
+
+    def ost(used: str) -> list[Series]:
+        return data.target_inodes(used, "scratch-OST0000", "oss01", "ost")
+
+    return data.storage_alert("fs")(
+        "StorageLustreInodesFull",
+        severity="critical",
+        expr=f"{used} > {full}",
+        for_=for_,
+        summary="A Lustre MDT or OST is running out of inodes.",
+        description=f"{label('component')} {label('target')} of Lustre filesystem {label('fs')} on {label('node')} "
+        f"({data.where}) has used more than {full:.0%} of its inodes: on an MDT every file creation on the "
+        "filesystem is about to fail with ENOSPC, on an OST the creation of files striped on it, whatever space is "
+        "left. Find who creates most files (lfs quota -u/-p, jobstats open/mknod) and clean up.",
+        fired_by=("lustre_inodes",),
+        **standard_cases(
+            data.full,
+            fault=f"the MDT above {full:.0%} of its inodes",
+            fault_series=mdt(data.filled(over)) + ost(f"400x{length}"),
+            expect=data.on(fs="scratch", target="scratch-MDT0000", node="mds01", component="mdt"),
+            healthy="inodes half used",
+            healthy_series=mdt(f"500x{length}") + ost(f"400x{length}"),
+            pending=f"above {full:.0%} for less than {for_}",
+            pending_series=mdt(data.filled(over)),
+            also_fires=[
+                data.full.fires(
+                    "an OST out of objects",
+                    ost(data.filled(over)),
+                    data.on(fs="scratch", target="scratch-OST0000", node="oss01", component="ost"),
+                )
+            ],
+            also_silent=[
+                data.full.silent(f"just under {full:.0%}", mdt(f"{under}x{length}")),
+                data.full.silent(
+                    "the MGS belongs to no filesystem",
+                    data.target_inodes(f"{over}x{length}", "MGS", "mds01", "mgt"),
+                ),
+            ],
         ),
     )
 

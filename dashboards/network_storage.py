@@ -211,6 +211,12 @@ def _errors(ctx: Context) -> Row:
                 "Nodes with port problems",
                 [
                     Column(
+                        f"node:ib_ports_link_down:count{{{in_cluster}}} > 0",
+                        "Link down",
+                        PROBLEM,
+                        cell="color-background",
+                    ),
+                    Column(
                         f"node:ib_ports_not_active:count{{{in_cluster}}} > 0",
                         "Not ACTIVE",
                         PROBLEM,
@@ -226,9 +232,9 @@ def _errors(ctx: Context) -> Row:
                 labels=["node"],
                 width=8,
                 links=(common.node_link(ctx, UID, "Ports"),),
-                shows=("ib_port_down", "ib_link_degraded"),
-                description="Nodes with ports not ACTIVE or trained below the nominal rate; "
-                "click a node for its ports.",
+                shows=("ib_port_down", "ib_port_init", "ib_link_degraded"),
+                description="Nodes with ports without physical link, not ACTIVE (with or without link) or trained "
+                "below the nominal rate; click a node for its ports.",
             ),
         ],
     )
@@ -268,13 +274,20 @@ def _ports(ctx: Context) -> Row:
                     ),
                     Column(port_increase("ib_link_downed"), "Link downs (1h)", PROBLEM, cell="color-text"),
                     Column(port_increase("ib_symbol_errors"), "Symbol errors (1h)", PROBLEM, cell="color-text"),
+                    Column(port_increase("ib_link_error_recovery"), "Link recoveries (1h)", PROBLEM, cell="color-text"),
+                    Column(
+                        port_increase("ib_local_link_integrity_errors"),
+                        "Link integrity errors (1h)",
+                        PROBLEM,
+                        cell="color-text",
+                    ),
                 ],
                 labels=["device", "port"],
                 width=24,
                 height=7,
                 description="Every InfiniBand port of the node: logical state (1 Down, 2 Init, 3 Armed, 4 Active), "
-                "physical state (2 Polling, 3 Disabled, 5 LinkUp), link rate and the last hour's errors "
-                "(raw node_exporter series).",
+                "physical state (2 Polling, 3 Disabled, 5 LinkUp), link rate and the last hour's link downs, "
+                "symbol errors, link error recoveries and link integrity errors (raw node_exporter series).",
             ),
             timeseries(
                 "Transmit per port",

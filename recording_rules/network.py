@@ -11,7 +11,11 @@ collector emits every port of every RDMA device with no link-layer label (docs/e
 storage rail or a 200G management HCA would otherwise count as a slow compute port forever. A port that is not
 ACTIVE counts only once it has had a link since boot (link_downed above zero): the unused second port of an
 HCA sits DOWN from boot with a zero counter and is no fault. The rate of a port is judged only while it is
-ACTIVE: a port without link reports whatever rate the driver keeps for it."""
+ACTIVE: a port without link reports whatever rate the driver keeps for it.
+
+Ports whose physical link is down (physical state other than LinkUp: Polling with no signal from the peer,
+Disabled) are counted apart from those not ACTIVE: a port that is physically up but not ACTIVE (INIT, ARMED) is
+waiting for the subnet manager, a different fault with a different fix (alerts/network.py)."""
 
 from hpcobs.authoring.context import Context
 from hpcobs.authoring.rules import Group, Record
@@ -23,6 +27,11 @@ from hpcobs.lang.promql import ABOVE_ZERO, aggregate, spread
 
 PORT = ("node", "device", "port")
 ACTIVE = 4  # node_infiniband_state_id: 4 = ACTIVE (node_exporter infiniband_linux.go)
+DOWN = 1  # node_infiniband_state_id: 1 = DOWN
+INIT = 2  # node_infiniband_state_id: 2 = INIT, the physical link is up, the subnet manager has not activated the port
+LINK_UP = 5  # node_infiniband_physical_state_id: 5 = LinkUp (node_exporter infiniband_linux.go)
+POLLING = 2  # node_infiniband_physical_state_id: 2 = Polling, no signal from the peer (cable, transceiver, peer port)
+DISABLED = 3  # node_infiniband_physical_state_id: 3 = Disabled
 
 
 # Per-node rates of a port counter: record, node_exporter signal, test description, expected rate on n1.
@@ -42,7 +51,7 @@ RATES = (
 # Cluster sums of a per-node record: record, per-node record, test description, expected value.
 CLUSTER_SUMS = (
     ("cluster:ib_transmit_bytes:rate", "node:ib_transmit_bytes:rate", "fabric-wide bytes per second sent", 150e6),
-    ("cluster:ib_ports_not_active:count", "node:ib_ports_not_active:count", "ports not ACTIVE in the cluster", 1),
+    ("cluster:ib_ports_not_active:count", "node:ib_ports_not_active:count", "ports not ACTIVE in the cluster", 2),
 )
 # Spreads across nodes of a per-node record (what the fleet panels draw over time): record, per-node record,
 # node_exporter signal of the test's five nodes.
@@ -108,10 +117,10 @@ def _port(ctx: Context, signal: str, values: str, node: str = "n1", device: str 
 
 
 def _fabric(ctx: Context) -> list[Series]:
-    """Shared by every test: three HCAs on n1 (one healthy, one gone down that still reports a rate, one ACTIVE but
-    slow) and a flapping port on n2; n3 has the ports node_exporter reports beside the compute rails and that are
-    no fault: the unused second port of an HCA (DOWN since boot) and, when the site names its rails, an Ethernet
-    storage rail at 200 Gb/s."""
+    """Shared by every test: three HCAs on n1 (one healthy, one gone down, physically too, that still reports a rate,
+    one ACTIVE but slow), a flapping port and a port left in INIT with its physical link up on n2; n3 has the ports
+    node_exporter reports beside the compute rails and that are no fault: the unused second port of an HCA (DOWN
+    and Disabled since boot) and, when the site names its rails, an Ethernet storage rail at 200 Gb/s."""
     nominal = ctx.thresholds.ib_port_rate_bytes_per_second
     t = ctx.timeline
     return [
@@ -126,8 +135,13 @@ def _fabric(ctx: Context) -> list[Series]:
         _port(ctx, "ib_port_xmit_wait", t.rising(10000, t.span)),
         _port(ctx, "ib_link_downed", f"{t.held(0, '30m')} {t.held(1, '30m')} {t.held(2, '30m')}", node="n2"),
         _port(ctx, "ib_state", t.held(ACTIVE, t.span)),
+        _port(ctx, "ib_physical_state", t.held(LINK_UP, t.span)),
         _port(ctx, "ib_state", t.held(1, t.span), device="mlx5_1"),
+        _port(ctx, "ib_physical_state", t.held(POLLING, t.span), device="mlx5_1"),
         _port(ctx, "ib_link_downed", t.held(1, t.span), device="mlx5_1"),
+        _port(ctx, "ib_state", t.held(INIT, t.span), node="n2", device="mlx5_3"),
+        _port(ctx, "ib_physical_state", t.held(LINK_UP, t.span), node="n2", device="mlx5_3"),
+        _port(ctx, "ib_link_downed", t.held(1, t.span), node="n2", device="mlx5_3"),
         _port(ctx, "ib_rate", t.held(nominal, t.span)),
         _port(ctx, "ib_rate", t.held(nominal // 2, t.span), device="mlx5_1"),
         _port(ctx, "ib_state", t.held(ACTIVE, t.span), device="mlx5_2"),
@@ -139,6 +153,7 @@ def _ports_beside_the_rails(ctx: Context) -> list[Series]:
     t, nominal = ctx.timeline, ctx.thresholds.ib_port_rate_bytes_per_second
     unused = [
         _port(ctx, "ib_state", t.held(1, t.span), node="n3", port="2"),
+        _port(ctx, "ib_physical_state", t.held(DISABLED, t.span), node="n3", port="2"),
         _port(ctx, "ib_link_downed", t.held(0, t.span), node="n3", port="2"),
         _port(ctx, "ib_rate", t.held(nominal // 40, t.span), node="n3", port="2"),
     ]
@@ -222,7 +237,27 @@ def _port_states(ctx: Context, fabric: list[Series]) -> list[Record]:
             ),
             tests=[
                 Case(
-                    "compute-rail ports not ACTIVE that have had a link since boot; an unused port is left out",
+                    "compute-rail ports not ACTIVE that have had a link since boot, whatever their physical state; an "
+                    "unused port is left out",
+                    at=ctx.timeline.settled,
+                    series=fabric,
+                    expect=[sample(1, **n1), sample(1, **cluster_labels, node="n2")],
+                )
+            ],
+        ),
+        Record(
+            "node:ib_ports_link_down:count",
+            aggregate(
+                "count",
+                (cluster, "node"),
+                f"{ctx.select('node_exporter', ['ib_physical_state'], PORT, where=rails)} != {LINK_UP} "
+                f"and on ({on_port}) "
+                + ctx.select("node_exporter", ["ib_link_downed"], PORT, where=rails, when=ABOVE_ZERO),
+            ),
+            tests=[
+                Case(
+                    "compute-rail ports whose physical link is not LinkUp and that have had a link since boot; a port "
+                    "in INIT with its link up and an unused port are left out",
                     at=ctx.timeline.settled,
                     series=fabric,
                     expect=[sample(1, **n1)],

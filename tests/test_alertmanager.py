@@ -5,11 +5,12 @@ import re
 
 import pytest
 import yaml
-from hpcobs.alerts import logs
+from hpcobs.alerts import logs, security
 
 from hpcobs.authoring.context import Context
 from hpcobs.authoring.rules import Alert
 from hpcobs.build import tools, validate
+from hpcobs.settings import config as config_module
 
 AM = "alertmanager/alertmanager.yml"
 
@@ -48,7 +49,11 @@ def test_no_inline_secrets(generated):
         ({"alertname": "TrainingNcclCollectiveSlow", "team": "ml-platform", "severity": "warning"}, ["ml-platform"]),
         ({"alertname": "IbPortNotActive", "team": "network", "severity": "critical"}, ["network"]),
         ({"alertname": "StorageFilesystemFillingUp", "team": "storage", "severity": "warning"}, ["storage"]),
-        ({"alertname": "SecurityFalcoCritical", "team": "security", "severity": "critical"}, ["security"]),
+        (
+            {"alertname": "SecurityFalcoCritical", "team": "security", "severity": "critical"},
+            ["security-pager", "security"],
+        ),
+        ({"alertname": "SecurityUnexpectedOutbound", "team": "security", "severity": "warning"}, ["security"]),
         ({"alertname": "SlurmNodesDown", "team": "slurm-admins", "severity": "warning"}, ["slurm-admins"]),
         ({"alertname": "SlurmJobEnded", "team": "none", "severity": "info"}, ["blackhole"]),
         ({"alertname": "Unrouted", "team": "nobody", "severity": "info"}, ["default"]),
@@ -57,6 +62,35 @@ def test_no_inline_secrets(generated):
 def test_routing_table(generated_tree, labels, receivers):
     result = tools.routes_test(generated_tree / AM, labels, receivers)
     assert result.ok, result.output
+
+
+def security_alerts(config) -> list[Alert]:
+    return [rule for group in security.groups(Context(config)) for rule in group.rules if isinstance(rule, Alert)]
+
+
+def test_only_critical_security_alerts_page(generated_tree, config):
+    """The security team's pager gets the alerts that need a response now; every other security alert (a Notice or
+    Warning Falco rule, an enforcement, a blind sensor) reaches its queue only: Alertmanager routes each as built."""
+    for built in security_alerts(config):
+        expected = ["security-pager", "security"] if built.severity == "critical" else ["security"]
+        result = tools.routes_test(generated_tree / AM, {"alertname": built.alert, **built.all_labels()}, expected)
+        assert result.ok, (built.alert, result.output)
+
+
+@pytest.mark.parametrize(
+    "critical_priority, severities",
+    [
+        # Falco's levels: the shipped outbound rule is Notice (5), the checkpoint rule Warning (4).
+        (2, {"SecurityUnexpectedOutbound": "warning", "SecurityCheckpointForeignRead": "warning"}),
+        (4, {"SecurityUnexpectedOutbound": "warning", "SecurityCheckpointForeignRead": "critical"}),
+        (5, {"SecurityUnexpectedOutbound": "critical", "SecurityCheckpointForeignRead": "critical"}),
+    ],
+)
+def test_a_falco_rules_alert_pages_only_at_the_priorities_that_page(tmp_path, critical_priority, severities):
+    site = tmp_path / "site.yaml"
+    site.write_text(f"thresholds: {{security_falco_critical_priority: {critical_priority}}}\n")
+    built = {rule.alert: rule.severity for rule in security_alerts(config_module.load(site))}
+    assert {name: built[name] for name in severities} == severities
 
 
 def test_job_alerts_are_grouped_by_job(generated):

@@ -593,8 +593,8 @@ def test_a_site_receivers_list_that_replaces_the_defaults_is_blamed_for_their_re
         "which no longer exists; list it too, or set alertmanager.default_receiver as well",
         "config error: SITE: alertmanager.receivers: this list replaced the one of config/default.yaml (lists "
         "replace, mappings merge), but alertmanager.routes of config/default.yaml still name 'blackhole', "
-        "'job-owner', 'gpu-ops-pager', 'gpu-ops', 'network', 'storage', 'ml-platform', 'security', 'slurm-admins', "
-        "which no longer exist; list them too, or set alertmanager.routes as well",
+        "'job-owner', 'gpu-ops-pager', 'gpu-ops', 'network', 'storage', 'ml-platform', 'security-pager', 'security', "
+        "'slurm-admins', which no longer exist; list them too, or set alertmanager.routes as well",
     ]
     # Routes the site writes itself are its own lines.
     assert (

@@ -46,6 +46,8 @@ class Thresholds:
     ib_port_not_active_for: Duration
     ib_link_flap_window: Duration
     ib_link_flaps: int  # a whole number of link downs, at least 1
+    ib_link_error_recoveries: int  # a whole number of recoveries, at least 1
+    ib_link_integrity_errors: int  # a whole number of errors, at least 1
     ib_symbol_errors_per_second: float  # a positive number per second
     ib_receive_errors_per_second: float  # a positive number per second
     ib_transmit_discards_per_second: float  # a positive number per second
@@ -72,6 +74,7 @@ class Thresholds:
     storage_fill_min_ratio: float  # a ratio above 0 and at most 1, such as 0.8
     storage_fill_for: Duration
     storage_full_ratio: float  # a ratio above 0 and at most 1, such as 0.8
+    storage_inodes_full_ratio: float  # a ratio above 0 and at most 1, such as 0.8
     storage_full_for: Duration
     storage_checkpoint_stalled_bytes_per_second: float  # a positive number per second
     storage_checkpoint_stall_for: Duration

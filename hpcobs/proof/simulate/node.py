@@ -71,6 +71,7 @@ class Port:
         self.rng = seeded(sim.seed, "ib", signal, node.name, hca)
         self.key = (node.index, hca)
         self.down = [True] * self.n if role == "unused" else sim.faults.mask("ib_down", *self.key)
+        self.init = sim.faults.mask("ib_init", *self.key) or [False] * self.n
         self.flap_downs = self._flaps()
         base_rate = {"compute": IB_RATE, "unused": UNUSED_PORT_RATE, "storage": STORAGE_RAIL_RATE}[role]
         self.rate = [base_rate] * self.n
@@ -87,7 +88,8 @@ class Port:
 
     @property
     def link_down(self) -> list[bool]:
-        mask = list(self.down) if self.down else [False] * self.n
+        """Scrapes without traffic: the link down, or up but not ACTIVE (INIT carries no data)."""
+        mask = [d or i for d, i in zip(self.down or [False] * self.n, self.init)]
         for i in self.flap_downs:
             mask[i] = True
         return mask
@@ -110,21 +112,36 @@ class Port:
         r = self.rng.random
         return [per_second * (0.5 + r()) if m else 0.0 for m in mask]
 
-    def flap_count(self, extra_for_down: bool = True) -> list[float]:
-        """+1 at each flap and at the start of each down window; an unused port never had a link to lose."""
+    def flap_count(self) -> list[float]:
+        """+1 at each flap and at the start of each down or INIT window (the port lost its link: a peer switch
+        rebooting while the subnet manager is away leaves it in INIT); an unused port never had a link to lose."""
         if self.role == "unused":
             return [0.0] * self.n
         inc = [0.0] * self.n
         for i in self.flap_downs:
             inc[i] += 1
-        if extra_for_down:
-            for effect in self.sim.faults.effects("ib_down", *self.key):
+        for kind in ("ib_down", "ib_init"):
+            for effect in self.sim.faults.effects(kind, *self.key):
                 if effect.start < self.n:
                     inc[effect.start] += 1
         return accumulate(inc, self.rng.randrange(3))
 
-    def state(self, up: int, down: int, polling: int | None = None) -> list[int]:
-        states = [down if d else up for d in (self.down or [False] * self.n)]
+    def link_errors(self, per_event: float, initial: int) -> list[float]:
+        """A counter since boot that adds `per_event` at each of the port's link error recoveries (ib_link_errors:
+        one every `period` seconds). A flap adds nothing: IBTA counts a recovery that fails, and downs the link,
+        in LinkDownedCounter only (node_exporter's HELP: link_downed "failed to recover", link_error_recovery
+        "successfully recovered")."""
+        inc = [0.0] * self.n
+        for effect in self.sim.faults.effects("ib_link_errors", *self.key):
+            period = max(1, effect.get("period") // self.step)
+            for i in range(effect.start, min(effect.end, self.n), period):
+                inc[i] += per_event
+        return accumulate(inc, initial)
+
+    def state(self, up: int, down: int, init: int, polling: int | None = None) -> list[int]:
+        """The logical or physical state at each scrape: ACTIVE/LinkUp, DOWN/Disabled, INIT (the logical state
+        INIT, the physical LinkUp) or, for one scrape of a flap, Polling."""
+        states = [down if d else init if i else up for d, i in zip(self.down or [False] * self.n, self.init)]
         for i in self.flap_downs:
             states[i] = polling if polling is not None else down
         return states
@@ -145,8 +162,9 @@ def _initial(port: Port, scale: float) -> float:
 
 
 IB: dict[str, Callable[[Port], list]] = {
-    "ib_state": lambda p: p.state(4, 1),
-    "ib_physical_state": lambda p: p.state(5, 3, polling=2),
+    # node_exporter's state_id (4 ACTIVE, 1 DOWN, 2 INIT) and physical_state_id (5 LinkUp, 3 Disabled, 2 Polling).
+    "ib_state": lambda p: p.state(4, 1, init=2),
+    "ib_physical_state": lambda p: p.state(5, 3, init=5, polling=2),
     "ib_rate": lambda p: p.rate,
     "ib_port_rcv_bytes": lambda p: p.counter(p.traffic(), _initial(p, 1e15)),
     "ib_port_xmit_bytes": lambda p: p.counter(p.traffic(), _initial(p, 1e15)),
@@ -165,13 +183,7 @@ IB: dict[str, Callable[[Port], list]] = {
     "ib_legacy_multicast_rcv_packets": lambda p: p.counter([0.5] * p.n, _initial(p, 1e6)),
     "ib_legacy_multicast_xmit_packets": lambda p: p.counter([0.2] * p.n, _initial(p, 1e6)),
     "ib_link_downed": lambda p: p.flap_count(),
-    "ib_link_error_recovery": lambda p: accumulate(
-        [
-            a + b * p.step
-            for a, b in zip([float(i in p.flap_downs) for i in range(p.n)], p.events("ib_symbol_errors", 0.002))
-        ],
-        p.rng.randrange(5),
-    ),
+    "ib_link_error_recovery": lambda p: p.link_errors(1, p.rng.randrange(5)),
     "ib_port_rcv_errors": lambda p: p.counter(p.events("ib_symbol_errors", 0.5), p.rng.randrange(10)),
     "ib_port_rcv_discards": lambda p: p.counter(p.events("ib_congestion", 2.0), p.rng.randrange(10)),
     "ib_port_xmit_discards": lambda p: p.counter(p.events("ib_congestion", 5.0), p.rng.randrange(10)),
@@ -182,10 +194,13 @@ IB: dict[str, Callable[[Port], list]] = {
     ),
     "ib_port_rcv_constraint_errors": lambda p: [0] * p.n,
     "ib_port_xmit_constraint_errors": lambda p: [0] * p.n,
-    "ib_symbol_errors": lambda p: p.counter(p.events("ib_symbol_errors", 3.0), p.rng.randrange(3)),
+    # A link error recovery follows a burst of symbol errors that crossed the port's LocalPhyErrors limit.
+    "ib_symbol_errors": lambda p: [
+        a + b for a, b in zip(p.counter(p.events("ib_symbol_errors", 3.0), p.rng.randrange(3)), p.link_errors(10, 0))
+    ],
     "ib_port_rcv_remote_physical_errors": lambda p: [0] * p.n,
     "ib_port_rcv_switch_relay_errors": lambda p: [0] * p.n,
-    "ib_local_link_integrity_errors": lambda p: [0] * p.n,
+    "ib_local_link_integrity_errors": lambda p: p.link_errors(1, 0),
     "ib_excessive_buffer_overrun_errors": lambda p: [0] * p.n,
     "ib_vl15_dropped": lambda p: [0] * p.n,
 }

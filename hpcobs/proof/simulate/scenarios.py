@@ -24,6 +24,7 @@ from hpcobs.lang.promql import duration, duration_seconds, si_factor
 from hpcobs.proof.simulate.core import UP, Window, seeded, window_mask
 from hpcobs.proof.simulate.expect import Expectation
 from hpcobs.proof.simulate.model import FOREVER, LUSTRE_FS, LUSTRE_OST_KIB, NFS_SCRATCH, Cluster, Job, Node
+from hpcobs.proof.simulate.storage import MDT_KIB
 from hpcobs.proof.simulate.training import allreduce_time_us
 from hpcobs.security import names as security_content
 from hpcobs.settings.thresholds import Thresholds
@@ -943,10 +944,76 @@ def _ib_down(scene: Scene, spec: Spec, start: int, end: int) -> Fault:
 
 
 @kind(
+    "ib_port_init",
+    900,
+    "An IB port loses its link and comes back without the subnet manager to activate it: state 2 (INIT), "
+    "physical state 5 (LinkUp), link_downed +1, no traffic. Default: last hero node, mlx5_4 port 1.",
+    targets=("node", "hca"),
+)
+def _ib_init(scene: Scene, spec: Spec, start: int, end: int) -> Fault:
+    node, hca, target = _ib_fault(scene, spec, scene.hero(-1), 4)
+    effects = (Effect("ib_init", (node.index, hca), scene.idx(start), scene.idx(end)),)
+    at = start + scene.window.step
+    expectations = scene.expect(
+        "port state INIT", "node_exporter", "ib_state", node, "value", "==", 2, at, raw=True, device=hca, port="1"
+    )
+    expectations += scene.expect(
+        "physical link up",
+        "node_exporter",
+        "ib_physical_state",
+        node,
+        "value",
+        "==",
+        5,
+        at,
+        raw=True,
+        device=hca,
+        port="1",
+    )
+    return Fault(
+        "ib_port_init", start, end, target, f"IB {hca} left in INIT on {node.name}", effects, tuple(expectations)
+    )
+
+
+@kind(
+    "ib_link_errors",
+    1800,
+    "A marginal IB link retrains every 4 minutes without going down: link_error_recovery +1, "
+    "local_link_integrity_errors +1 and a burst of 10 symbol errors each time. Default: first hero node, mlx5_5.",
+    targets=("node", "hca"),
+)
+def _ib_link_errors(scene: Scene, spec: Spec, start: int, end: int) -> Fault:
+    node, hca, target = _ib_fault(scene, spec, scene.hero(0), 5)
+    effects = (Effect("ib_link_errors", (node.index, hca), scene.idx(start), scene.idx(end), (("period", 240),)),)
+    at = min(end, start + 900)
+    expectations = [
+        expectation
+        for signal in ("ib_link_error_recovery", "ib_local_link_integrity_errors")
+        for expectation in scene.expect(
+            f"{signal} counts the recoveries",
+            "node_exporter",
+            signal,
+            node,
+            "increase",
+            ">=",
+            2,
+            at,
+            window=min(900, at),
+            raw=True,
+            device=hca,
+            port="1",
+        )
+    ]
+    return Fault(
+        "ib_link_errors", start, end, target, f"IB {hca} retraining on {node.name}", effects, tuple(expectations)
+    )
+
+
+@kind(
     "ib_link_flap",
     1200,
-    "An IB link flaps every 3 minutes (one scrape down, polling), link_downed and "
-    "link_error_recovery count each flap. Default: last hero node, mlx5_2.",
+    "An IB link flaps every 3 minutes (one scrape down, polling); link_downed counts each flap (a failed "
+    "recovery, so link_error_recovery does not). Default: last hero node, mlx5_2.",
     targets=("node", "hca"),
 )
 def _ib_flap(scene: Scene, spec: Spec, start: int, end: int) -> Fault:
@@ -1090,6 +1157,30 @@ def _fs_filling(scene: Scene, spec: Spec, start: int, end: int) -> Fault:
                 Expectation("fs_filling", "OST nearly full", name, labels, "value", "<", 0.05 * LUSTRE_OST_KIB, at)
             )
     return Fault("fs_filling", start, end, {"target": target}, f"{target} filling up", effects, tuple(expectations))
+
+
+@kind(
+    "lustre_inodes",
+    2400,
+    "A job unpacks millions of small files on Lustre: the scratch MDT's inodes go from ~6% to 98% used over the "
+    "duration while its space barely moves.",
+)
+def _lustre_inodes(scene: Scene, spec: Spec, start: int, end: int) -> Fault:
+    target = f"{LUSTRE_FS}-MDT0000"
+    effects = (Effect("inode_fill", (target,), scene.idx(start), scene.idx(end)),)
+    at = min(end, scene.window.duration - scene.window.step)
+    expectations = []
+    if scene.sources["lustre"].enabled and end < INF:
+        name, _, labels = scene.selector("lustre", "inodes_free", None, component="mdt", target=target)
+        labels["instance"] = f"mds01:{_port('lustre')}"
+        if scene.fits(at) and at >= end - 60:
+            maximum = MDT_KIB * 1024.0 / 1048576
+            expectations.append(
+                Expectation("lustre_inodes", "MDT nearly out of inodes", name, labels, "value", "<", 0.05 * maximum, at)
+            )
+    return Fault(
+        "lustre_inodes", start, end, {"target": target}, f"{target} running out of inodes", effects, tuple(expectations)
+    )
 
 
 @kind(

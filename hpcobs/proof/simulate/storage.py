@@ -85,6 +85,17 @@ def lustre_used_fraction(sim, ost: str) -> list[float]:
     return out
 
 
+def lustre_inodes_used(sim, target: str, used: list[float]) -> list[float]:
+    """Used share of a target's inodes: half its used space (files of ~2 MiB average), or filling towards 98% over
+    lustre_inodes' duration (millions of small files), then staying."""
+    out = [u / 2 for u in used]
+    for effect in sim.faults.effects("inode_fill", f"{LUSTRE_FS}-{target}"):
+        length = max(1, effect.end - effect.start)
+        for i in range(effect.start, sim.window.steps):
+            out[i] = out[i] + (0.98 - out[i]) * min(1.0, (i - effect.start + 1) / length)
+    return out
+
+
 class JobIO:
     def __init__(self, sim):
         self.sim = sim
@@ -213,7 +224,7 @@ def families(sim) -> Iterator[Family]:
         "available_kib": gauge(lambda t: [capacity(t) * (1 - u) * 0.97 for u in used(t)]),
         "capacity_kib": gauge(lambda t: [capacity(t)] * n),
         "free_kib": gauge(lambda t: [capacity(t) * (1 - u) for u in used(t)]),
-        "inodes_free": gauge(lambda t: [capacity(t) / 1048576 * (1 - u / 2) for u in used(t)]),
+        "inodes_free": gauge(lambda t: [capacity(t) / 1048576 * (1 - u) for u in lustre_inodes_used(sim, t, used(t))]),
         "inodes_max": gauge(lambda t: [capacity(t) / 1048576] * n),
         "connected_clients": gauge(lambda t: [len(sim.cluster.nodes)] * n),
     }
