@@ -299,9 +299,9 @@ class _Data:
     def full_length(self) -> int:
         return self.full.hold // self.full.step + 20
 
-    def filled(self, over: int) -> str:
-        """Used thousandths: just under the full ratio for FULL_FROM scrapes, then `over`."""
-        return f"{_full_levels(self)[2]}x{FULL_FROM - 1} {over}x{self.full_length}"
+    def filled(self, under: int, over: int) -> str:
+        """Used thousandths: `under` (just under the full ratio) for FULL_FROM scrapes, then `over`."""
+        return f"{under}x{FULL_FROM - 1} {over}x{self.full_length}"
 
 
 def _filesystem_filling_up(data: _Data) -> Alert:
@@ -441,7 +441,7 @@ def _filesystem_full(data: _Data, measure: _Measure) -> Alert:
         **standard_cases(
             data.full,
             fault=f"above {full:.0%}",
-            fault_series=mount(data.filled(over)),
+            fault_series=mount(data.filled(under, over)),
             expect=data.on(node="n1", mountpoint="/raid", fstype="ext4"),
             healthy="half full",
             healthy_series=mount(f"500x{length}"),
@@ -483,7 +483,7 @@ def _shared_filesystem_full(data: _Data, measure: _Measure) -> Alert:
         **standard_cases(
             data.full,
             fault=f"above {full:.0%} on every client",
-            fault_series=everywhere(data.filled(over)),
+            fault_series=everywhere(data.filled(under, over)),
             expect=data.on(mountpoint="/scratch"),
             healthy="half full",
             healthy_series=everywhere(f"500x{length}"),
@@ -520,12 +520,12 @@ def _lustre_ost_full(data: _Data) -> Alert:
         **standard_cases(
             data.full,
             fault=f"one OST above {full:.0%}",
-            fault_series=data.ost(0, data.filled(over)) + data.ost(1, f"400x{length}"),
+            fault_series=data.ost(0, data.filled(under, over)) + data.ost(1, f"400x{length}"),
             expect=data.on(fs="scratch", target="scratch-OST0000", node="oss01"),
             healthy="OSTs half full",
             healthy_series=data.ost(0, f"500x{length}") + data.ost(1, f"400x{length}"),
             pending=f"above {full:.0%} for less than {for_}",
-            pending_series=data.ost(0, data.filled(over)),
+            pending_series=data.ost(0, data.filled(under, over)),
             also_silent=[data.full.silent(f"just under {full:.0%}", data.ost(0, f"{under}x{length}"))],
         ),
     )
@@ -561,16 +561,16 @@ def _lustre_inodes_full(data: _Data) -> Alert:
         **standard_cases(
             data.full,
             fault=f"the MDT above {full:.0%} of its inodes",
-            fault_series=mdt(data.filled(over)) + ost(f"400x{length}"),
+            fault_series=mdt(data.filled(under, over)) + ost(f"400x{length}"),
             expect=data.on(fs="scratch", target="scratch-MDT0000", node="mds01", component="mdt"),
             healthy="inodes half used",
             healthy_series=mdt(f"500x{length}") + ost(f"400x{length}"),
             pending=f"above {full:.0%} for less than {for_}",
-            pending_series=mdt(data.filled(over)),
+            pending_series=mdt(data.filled(under, over)),
             also_fires=[
                 data.full.fires(
                     "an OST out of objects",
-                    ost(data.filled(over)),
+                    ost(data.filled(under, over)),
                     data.on(fs="scratch", target="scratch-OST0000", node="oss01", component="ost"),
                 )
             ],
