@@ -10,8 +10,8 @@ collect simply produce no series: those alerts stay silent, they never fire on a
 Hardware alerts are keyed by the GPU (cluster, node, gpu) and what is wrong with it (err_code, clock_event, ...),
 never by the job on it: dcgm-exporter labels a GPU's series with the jobs of the prolog's mapping file, which the
 epilog empties, so a sticky state keyed by the job would resolve and fire again with every job. The jobs on the GPU
-are their `jobs` annotation instead, read at evaluation (JOBS_ON_GPU). Only GpuXidApplicationClass, the job's own
-alert, carries `hpc_job`.
+are their `jobs` annotation instead, read at evaluation (JOBS_ON_GPU_TEMPLATE). GpuXidApplicationClass, the job's
+own alert, carries `hpc_job`.
 Runbooks: docs/runbooks/gpu.md, one section per alert.
 """
 
@@ -39,7 +39,7 @@ from hpcobs.settings import declare
 from hpcobs.settings.names import DashboardUid, Team
 
 GPU = ("node", "gpu")
-JOB = ("hpc_job",)  # the label of the job an alert is about: GpuXidApplicationClass's, no hardware alert's
+JOB = ("hpc_job",)  # the job an alert is about: GpuXidApplicationClass's (GpuTemperatureHigh still keys on it too)
 # The jobs on a GPU, for a hardware alert's `jobs` annotation: the GPU-to-job mapping (gpu:job:info, one series per
 # job holding the GPU) and each job's owner where its job-info series is there (job:slurm_job_info:max), queried
 # when the alert is evaluated. Label values enter the queries quoted by Go's %q, which PromQL reads back.
@@ -765,6 +765,11 @@ def _thermal_violation(gpus: _TestGpu) -> Alert:
             healthy="healthy GPU: the counter does not move",
             healthy_series=[gpus.dcgm("thermal_violation", t.held(5, lasting))],
             pending="throttled for less than the for: duration",
+            also_fires=[
+                throttled.fires(
+                    "throttled 10% more than the threshold", [violation_counter(1.1 * violation)], [gpus.on_gpu()]
+                )
+            ],
             also_silent=[throttled.silent("throttled just under the threshold", [violation_counter(0.8 * violation)])],
         ),
     )
@@ -832,15 +837,20 @@ def _nvlink_errors(gpus: _TestGpu) -> Alert:
             pending="replay errors for less than the for: duration",
             also_fires=[
                 counting.fires(
-                    "CRC errors at 120/s, flit and data together",
-                    [errors("nvlink_crc_flit_errors", 90), errors("nvlink_crc_data_errors", 30)],
+                    f"CRC errors at {1.2 * crc:g}/s, flit and data together",
+                    [errors("nvlink_crc_flit_errors", 0.9 * crc), errors("nvlink_crc_data_errors", 0.3 * crc)],
                     [gpus.on_gpu()],
-                )
+                ),
+                counting.fires(
+                    f"replay errors at {1.1 * replays:g}/min",
+                    [errors("nvlink_replay_errors", 1.1 * replays / 60)],
+                    [gpus.on_gpu()],
+                ),
             ],
             also_silent=[
                 counting.silent(
-                    "CRC errors at 90/s and replays at 0.8/min: under DCGM's limits",
-                    [errors("nvlink_crc_flit_errors", 90), errors("nvlink_replay_errors", 0.8 / 60)],
+                    f"CRC errors at {0.9 * crc:g}/s and replays at {0.8 * replays:g}/min: under DCGM's limits",
+                    [errors("nvlink_crc_flit_errors", 0.9 * crc), errors("nvlink_replay_errors", 0.8 * replays / 60)],
                 )
             ],
         ),
