@@ -18,6 +18,9 @@ DBE_XID = "48"
 DBE_HEALTH = ('health_watch="MEM"', 'health_error_code="DCGM_FR_VOLATILE_DBE_DETECTED"')
 # The teams of the alerts about a job rather than the hardware or the site under it.
 JOB_TEAMS = (Team.JOB_OWNER, Team.ML_PLATFORM, Team.STORAGE)
+# Alerts about a job that say why it ended, not what its end leaves behind: a job killed by its own Xid still tells
+# its owner why.
+JOB_END_CAUSES = ("GpuXidApplicationClass",)
 # Exporters running on every node, whose silence on a node leaves that node's alerts on their series without data.
 NODE_EXPORTERS = ("dcgm", "amd", "node_exporter", "falco", "tetragon")
 
@@ -71,11 +74,12 @@ def inhibitions(ctx: Context, reading: Callable[[str], Sequence[Alert]]) -> list
             "target_matchers": [f'alertname="{XID_DRAIN_LOGGED}"'],
             "equal": [cluster, "node"],
         },
-        # A job that just ended explains the alerts about the job itself (training, idle GPUs, its checkpoint), and
-        # never a hardware or security alert that carries its id: a GPU that failed under the job is still broken.
+        # A job that just ended explains the alerts about the job itself (training, idle GPUs, its checkpoint), but
+        # not the application Xid that ended it. Hardware alerts carry no job (alerts/gpu.py), and a security alert
+        # that carries its id is never about the job's team: a GPU that failed under the job is still broken.
         {
             "source_matchers": ['alertname="SlurmJobEnded"'],
-            "target_matchers": [f'team=~"{"|".join(JOB_TEAMS)}"'],
+            "target_matchers": [f'team=~"{"|".join(JOB_TEAMS)}"', f'alertname!~"{"|".join(JOB_END_CAUSES)}"'],
             "equal": [cluster, "hpc_job"],
         },
         # Every dcgm-exporter naming its node after one standalone hostengine (localhost) explains why each node's

@@ -7,23 +7,53 @@ evaluation costs little more than reading the series (docs/benchmarks.md, Fleet 
 counts read the recorded series of recording_rules/gpu.py and jobs.py.
 Optional dcgm-exporter fields (ECC, NVLink errors, clock events, health) that a site's CSV does not
 collect simply produce no series: those alerts stay silent, they never fire on absence.
+Hardware alerts are keyed by the GPU (cluster, node, gpu) and what is wrong with it (err_code, clock_event, ...),
+never by the job on it: dcgm-exporter labels a GPU's series with the jobs of the prolog's mapping file, which the
+epilog empties, so a sticky state keyed by the job would resolve and fire again with every job. The jobs on the GPU
+are their `jobs` annotation instead, read at evaluation (JOBS_ON_GPU_TEMPLATE). GpuXidApplicationClass, the job's
+own alert, carries `hpc_job`.
 Runbooks: docs/runbooks/gpu.md, one section per alert.
 """
 
+import math
+from collections.abc import Callable
 from dataclasses import dataclass
 from functools import cached_property, partial
 
 from hpcobs.authoring.alert_cases import Timing, counter_timing, standard_cases, timing
 from hpcobs.authoring.context import Context
-from hpcobs.authoring.rules import Alert, Group, alerts_of, label
+from hpcobs.authoring.rules import Alert, Group, Lookup, alerts_of, label
 from hpcobs.authoring.ruletest import Case, Sample, Series, alert
-from hpcobs.authoring.synthetic import dcgm, dcgm_xid_count, gpu_si_series, gpu_utilization, job_info, series
-from hpcobs.lang.promql import ABOVE_ZERO, aggregate, duration_seconds, label_replace, one_of
+from hpcobs.authoring.synthetic import (
+    JOB_OWNER,
+    dcgm,
+    dcgm_xid_count,
+    gpu_si_series,
+    gpu_utilization,
+    job_info,
+    series,
+)
+from hpcobs.lang.escape import promql_string
+from hpcobs.lang.promql import ABOVE_ZERO, aggregate, duration, duration_seconds, label_replace, one_of
 from hpcobs.settings import declare
 from hpcobs.settings.names import DashboardUid, Team
 
 GPU = ("node", "gpu")
-JOB = ("hpc_job",)
+JOB = ("hpc_job",)  # the job an alert is about: GpuXidApplicationClass's (GpuTemperatureHigh still keys on it too)
+# The jobs on a GPU, for a hardware alert's `jobs` annotation: the GPU-to-job mapping (gpu:job:info, one series per
+# job holding the GPU) and each job's owner where its job-info series is there (job:slurm_job_info:max), queried
+# when the alert is evaluated. Label values enter the queries quoted by Go's %q, which PromQL reads back.
+JOBS_ON_GPU_TEMPLATE = (
+    "{{{{ range $i, $job := query (printf `gpu:job:info{{{c}=%q,node=%q,gpu=%q}}` $labels.{c} $labels.node "
+    '$labels.gpu) | sortByLabel "hpc_job" }}}}{{{{ if $i }}}}, {{{{ end }}}}{{{{ $job.Labels.hpc_job }}}}'
+    "{{{{ range query (printf `job:slurm_job_info:max{{{c}=%q,hpc_job=%q}}` $labels.{c} $job.Labels.hpc_job) }}}}"
+    " (user {{{{ .Labels.user }}}}, account {{{{ .Labels.account }}}}){{{{ end }}}}{{{{ else }}}}none{{{{ end }}}}"
+)
+NO_JOB = "none"
+# How long GpuXidApplicationClass remembers the job an application-class Xid was seen under: a job killed by its
+# own Xid loses its mapping when the epilog runs, seconds later, long before `for` has elapsed. Longer than `for`
+# plus two evaluations at the longest interval a site may set (2m).
+XID_JOB_LOOKBACK = "5m"
 # An application-class Xid is news for the job on the GPU only if the GPU did not already carry that
 # (sticky) code this long ago: otherwise the previous job's error would be blamed on the next one.
 XID_NEW_WINDOW = "15m"
@@ -33,6 +63,11 @@ ECC_WINDOW = "1h"
 # Clock-event reasons that cut a GPU's clocks for thermal or power-delivery reasons (not gpu_idle,
 # clocks_setting or the power cap the admin chose).
 THROTTLE_EVENTS = ("hw_slowdown", "hw_thermal", "sw_thermal", "hw_power_brake")
+# DCGM's PCIe replay limit per lane, replays per minute, by link generation (modules/health/DcgmHealthWatch.cpp
+# GetExpectedPcieReplayRate, DCGM 3.3.8 and later; the constant 8 of DcgmGPUHardwareLimits.h up to 3.3.7): a GPU's
+# limit is ceil(its current generation's rate x its current width), a generation above 6 counted as 6; a replay
+# rate above it is a PCIE health WARN.
+PCIE_REPLAYS_PER_LANE = {1: 0.15, 2: 0.3, 3: 0.48, 4: 0.96, 5: 1.92, 6: 3.84}
 # DCGM health result values (dcgm_structs.h DCGM_HEALTH_RESULT_*: 0 pass, 10 warn, 20 fail).
 HEALTH_FAIL = 20
 NVLINK_CRC = ("nvlink_crc_flit_errors", "nvlink_crc_data_errors")
@@ -74,11 +109,40 @@ THRESHOLDS = (
         "How long a GPU must stay hot or throttled before GpuTemperatureHigh, GpuThermalSlowdown and "
         "GpuThermalViolation (a burst at a kernel launch is not a cooling fault).",
     ),
+    declare.ratio(
+        "gpu_clock_event_share",
+        0.5,
+        "Share of the DCGM samples in dcgm-exporter's clock-events window that must carry a slowdown reason, for "
+        "gpu_throttle_for, before GpuThermalSlowdown fires: the exporter counts samples, so a count above 0 is one "
+        "sample in the window, not a sustained slowdown (docs/exporters.md, Clock events window).",
+    ),
+    declare.duration(
+        "gpu_clock_events_window",
+        "5m",
+        "dcgm-exporter's --clock-events-count-window-size (default 300000 ms, its window_size_in_ms label): "
+        "GpuThermalSlowdown reads the series of this window only.",
+    ),
+    declare.duration(
+        "gpu_clock_events_sample_interval",
+        "30s",
+        "dcgm-exporter's --collect-interval (-c, default 30000 ms), how often DCGM samples the clock-event "
+        "reasons: the window holds gpu_clock_events_window / this many samples.",
+    ),
+    *(
+        declare.limit(
+            f"gpu_pcie_gen{gen}_replays_per_minute_per_lane",
+            per_lane,
+            f"PCIe replays per minute per lane of a Gen{gen} link above which GpuPcieReplayRate warns; a GPU's "
+            "limit is this times its current link width, rounded up (DCGM's value, DcgmHealthWatch.cpp "
+            "GetExpectedPcieReplayRate: a bit error rate of 1e-12 at the generation's signalling rate).",
+        )
+        for gen, per_lane in PCIE_REPLAYS_PER_LANE.items()
+    ),
     declare.limit(
         "gpu_pcie_replays_per_minute",
-        8,
-        "PCIe replays per minute per GPU above which the link is degrading and GpuPcieReplayRate fires (DCGM's own "
-        'health limit, DCGM_LIMIT_MAX_PCIREPLAY_RATE: "8 replays per minute is the maximum recommended").',
+        31,
+        "PCIe replays per minute per GPU above which GpuPcieReplayRate warns on a GPU whose CSV does not export its "
+        "link generation and width: DCGM's limit for a Gen5 x16 link (ceil(1.92 x 16)); 16 for Gen4 x16 GPUs (A100).",
     ),
     declare.limit(
         "gpu_nvlink_crc_errors_per_second",
@@ -95,8 +159,8 @@ THRESHOLDS = (
     declare.duration(
         "gpu_link_errors_for",
         "5m",
-        "How long PCIe replay or NVLink error rates must stay above their limits before GpuPcieReplayRate or "
-        "GpuNvlinkErrors fires.",
+        "How long PCIe replay or NVLink error rates must stay above their limits, or a PCIe link below its "
+        "maximum, before GpuPcieReplayRate, GpuNvlinkErrors or GpuPcieLinkDegraded fires.",
     ),
     declare.duration(
         "gpu_count_lookback",
@@ -118,7 +182,10 @@ def groups(ctx: Context) -> list[Group]:
             _uncorrectable_ecc(gpus),
         ],
         "hpcobs-gpu-alerts-thermal": _thermal(gpus) if nvidia else [],
-        "hpcobs-gpu-alerts-links": [*([_nvlink_errors(gpus)] if nvidia else []), _pcie_replay_rate(gpus)],
+        "hpcobs-gpu-alerts-links": [
+            *([_nvlink_errors(gpus), _pcie_link_degraded(gpus)] if nvidia else []),
+            _pcie_replay_rate(gpus),
+        ],
         "hpcobs-gpu-alerts": [
             *([_health_fail(gpus)] if nvidia else []),
             *([_amd_unhealthy(gpus)] if ctx.sources["amd"].enabled else []),
@@ -146,15 +213,55 @@ class _TestGpu:
     @cached_property
     def where(self) -> str:
         """The GPU an alert names, in its description."""
-        return f"GPU {label('gpu')} on {label('node')} (cluster {label(self.cluster)}, job {label('hpc_job')})"
+        return f"GPU {label('gpu')} on {label('node')} (cluster {label(self.cluster)})"
 
-    def on_gpu(self, **labels: str) -> Sample:
-        """The alert expected on GPU n1/1, with these further labels."""
-        return alert(**self.ctx.cluster_labels, node="n1", gpu="1", **labels)
+    def on_gpu(self, jobs: str = NO_JOB, gpu: str = "1", **labels: str) -> Sample:
+        """The hardware alert expected on GPU n1/`gpu`, with these further labels; `jobs` is what its jobs annotation
+        reads (jobs_text)."""
+        return Sample({**self.ctx.cluster_labels, "node": "n1", "gpu": gpu, **labels}, annotations={"jobs": jobs})
+
+    def jobs_text(self, *jobs: str) -> str:
+        """The jobs annotation of a GPU these jobs hold (as running() writes them): each with its owner where the
+        job-info series is deployed."""
+        owned = self.ctx.sources["job_info"].enabled
+        owner = f" (user {JOB_OWNER['user']}, account {JOB_OWNER['account']})" if owned else ""
+        return ", ".join(f"{job}{owner}" for job in sorted(jobs)) or NO_JOB
+
+    def running(self, job: str, values: str) -> list[Series]:
+        """What says that `job` holds GPU n1/1 while `values` (of 1s) has samples: dcgm-exporter's hpc_job on the GPU's
+        series (utilisation, which gpu:job:info reads) and the prolog's job-info series."""
+        return [
+            gpu_utilization(self.ctx, values, node="n1", gpu="1", hpc_job=job),
+            job_info(self.ctx, job, values),
+        ]
+
+    def across_jobs(
+        self, name: str, signal: Callable[[str, dict[str, str]], Series], value: float = 1, **labels: str
+    ) -> Case:
+        """A sticky state (`signal` at `value`) set under job 7, kept while the epilog empties the GPU's mapping for a
+        scrape and job 8 starts on it: one alert all along. It is firing at job 8's first evaluation, when an alert
+        that resolved with the mapping would only be pending again; its jobs annotation names job 8."""
+        t = self.ctx.timeline
+        first = t.samples("5m")  # job 7's scrapes, the state raised from the first one on: firing before the change
+        # Each mapping's scrapes: job 7's, then one with no job (the epilog ran), then job 8's; a series ends stale.
+        mapping = {"7": (0, first, True), "": (first, 1, True), "8": (first + 1, t.samples("5m"), False)}
+        return Case(
+            f"{name}: one alert while the GPU's mapping goes from job 7 to none to job 8",
+            at=duration(t.tick((first + 1) * t.step)),
+            series=[
+                *(signal(_span(value, *scrapes), {"hpc_job": job} if job else {}) for job, scrapes in mapping.items()),
+                *(part for job in ("7", "8") for part in self.running(job, _span(1, *mapping[job]))),
+            ],
+            expect=[self.on_gpu(jobs=self.jobs_text("8"), **labels)],
+        )
 
     def dcgm(self, signal: str, values: str, **labels: str) -> Series:
         """A dcgm-exporter series of GPU n1/1."""
         return dcgm(self.ctx, signal, values, node="n1", gpu="1", **labels)
+
+    def labelled(self, signal: str) -> Callable[[str, dict[str, str]], Series]:
+        """dcgm(signal, ...) taking its further labels as a dict (across_jobs' `signal`)."""
+        return lambda values, labels: self.dcgm(signal, values, **labels)
 
     def xid(self, code: int, values: str, **labels: str) -> Series:
         return self.dcgm("xid", values, err_code=str(code), err_msg="msg", **labels)
@@ -174,8 +281,9 @@ class _TestGpu:
         where: dict[str, str] | None = None,
         when: tuple[str, float] | None = None,
     ) -> str:
-        """A dcgm-exporter signal per GPU (and job), the highest of its copies (of those meeting `when`)."""
-        return self.ctx.select("dcgm", [signal], (*GPU, *JOB, *keep), over=over, where=where, when=when)
+        """A dcgm-exporter signal per GPU, the highest of its copies (one per job holding it; of those meeting
+        `when`)."""
+        return self.ctx.select("dcgm", [signal], (*GPU, *keep), over=over, where=where, when=when)
 
     def rate(self, expr: str) -> str:
         return f"rate({expr}[{self.ctx.rate_window}])"
@@ -188,7 +296,7 @@ class _TestGpu:
             label_replace(self.per_gpu(signal, over=self.rate, when=ABOVE_ZERO), "counter", "", "", signal)
             for signal in signals
         ]
-        return aggregate("sum", (self.cluster, *GPU, *JOB), " or ".join(tagged))
+        return aggregate("sum", (self.cluster, *GPU), " or ".join(tagged))
 
     @cached_property
     def gpu_alert(self) -> partial[Alert]:
@@ -196,9 +304,20 @@ class _TestGpu:
         return alerts_of("gpu", DashboardUid.GPU_CLUSTER, self.cluster, *GPU)
 
     @cached_property
+    def hardware_alert(self) -> partial[Alert]:
+        """An alert about a GPU's hardware: keyed by the GPU, the jobs on it read into its `jobs` annotation."""
+        lookup = Lookup(JOBS_ON_GPU_TEMPLATE.format(c=self.cluster), ("gpu:job:info", "job:slurm_job_info:max"))
+        return partial(self.gpu_alert, lookups={"jobs": lookup})
+
+    @cached_property
     def node_alert(self) -> partial[Alert]:
         """An alert about a node (or a job on it): its dashboard link selects the node."""
         return alerts_of("gpu", DashboardUid.GPU_CLUSTER, self.cluster, "node")
+
+
+def _span(value: float, start: int, count: int, stale: bool) -> str:
+    """promtool values: `count` samples of `value` from scrape `start`, then a staleness marker if `stale`."""
+    return " ".join([*([f"_x{start}"] if start else []), f"{value:g}x{count - 1}", *(["stale"] if stale else [])])
 
 
 def _fell_off_bus(gpus: _TestGpu) -> Alert:
@@ -207,7 +326,7 @@ def _fell_off_bus(gpus: _TestGpu) -> Alert:
     # window so the alert survives the series going stale.
     last_xid_79 = ctx.xids_reported(
         ctx.sources["dcgm"].exporter.xids("fell_off_bus"),
-        keep=(*JOB, "err_code"),
+        keep=("err_code",),
         over=lambda raw: f"last_over_time({raw}[5m])",
     )
 
@@ -216,7 +335,7 @@ def _fell_off_bus(gpus: _TestGpu) -> Alert:
             ctx, "xid", values, node="n1", gpu=gpu, err_code="79", err_msg="GPU has fallen off the bus", **labels
         )
 
-    return gpus.gpu_alert(
+    return gpus.hardware_alert(
         "GpuFellOffBus",
         severity="critical",
         team=Team.GPU_OPS,
@@ -227,9 +346,9 @@ def _fell_off_bus(gpus: _TestGpu) -> Alert:
         fired_by=("xid79",),
         **standard_cases(
             gpus.flag(ctx.thresholds.gpu_fell_off_bus_for),
-            fault="Xid 79 on a GPU running a job",
-            fault_series=[xid79("3", "_ _ 79x10", hpc_job="4242")],
-            expect=[alert(**ctx.cluster_labels, node="n1", gpu="3", hpc_job="4242", err_code="79")],
+            fault="Xid 79 on a GPU",
+            fault_series=[xid79("3", "_ _ 79x10")],
+            expect=[gpus.on_gpu(gpu="3", err_code="79")],
             healthy="healthy GPU",
             healthy_series=[dcgm(ctx, "xid", "0x20", node="n1", gpu="3")],
             pending="Xid 79 seen for less than the for: duration",
@@ -239,7 +358,7 @@ def _fell_off_bus(gpus: _TestGpu) -> Alert:
                     "Xid 79 then the GPU's series vanish",
                     at="4m",
                     series=[xid79("5", "79x3")],
-                    expect=[alert(**ctx.cluster_labels, node="n1", gpu="5", err_code="79")],
+                    expect=[gpus.on_gpu(gpu="5", err_code="79")],
                 ),
                 Case(
                     "Xid 79 then Xid 45 (preemptive cleanup) within one scrape: only the Xid count collector saw 79",
@@ -277,11 +396,11 @@ def _xid_drain_class(gpus: _TestGpu) -> Alert:
     xids = ctx.sources["dcgm"].exporter
     (fell_off_bus,) = xids.xids("fell_off_bus")
     drain = [code for code in xids.xids("drain") if code != fell_off_bus]  # Xid 79 is GpuFellOffBus's
-    return gpus.gpu_alert(
+    return gpus.hardware_alert(
         "GpuXidDrainClass",
         severity="critical",
         team=Team.GPU_OPS,
-        expr=ctx.xids_reported(drain, keep=(*JOB, "err_code")),
+        expr=ctx.xids_reported(drain, keep=("err_code",)),
         for_=FLAG_FOR,
         summary="A GPU reported an Xid error that needs a GPU reset or a node drain.",
         description=f"{gpus.where} reported Xid {label('err_code')}, a drain-class error: drain the node, "
@@ -290,10 +409,10 @@ def _xid_drain_class(gpus: _TestGpu) -> Alert:
         **standard_cases(
             gpus.flag(),
             fault="Xid 48 (double-bit ECC) on a GPU running a job",
-            fault_series=[xid(48, "_ _ 48x10", hpc_job="7")],
-            expect=[gpus.on_gpu(hpc_job="7", err_code="48")],
+            fault_series=[xid(48, "_ _ 48x10", hpc_job="7"), *gpus.running("7", "1x12")],
+            expect=[gpus.on_gpu(jobs=gpus.jobs_text("7"), err_code="48")],
             healthy="healthy GPU: no Xid since the driver loaded",
-            healthy_series=[xid(0, "0x10", hpc_job="7")],
+            healthy_series=[xid(0, "0x10")],
             pending="Xid 48 seen for less than the for: duration",
             also_fires=[
                 Case(
@@ -305,19 +424,16 @@ def _xid_drain_class(gpus: _TestGpu) -> Alert:
                 Case(
                     "Xid 48 then Xid 45 within one scrape: the last value shows 45, the Xid count collector counted 48",
                     at="5m",
-                    series=[
-                        xid(45, "45x10", hpc_job="7"),
-                        gpus.xid_count(48, "1x10", hpc_job="7"),
-                        gpus.xid_count(45, "1x10", hpc_job="7"),
-                    ],
-                    expect=[gpus.on_gpu(hpc_job="7", err_code="48")],
+                    series=[xid(45, "45x10"), gpus.xid_count(48, "1x10"), gpus.xid_count(45, "1x10")],
+                    expect=[gpus.on_gpu(err_code="48")],
                 ),
                 Case(
                     "Xid 48 as the last value and counted twice in the window: one alert, by the last value",
                     at="5m",
-                    series=[xid(48, "48x10", hpc_job="7"), gpus.xid_count(48, "2x10", hpc_job="7")],
-                    expect=[gpus.on_gpu(hpc_job="7", err_code="48")],
+                    series=[xid(48, "48x10"), gpus.xid_count(48, "2x10")],
+                    expect=[gpus.on_gpu(err_code="48")],
                 ),
+                gpus.across_jobs("Xid 48", lambda values, job: xid(48, values, **job), 48, err_code="48"),
             ],
             also_silent=[
                 Case("Xid 79 is GpuFellOffBus's alert", at="5m", series=[xid(79, "79x10")]),
@@ -345,7 +461,13 @@ def _xid_drain_class(gpus: _TestGpu) -> Alert:
 def _xid_application_class(gpus: _TestGpu) -> Alert:
     ctx, xid = gpus.ctx, gpus.xid
     application = ctx.sources["dcgm"].exporter.xids("application")
-    app_now = ctx.gpu("xid", keep=(*JOB, "err_code"), where={"err_code": one_of(application), "hpc_job": '!=""'})
+    # The job is remembered over XID_JOB_LOOKBACK: the epilog of a job its Xid killed empties the mapping seconds later.
+    app_now = ctx.gpu(
+        "xid",
+        keep=(*JOB, "err_code"),
+        where={"err_code": one_of(application), "hpc_job": '!=""'},
+        over=lambda raw: f"last_over_time({raw}[{XID_JOB_LOOKBACK}])",
+    )
     app_before = ctx.gpu(
         "xid",
         keep=("err_code",),
@@ -372,7 +494,7 @@ def _xid_application_class(gpus: _TestGpu) -> Alert:
             timing(ctx, FLAG_FOR, 4, settle=120),
             fault="Xid 13 in a running job",
             fault_series=[xid(13, "_x4 13x10", hpc_job="7")],
-            expect=[gpus.on_gpu(hpc_job="7", err_code="13")],
+            expect=[alert(**ctx.cluster_labels, node="n1", gpu="1", hpc_job="7", err_code="13")],
             healthy="healthy GPU",
             healthy_series=[xid(0, "0x10", hpc_job="7")],
             pending="Xid 13 seen for less than the for: duration",
@@ -380,8 +502,9 @@ def _xid_application_class(gpus: _TestGpu) -> Alert:
                 timing(ctx, FLAG_FOR, 1, settle=90).fires(
                     "Xid 31 (page fault) in a job that just started",
                     [xid(31, "_ 31x10", hpc_job="8")],
-                    [gpus.on_gpu(hpc_job="8", err_code="31")],
-                )
+                    [alert(**ctx.cluster_labels, node="n1", gpu="1", hpc_job="8", err_code="31")],
+                ),
+                _killed_by_its_xid(gpus),
             ],
             also_silent=[
                 Case("a drain-class Xid goes to gpu-ops", at="5m", series=[xid(48, "48x10", hpc_job="7")]),
@@ -409,14 +532,30 @@ def _xid_application_class(gpus: _TestGpu) -> Alert:
     )
 
 
+def _killed_by_its_xid(gpus: _TestGpu) -> Case:
+    """Job 7 hits Xid 13 and dies of it: the epilog empties the GPU's mapping 30 s later, the sticky code stays on the
+    GPU without a job. The alert still names job 7, once `for` has elapsed after the Xid."""
+    ctx, t = gpus.ctx, gpus.ctx.timeline
+    onset, under_job = 1, t.samples("30s")
+    return Case(
+        "job killed by its own Xid 13, mapping cleared 30 s later",
+        at=duration(t.tick(t.tick(onset * t.step) + duration_seconds(FLAG_FOR))),
+        series=[
+            gpus.xid(13, _span(13, onset, under_job, True), hpc_job="7"),
+            gpus.xid(13, _span(13, onset + under_job, t.samples("10m"), False)),
+        ],
+        expect=[alert(**ctx.cluster_labels, node="n1", gpu="1", hpc_job="7", err_code="13")],
+    )
+
+
 def _xid_warning_class(gpus: _TestGpu) -> Alert:
     ctx, xid = gpus.ctx, gpus.xid
-    return gpus.gpu_alert(
+    return gpus.hardware_alert(
         "GpuXidWarningClass",
         severity="info",
         team=Team.GPU_OPS,
         expr=ctx.gpu(
-            "xid", keep=(*JOB, "err_code"), where={"err_code": one_of(ctx.sources["dcgm"].exporter.xids("warning"))}
+            "xid", keep=("err_code",), where={"err_code": one_of(ctx.sources["dcgm"].exporter.xids("warning"))}
         ),
         for_=FLAG_FOR,
         summary="A GPU reported an Xid error that asks for a GPU reset at the next opportunity.",
@@ -426,12 +565,13 @@ def _xid_warning_class(gpus: _TestGpu) -> Alert:
         **standard_cases(
             gpus.flag(),
             fault="Xid 94 (contained ECC error)",
-            fault_series=[xid(94, "_ _ 94x10", hpc_job="7")],
-            expect=[gpus.on_gpu(hpc_job="7", err_code="94")],
+            fault_series=[xid(94, "_ _ 94x10")],
+            expect=[gpus.on_gpu(err_code="94")],
             healthy="healthy GPU",
-            healthy_series=[xid(0, "0x10", hpc_job="7")],
+            healthy_series=[xid(0, "0x10")],
             pending="Xid 63 seen for less than the for: duration",
-            pending_series=[xid(63, "_ _ 63x10", hpc_job="7")],
+            pending_series=[xid(63, "_ _ 63x10")],
+            also_fires=[gpus.across_jobs("Xid 63", lambda values, job: xid(63, values, **job), 63, err_code="63")],
             also_silent=[Case("application-class Xid 13", at="5m", series=[xid(13, "13x10", hpc_job="7")])],
         ),
     )
@@ -489,7 +629,7 @@ MEMORY_REPAIR = (
 
 def _memory_repair(gpus: _TestGpu) -> list[Alert]:
     return [
-        gpus.gpu_alert(
+        gpus.hardware_alert(
             flag.alert,
             severity=flag.severity,
             team=Team.GPU_OPS,
@@ -501,12 +641,12 @@ def _memory_repair(gpus: _TestGpu) -> list[Alert]:
             **standard_cases(
                 gpus.flag(),
                 fault=flag.fault,
-                fault_series=[gpus.dcgm(flag.signal, "0 0 1x10", hpc_job="7")],
-                expect=[gpus.on_gpu(hpc_job="7")],
+                fault_series=[gpus.dcgm(flag.signal, "0 0 1x10")],
+                expect=[gpus.on_gpu()],
                 healthy="healthy GPU",
                 healthy_series=[gpus.dcgm(flag.signal, "0x10")],
                 pending=flag.pending,
-                pending_series=[gpus.dcgm(flag.signal, "0 0 1x10")],
+                also_fires=[gpus.across_jobs(flag.fault, gpus.labelled(flag.signal))],
             ),
         )
         for flag in MEMORY_REPAIR
@@ -524,32 +664,73 @@ def _hot(gpus: _TestGpu) -> Timing:
 
 
 def _thermal_slowdown(gpus: _TestGpu) -> Alert:
-    throttle_for = gpus.ctx.thresholds.gpu_throttle_for
+    thresholds = gpus.ctx.thresholds
+    throttle_for, share, window = (
+        thresholds.gpu_throttle_for,
+        thresholds.gpu_clock_event_share,
+        thresholds.gpu_clock_events_window,
+    )
+    # dcgm-exporter counts the DCGM samples of the window that carry each reason (docs/exporters.md, Clock events
+    # window): a sustained slowdown is one in at least `share` of them, for `throttle_for`.
+    samples = duration_seconds(window) // duration_seconds(thresholds.gpu_clock_events_sample_interval)
+    least = share * samples
+    window_ms = str(duration_seconds(window) * 1000)
+    hot = _hot(gpus)
+    t = gpus.ctx.timeline
 
-    def clock_events(values: str, event: str, **labels: str) -> Series:
-        return gpus.dcgm("clock_events", values, clock_event=event, window_size_in_ms="300000", **labels)
+    def clock_events(values: str, event: str) -> Series:
+        return gpus.dcgm("clock_events", values, clock_event=event, window_size_in_ms=window_ms)
 
-    return gpus.gpu_alert(
+    def counted(count: int) -> str:
+        return f"{count}x{hot.samples}"
+
+    # A burst of slowdown as long as it can be while staying under the share: the exporter's count of it rises while
+    # its samples enter the window, and the reason has no series once they have left it (none is written for a reason
+    # not counted). `> 0 for` the window's length would fire on it.
+    every = duration_seconds(thresholds.gpu_clock_events_sample_interval)
+    burst = (math.ceil(least) - 1) * every
+
+    def in_window(at: int) -> int:
+        """The burst's DCGM samples (every `every` seconds from 0) in the exporter's window at `at`."""
+        return sum(1 for sample in range(0, burst, every) if at - duration_seconds(window) < sample <= at)
+
+    counts = [in_window(i * t.step) for i in range(hot.samples)]
+    burst_values = " ".join(str(c) if c else ("stale" if i and counts[i - 1] else "_") for i, c in enumerate(counts))
+    return gpus.hardware_alert(
         "GpuThermalSlowdown",
         severity="warning",
         team=Team.GPU_OPS,
         expr=gpus.per_gpu(
-            "clock_events", "clock_event", where={"clock_event": one_of(THROTTLE_EVENTS)}, when=ABOVE_ZERO
+            "clock_events",
+            "clock_event",
+            where={"clock_event": one_of(THROTTLE_EVENTS), "window_size_in_ms": "=" + promql_string(window_ms)},
+            when=(">=", least),
         ),
         for_=throttle_for,
         summary="A GPU is clocked down by a hardware, thermal or power-brake slowdown.",
-        description=f"{gpus.where} has been slowed down by {label('clock_event')} for {throttle_for}: check its "
-        "cooling (fans, airflow, inlet temperature) or the node's power supply; the whole job "
-        "runs at this GPU's pace.",
+        description=f"{gpus.where} has been slowed down by {label('clock_event')} in at least {share:.0%} of "
+        f"DCGM's samples over {window}, for {throttle_for}: check its cooling (fans, airflow, inlet temperature) "
+        "or the node's power supply; the whole job runs at this GPU's pace.",
         fired_by=("thermal",),
         **standard_cases(
-            _hot(gpus),
-            fault="HW slowdown reported in every exporter window",
-            fault_series=[clock_events("3x40", "hw_slowdown", hpc_job="7")],
-            expect=[gpus.on_gpu(hpc_job="7", clock_event="hw_slowdown")],
+            hot,
+            fault=f"HW slowdown in {math.ceil(least)} of the window's {samples} samples",
+            fault_series=[clock_events(counted(math.ceil(least)), "hw_slowdown")],
+            expect=[gpus.on_gpu(clock_event="hw_slowdown")],
             healthy="an idle GPU reports the gpu_idle reason, which is no slowdown",
-            healthy_series=[clock_events("9x40", "gpu_idle"), clock_events("0x40", "hw_slowdown")],
+            healthy_series=[clock_events(counted(samples), "gpu_idle")],
             pending="slowdown for less than the for: duration",
+            also_silent=[
+                hot.silent(
+                    f"HW slowdown in {math.ceil(least) - 1} of the window's {samples} samples, all along",
+                    [clock_events(counted(math.ceil(least) - 1), "hw_slowdown")],
+                ),
+                Case(
+                    f"a {duration(burst)} burst of HW thermal slowdown, counted for as long as the exporter's window",
+                    at=duration(t.tick(duration_seconds(throttle_for))),
+                    series=[clock_events(burst_values, "hw_thermal")],
+                ),
+            ],
         ),
     )
 
@@ -565,7 +746,7 @@ def _thermal_violation(gpus: _TestGpu) -> Alert:
         """Nanoseconds spent throttled, growing at `ratio` of the time."""
         return gpus.dcgm("thermal_violation", t.rising(round(ratio * 1e9), lasting), **labels)
 
-    return gpus.gpu_alert(
+    return gpus.hardware_alert(
         "GpuThermalViolation",
         severity="warning",
         team=Team.GPU_OPS,
@@ -579,11 +760,16 @@ def _thermal_violation(gpus: _TestGpu) -> Alert:
         **standard_cases(
             throttled,
             fault="throttled just over the threshold's share of the time",
-            fault_series=[violation_counter(1.1 * violation, hpc_job="7")],
-            expect=[gpus.on_gpu(hpc_job="7")],
+            fault_series=[violation_counter(1.1 * violation)],
+            expect=[gpus.on_gpu()],
             healthy="healthy GPU: the counter does not move",
             healthy_series=[gpus.dcgm("thermal_violation", t.held(5, lasting))],
             pending="throttled for less than the for: duration",
+            also_fires=[
+                throttled.fires(
+                    "throttled 10% more than the threshold", [violation_counter(1.1 * violation)], [gpus.on_gpu()]
+                )
+            ],
             also_silent=[throttled.silent("throttled just under the threshold", [violation_counter(0.8 * violation)])],
         ),
     )
@@ -630,7 +816,7 @@ def _nvlink_errors(gpus: _TestGpu) -> Alert:
     def errors(signal: str, per_second: float, **labels: str) -> Series:
         return gpus.dcgm(signal, t.rising(per_second, lasting), **labels)
 
-    return gpus.gpu_alert(
+    return gpus.hardware_alert(
         "GpuNvlinkErrors",
         severity="warning",
         team=Team.GPU_OPS,
@@ -643,25 +829,22 @@ def _nvlink_errors(gpus: _TestGpu) -> Alert:
         fired_by=("nvlink_errors",),
         **standard_cases(
             counting,
-            fault="NVLink replays just over the limit",
-            fault_series=[
-                errors("nvlink_replay_errors", 1.1 * replays / 60, hpc_job="7"),
-                errors("nvlink_crc_flit_errors", 0, hpc_job="7"),
-            ],
-            expect=[gpus.on_gpu(hpc_job="7")],
+            fault=f"NVLink replays at {1.1 * replays:g}/min, just over the limit",
+            fault_series=[errors("nvlink_replay_errors", 1.1 * replays / 60), errors("nvlink_crc_flit_errors", 0)],
+            expect=[gpus.on_gpu()],
             healthy="healthy links",
             healthy_series=[errors(signal, 0) for signal in NVLINK_CRC + NVLINK_REPLAY],
             pending="replay errors for less than the for: duration",
             also_fires=[
                 counting.fires(
-                    "CRC errors just over the limit, flit and data together",
+                    f"CRC errors at {1.1 * crc:g}/s, flit and data together",
                     [errors("nvlink_crc_flit_errors", 0.9 * crc), errors("nvlink_crc_data_errors", 0.2 * crc)],
                     [gpus.on_gpu()],
-                )
+                ),
             ],
             also_silent=[
                 counting.silent(
-                    "CRC and replay errors just under DCGM's limits",
+                    f"CRC errors at {0.9 * crc:g}/s and replays at {0.8 * replays:g}/min: under DCGM's limits",
                     [errors("nvlink_crc_flit_errors", 0.9 * crc), errors("nvlink_replay_errors", 0.8 * replays / 60)],
                 )
             ],
@@ -674,7 +857,7 @@ def _health_fail(gpus: _TestGpu) -> Alert:
         return gpus.dcgm("health_status", values, health_watch=watch, health_error_code=code, **labels)
 
     dbe = "DCGM_FR_VOLATILE_DBE_DETECTED"
-    return gpus.gpu_alert(
+    return gpus.hardware_alert(
         "GpuHealthFail",
         severity="critical",
         team=Team.GPU_OPS,
@@ -687,12 +870,20 @@ def _health_fail(gpus: _TestGpu) -> Alert:
         **standard_cases(
             gpus.flag(),
             fault="MEM watch FAIL after a double-bit error",
-            fault_series=[health("0 0 20x10", "MEM", dbe, hpc_job="7")],
-            expect=[gpus.on_gpu(hpc_job="7", health_watch="MEM", health_error_code=dbe)],
+            fault_series=[health("0 0 20x10", "MEM", dbe)],
+            expect=[gpus.on_gpu(health_watch="MEM", health_error_code=dbe)],
             healthy="every watch passes",
             healthy_series=[health("0x10", watch, "DCGM_FR_OK") for watch in ("MEM", "PCIE", "NVLINK")],
             pending="FAIL for less than the for: duration",
-            pending_series=[health("0 0 20x10", "MEM", dbe)],
+            also_fires=[
+                gpus.across_jobs(
+                    "MEM watch FAIL",
+                    lambda values, job: health(values, "MEM", dbe, **job),
+                    HEALTH_FAIL,
+                    health_watch="MEM",
+                    health_error_code=dbe,
+                )
+            ],
             also_silent=[
                 Case(
                     "a WARN (PCIe replay rate) is not a FAIL",
@@ -716,11 +907,11 @@ def _uncorrectable_ecc(gpus: _TestGpu) -> Alert:
     def ecc(values: str, **labels: str) -> Series:
         return gpu_si_series(ctx, "ecc_uncorrectable", values, node="n1", gpu="1", **labels)
 
-    return gpus.gpu_alert(
+    return gpus.hardware_alert(
         "GpuUncorrectableEcc",
         severity="critical",
         team=Team.GPU_OPS,
-        expr=ctx.gpu("ecc_uncorrectable", keep=JOB, over=lambda e: f"increase({e}[{ECC_WINDOW}])", when=ABOVE_ZERO),
+        expr=ctx.gpu("ecc_uncorrectable", over=lambda e: f"increase({e}[{ECC_WINDOW}])", when=ABOVE_ZERO),
         for_=None,
         no_for_reason="an uncorrectable ECC error is a single event the counter records once; increase() over "
         f"{ECC_WINDOW} already holds it, a for: would only delay the page",
@@ -732,8 +923,11 @@ def _uncorrectable_ecc(gpus: _TestGpu) -> Alert:
             Case(
                 "a double-bit error on a GPU running a job",
                 at="10m",
-                series=[ecc(f"{t.held(0, '5m')} {t.held(1, '10m')}", hpc_job="7")],
-                expect=[gpus.on_gpu(hpc_job="7")],
+                series=[
+                    ecc(f"{t.held(0, '5m')} {t.held(1, '10m')}", hpc_job="7"),
+                    *gpus.running("7", t.held(1, "15m")),
+                ],
+                expect=[gpus.on_gpu(jobs=gpus.jobs_text("7"))],
             )
         ],
         silent_on=[
@@ -751,35 +945,145 @@ def _uncorrectable_ecc(gpus: _TestGpu) -> Alert:
     )
 
 
+def _pcie_link(gpus: _TestGpu, signal: str, when: tuple[str, float] | None = None) -> str:
+    """A PCIe link field of each GPU (dcgm-exporter; optional, not in the shipped CSV)."""
+    return gpus.ctx.select("dcgm", [signal], GPU, when=when)
+
+
+def _pcie_replay_limit(gpus: _TestGpu) -> str:
+    """Each GPU's PCIe replay limit per minute as DCGM computes it (PCIE_REPLAYS_PER_LANE): the per-lane rate of its
+    current link generation times its current width, rounded up; only GPUs whose CSV exports both fields have one."""
+    last = max(PCIE_REPLAYS_PER_LANE)
+
+    def at_gen(gen: int) -> str:
+        """The GPUs whose link runs at this generation (or above the last DCGM knows), valued its per-lane rate."""
+        running = _pcie_link(gpus, "pcie_link_gen", (">=" if gen == last else "==", gen))
+        return f"{running} * 0 + {_replays_per_lane(gpus, gen)}"
+
+    per_lane = " or ".join(at_gen(gen) for gen in PCIE_REPLAYS_PER_LANE)
+    return f"ceil(({per_lane}) * on ({gpus.cluster}, node, gpu) {_pcie_link(gpus, 'pcie_link_width')})"
+
+
+def _replays_per_lane(gpus: _TestGpu, gen: int) -> float:
+    return getattr(gpus.ctx.thresholds, f"gpu_pcie_gen{gen}_replays_per_minute_per_lane")
+
+
 def _pcie_replay_rate(gpus: _TestGpu) -> Alert:
     ctx, thresholds = gpus.ctx, gpus.ctx.thresholds
-    link_for, replays = thresholds.gpu_link_errors_for, thresholds.gpu_pcie_replays_per_minute
+    link_for, fallback = thresholds.gpu_link_errors_for, thresholds.gpu_pcie_replays_per_minute
     counting = counter_timing(ctx, link_for)
     t, lasting = ctx.timeline, counting.lasting
+    nvidia = ctx.sources["dcgm"].enabled
+    # Only GPUs that replay at all are compared, which keeps the evaluation small on a healthy fleet.
+    replays = ctx.gpu("pcie_replay", over=lambda e: f"{gpus.rate(e)} * 60", when=ABOVE_ZERO)
+    on_gpu = f"on ({gpus.cluster}, node, gpu)"
+    if nvidia:
+        limit = _pcie_replay_limit(gpus)
+        expr = f"({replays} > {on_gpu} {limit}) or (({replays} unless {on_gpu} {limit}) > {fallback})"
+    else:
+        expr = f"{replays} > {fallback}"
 
-    def replay(values: str, **labels: str) -> Series:
-        return gpu_si_series(ctx, "pcie_replay", values, node="n1", gpu="1", **labels)
+    def replay(per_minute: float) -> Series:
+        return gpu_si_series(ctx, "pcie_replay", t.rising(per_minute / 60, lasting), node="n1", gpu="1")
 
-    return gpus.gpu_alert(
+    def link(gen: int, width: int) -> list[Series]:
+        return [gpus.dcgm("pcie_link_gen", t.held(gen, lasting)), gpus.dcgm("pcie_link_width", t.held(width, lasting))]
+
+    def on_link(gen: int) -> list[Case]:
+        """At 10% above and under DCGM's limit of a Gen `gen` link: x16, or x32 where rounding the limit up would
+        hide a quarter more of the per-lane rate."""
+        per_lane = _replays_per_lane(gpus, gen)
+        width = next(w for w in (16, 32) if math.ceil(1.25 * per_lane * w) > math.ceil(per_lane * w))
+        limit = math.ceil(per_lane * width)
+        return [
+            counting.fires(
+                f"a Gen{gen} x{width} link replaying 10% above its limit of {limit}/min",
+                [replay(1.1 * limit), *link(gen, width)],
+                [gpus.on_gpu()],
+            ),
+            counting.silent(
+                f"a Gen{gen} x{width} link replaying 10% under its limit of {limit}/min",
+                [replay(0.9 * limit), *link(gen, width)],
+            ),
+        ]
+
+    by_link = [case for gen in PCIE_REPLAYS_PER_LANE for case in on_link(gen)] if nvidia else []
+    return gpus.hardware_alert(
         "GpuPcieReplayRate",
         severity="warning",
         team=Team.GPU_OPS,
-        expr=ctx.gpu("pcie_replay", keep=JOB, over=lambda e: f"{gpus.rate(e)} * 60", when=(">", replays)),
+        expr=expr,
         for_=link_for,
-        summary="A GPU's PCIe link retries transfers more often than DCGM recommends.",
-        description=f"{gpus.where} has replayed more than {replays} PCIe transfers a minute for {link_for}: the "
-        "link is degrading (riser, slot, cable or retimer); host-device transfers slow down. Drain "
-        "the node, reseat the GPU and check nvidia-smi -q -d PCIE.",
+        summary="A GPU's PCIe link retries transfers more often than DCGM's health check allows.",
+        description=f"{gpus.where} has replayed more PCIe transfers a minute than DCGM's limit for its link "
+        f"generation and width ({fallback}/min where the link fields are not collected) for {link_for}: the link "
+        "is degrading (riser, slot, cable or retimer); host-device transfers slow down. Drain the node, reseat the "
+        "GPU and check nvidia-smi -q -d PCIE.",
         fired_by=_simulated(gpus, "pcie_replay_storm"),
         **standard_cases(
             counting,
-            fault="replays just over the limit",
-            fault_series=[replay(t.rising(1.1 * replays / 60, lasting), hpc_job="7")],
-            expect=[gpus.on_gpu(hpc_job="7")],
+            fault=f"no link fields collected: replays 10% above the fallback limit of {fallback}/min",
+            fault_series=[replay(1.1 * fallback)],
+            expect=[gpus.on_gpu()],
             healthy="healthy link: a few replays since boot, none now",
-            healthy_series=[replay(t.held(3, lasting))],
+            healthy_series=[gpu_si_series(ctx, "pcie_replay", t.held(3, lasting), node="n1", gpu="1")],
             pending="a storm shorter than the for: duration",
-            also_silent=[counting.silent("just under the limit", [replay(t.rising(0.8 * replays / 60, lasting))])],
+            also_fires=by_link[::2],
+            also_silent=[
+                counting.silent(f"no link fields: replays 10% under {fallback}/min", [replay(0.9 * fallback)]),
+                *by_link[1::2],
+            ],
+        ),
+    )
+
+
+def _pcie_link_degraded(gpus: _TestGpu) -> Alert:
+    """A link below the GPU's maximum generation or width while the GPU works: an idle GPU may lower both to save
+    power (nvidia-smi --help-query-gpu, pcie.link.gen.gpucurrent and pcie.link.width.current: "These may be reduced
+    when the GPU is not in use")."""
+    ctx = gpus.ctx
+    link_for = ctx.thresholds.gpu_link_errors_for
+    on_gpu = f"on ({gpus.cluster}, node, gpu)"
+
+    def below(current: str, maximum: str, name: str) -> str:
+        return label_replace(
+            f"{_pcie_link(gpus, current)} < {on_gpu} {_pcie_link(gpus, maximum)}", "link", "", "", name
+        )
+
+    when = timing(ctx, link_for, 0, settle=180)
+    samples = when.samples
+
+    def link(gen: int, width: int, utilization: float = 0.9) -> list[Series]:
+        return [
+            gpus.dcgm("pcie_link_gen", f"{gen}x{samples}"),
+            gpus.dcgm("pcie_max_link_gen", f"5x{samples}"),
+            gpus.dcgm("pcie_link_width", f"{width}x{samples}"),
+            gpus.dcgm("pcie_max_link_width", f"16x{samples}"),
+            gpu_utilization(ctx, f"{utilization}x{samples}", node="n1", gpu="1"),
+        ]
+
+    return gpus.hardware_alert(
+        "GpuPcieLinkDegraded",
+        severity="warning",
+        team=Team.GPU_OPS,
+        expr=f"({below('pcie_link_width', 'pcie_max_link_width', 'width')} or "
+        f"{below('pcie_link_gen', 'pcie_max_link_gen', 'generation')}) and {on_gpu} gpu:utilization:ratio > 0",
+        for_=link_for,
+        summary="A GPU's PCIe link runs below its maximum generation or width.",
+        description=f"The PCIe link of {gpus.where} runs at a lower {label('link')} than the GPU supports for "
+        f"{link_for}: host-device transfers (data loading, checkpoints, GPUDirect RDMA) run slower; reseat the GPU "
+        "or its riser at the next drain and compare nvidia-smi -q -d PCIE with the slot's specification.",
+        fired_by=_simulated(gpus, "pcie_link_degraded"),
+        **standard_cases(
+            when,
+            fault="an x16 link trained at x8",
+            fault_series=link(5, 8),
+            expect=[gpus.on_gpu(link="width")],
+            healthy="a busy GPU on a Gen5 x16 link",
+            healthy_series=link(5, 16),
+            pending="at x8 for less than the for: duration",
+            also_fires=[when.fires("a busy GPU at Gen4 of Gen5", link(4, 16), [gpus.on_gpu(link="generation")])],
+            also_silent=[when.silent("an idle GPU whose link dropped to Gen1 x8 to save power", link(1, 8, 0))],
         ),
     )
 
@@ -876,20 +1180,20 @@ def _amd_unhealthy(gpus: _TestGpu) -> Alert:
     def health(values: str, **labels: str) -> Series:
         return series(gpus.ctx, "amd", "health", values, node="n1", gpu="1", **labels)
 
-    return gpus.gpu_alert(
+    return gpus.hardware_alert(
         "GpuAmdUnhealthy",
         severity="critical",
         team=Team.GPU_OPS,
-        expr=gpus.ctx.select("amd", ["health"], (*GPU, *JOB), when=("==", 0)),
+        expr=gpus.ctx.select("amd", ["health"], GPU, when=("==", 0)),
         for_=FLAG_FOR,
         summary="The AMD Device Metrics Exporter reports a GPU as unhealthy.",
         description=f"{gpus.where} is reported unhealthy (gpu_health 0): drain the node, check amd-smi and the "
         "kernel log (amdgpu RAS events), run AGFHC or rvs before resuming it.",
         **standard_cases(
             gpus.flag(),
-            fault="GPU unhealthy while a job runs on it",
-            fault_series=[health("1 1 0x10", hpc_job="7")],
-            expect=[gpus.on_gpu(hpc_job="7")],
+            fault="GPU unhealthy",
+            fault_series=[health("1 1 0x10")],
+            expect=[gpus.on_gpu()],
             healthy="healthy GPU",
             healthy_series=[health("1x10")],
             pending="unhealthy for less than the for: duration",

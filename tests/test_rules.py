@@ -77,11 +77,21 @@ def test_every_alert_fires_and_stays_silent_somewhere(groups, generated):
         assert any(not a["exp_alerts"] for a in mine), f"{alert.alert} never shown silent"
 
 
+# The series an annotation's `query` reads (hpcobs.authoring.rules.Lookup): `query (printf `name{...`.
+ANNOTATION_QUERY = re.compile(r"query \(printf `([a-zA-Z_:][a-zA-Z0-9_:]*)\{")
+
+
+def names_read(rule: dict) -> set[str]:
+    """What a rendered rule reads: its expression, and the series its annotations query."""
+    queried = ANNOTATION_QUERY.findall(" ".join(rule.get("annotations", {}).values()))
+    return lint.metric_names(rule["expr"]) | set(queried)
+
+
 def test_each_test_file_loads_its_rule_and_only_what_it_reads(generated):
     """promtool evaluates every loaded rule at every step of every test: each rule's test file loads, from the
-    rule file beside it, that rule and the recording rules it reads, transitively (read by the PromQL parser),
-    nothing else; each loaded rule exactly as deployed, in its deployed group (same name, interval, order), and
-    the groups in dependency order."""
+    rule file beside it, that rule and the recording rules it reads (in its expression or its annotations' queries),
+    transitively (read by the PromQL parser), nothing else; each loaded rule exactly as deployed, in its deployed
+    group (same name, interval, order), the groups in dependency order and evaluated in that order."""
     deployed = {path: yaml.safe_load(text)["groups"] for path, text in files_under(generated, RULE_FILES).items()}
     groups = {g["name"]: g for gs in deployed.values() for g in gs}
     producers = {}
@@ -106,7 +116,7 @@ def test_each_test_file_loads_its_rule_and_only_what_it_reads(generated):
             rule = todo.pop()
             if rule not in expected:
                 expected.append(rule)
-                todo += [r for name in lint.metric_names(rule["expr"]) for r in producers.get(name, [])]
+                todo += [r for name in names_read(rule) for r in producers.get(name, [])]
         loaded_groups = yaml.safe_load(generated[path.replace(".tests.yaml", ".rules.yaml")])["groups"]
         loaded = [r for g in loaded_groups for r in g["rules"]]
         assert len(loaded) == len(expected) and all(r in loaded for r in expected), path
@@ -115,9 +125,10 @@ def test_each_test_file_loads_its_rule_and_only_what_it_reads(generated):
             original = groups[group["name"]]
             assert {**group, "rules": None} == {**original, "rules": None}, group["name"]
             assert group["rules"] == [r for r in original["rules"] if r in expected], (path, group["name"])
-            reads = {n for r in group["rules"] for n in lint.metric_names(r["expr"])} & set(producers)
+            reads = {n for r in group["rules"] for n in names_read(r)} & set(producers)
             assert reads <= earlier | {rule_name(r) for r in group["rules"]}, (path, group["name"])
             earlier |= {rule_name(r) for r in group["rules"]}
+        assert spec.get("group_eval_order", [g["name"] for g in loaded_groups]) == [g["name"] for g in loaded_groups]
         tested_names.add((domain, stem.replace(".", ":")))
     assert tested_names == {
         (path.removeprefix(RULE_FILES).removesuffix(".rules.yaml"), rule_name(r))

@@ -57,6 +57,18 @@ class Record:
         return out
 
 
+@dataclass(frozen=True)
+class Lookup:
+    """An annotation filled in when the alert is evaluated, by the `query` template function: what the alert's labels
+    do not say, and must not say because it changes under the alert (the job on a GPU). Prometheus
+    (template/template.go), vmalert (app/vmalert/templates/template.go) and promtool's unit tests (cmd/promtool/
+    unittest.go builds its rule manager with EngineQueryFunc) all run it. Only a PromQL engine computes its text, so
+    each firing case states what it must read (`Sample.annotations`)."""
+
+    template: str  # Go template text, `query` included
+    reads: tuple[str, ...]  # the recorded series its queries read: loaded and evaluated before the alert in its tests
+
+
 @dataclass
 class Alert:
     """An alert with its routing facts and its proof: cases where it fires and cases where it stays silent."""
@@ -76,6 +88,11 @@ class Alert:
     no_for_reason: str | None = None  # why there is no `for:` (the runbook repeats it)
     labels: dict[str, str] = field(default_factory=dict)
     fired_by: tuple[str, ...] = ()  # simulator scenarios (hpcobs.proof.simulate) that must fire it live
+    lookups: dict[str, Lookup] = field(default_factory=dict)  # annotations a query fills in at evaluation
+
+    def names_read(self) -> set[str]:
+        """The metric names the alert reads: its expression's and its lookups'."""
+        return lint.metric_names(self.expr) | {name for lookup in self.lookups.values() for name in lookup.reads}
 
     def labels_carried(self) -> set[str]:
         """The label names the alert carries in every case it fires on: what an inhibition's `equal` can use."""
@@ -104,6 +121,11 @@ class Alert:
             duration_seconds(self.for_)
         if not self.fires_on or not self.silent_on:
             problems.append("needs at least one fires_on case and one silent_on case")
+        unstated = {
+            key for case in self.fires_on for s in case.expect for key in self.lookups if key not in s.annotations
+        }
+        if unstated:
+            problems.append(f"every firing case must state what its lookups {sorted(unstated)} read")
         if problems:
             raise ValueError(f"alert {self.alert}: " + "; ".join(problems))
 
@@ -114,6 +136,7 @@ class Alert:
             "summary": self.summary,
             "description": self.description,
             "runbook_url": f"{go_template_text(links.runbooks)}/{self.runbook}.md#{self.alert.lower()}",
+            **{key: lookup.template for key, lookup in self.lookups.items()},
         }
         if self.dashboard in links.dashboards:  # a dashboard whose exporters are all disabled is not generated
             dashboard = f"{go_template_text(links.grafana)}/d/{self.dashboard}" + (f"?{query}" if query else "")
@@ -190,8 +213,13 @@ class Group:
         }
 
 
+def names_read(rule: Record | Alert) -> set[str]:
+    """The metric names a rule reads (an alert's lookups included)."""
+    return rule.names_read() if isinstance(rule, Alert) else lint.metric_names(rule.expr)
+
+
 def _names_read(group: Group) -> set[str]:
-    return {name for rule in group.rules for name in lint.metric_names(rule.expr)}
+    return {name for rule in group.rules for name in names_read(rule)}
 
 
 def layers(groups: list[Group]) -> list[list[Group]]:

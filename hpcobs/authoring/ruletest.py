@@ -34,6 +34,7 @@ def selector_text(name: str, labels: dict[str, str]) -> str:
 class Sample:
     labels: dict[str, str]
     value: float | None = None  # None for alerts
+    annotations: dict[str, str] = field(default_factory=dict)  # what an alert's lookups read (rules.Lookup)
 
 
 @dataclass

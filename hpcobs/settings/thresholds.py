@@ -26,6 +26,15 @@ class Thresholds:
     gpu_temperature_celsius: float  # a temperature in degrees Celsius such as 85
     gpu_thermal_violation_ratio: float  # a ratio between 0 and 1 such as 0.1
     gpu_throttle_for: Duration
+    gpu_clock_event_share: float  # a ratio between 0 and 1 such as 0.1
+    gpu_clock_events_window: Duration
+    gpu_clock_events_sample_interval: Duration
+    gpu_pcie_gen1_replays_per_minute_per_lane: float  # a non-negative number
+    gpu_pcie_gen2_replays_per_minute_per_lane: float  # a non-negative number
+    gpu_pcie_gen3_replays_per_minute_per_lane: float  # a non-negative number
+    gpu_pcie_gen4_replays_per_minute_per_lane: float  # a non-negative number
+    gpu_pcie_gen5_replays_per_minute_per_lane: float  # a non-negative number
+    gpu_pcie_gen6_replays_per_minute_per_lane: float  # a non-negative number
     gpu_pcie_replays_per_minute: float  # a non-negative number
     gpu_nvlink_crc_errors_per_second: float  # a non-negative number
     gpu_nvlink_replay_errors_per_minute: float  # a non-negative number

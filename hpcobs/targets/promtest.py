@@ -1,6 +1,6 @@
 """out/prometheus/tests/<domain>/<rule>.tests.yaml: the cases declared on records and alerts as promtool rule-test
-files, one per rule name, each loading <rule>.rules.yaml beside it: that rule and every record it reads (copies of
-groups of out/prometheus/rules/)."""
+files, one per rule name, each loading <rule>.rules.yaml beside it: that rule and every record it reads, in its
+expression or in the queries of its annotations (copies of groups of out/prometheus/rules/)."""
 
 from __future__ import annotations
 
@@ -9,9 +9,8 @@ from collections import defaultdict
 from collections.abc import Mapping, Sequence
 from dataclasses import replace
 
-from hpcobs.authoring.rules import Alert, Group, LinkBases, Record, layers, render_template
+from hpcobs.authoring.rules import Alert, Group, LinkBases, Record, layers, names_read, render_template
 from hpcobs.authoring.ruletest import Case, selector_text
-from hpcobs.lang import lint
 from hpcobs.lang.promql import duration, duration_seconds
 from hpcobs.lang.render import GENERATED, yaml_text
 from hpcobs.targets.base import Check, Model, Target
@@ -56,7 +55,10 @@ def _alert_test(alert: Alert, case: Case, interval: str, evaluation_interval: st
         expected.append(
             {
                 "exp_labels": labels,
-                "exp_annotations": {k: render_template(v, labels) for k, v in annotations.items()},
+                "exp_annotations": {
+                    k: s.annotations[k] if k in alert.lookups else render_template(v, labels)
+                    for k, v in annotations.items()
+                },
             }
         )
     return {
@@ -70,10 +72,17 @@ def _alert_test(alert: Alert, case: Case, interval: str, evaluation_interval: st
 
 
 def test_file(
-    rules: list[Record | Alert], rule_files: list[str], interval: str, evaluation_interval: str, links: LinkBases
+    rules: list[Record | Alert],
+    rule_files: list[str],
+    interval: str,
+    evaluation_interval: str,
+    links: LinkBases,
+    group_order: Sequence[str] = (),
 ) -> dict:
     """One promtool test file covering every case of the given rules: input series `interval` apart (the scrape
-    interval), rules evaluated every `evaluation_interval` as their groups are."""
+    interval), rules evaluated every `evaluation_interval` as their groups are, the groups in `group_order` (promtool
+    otherwise evaluates the groups of one instant in random order, so a rule reading a record of that instant, in
+    its expression or its annotations, would read the one before at random)."""
     tests = []
     for rule in rules:
         if isinstance(rule, Record):
@@ -84,7 +93,8 @@ def test_file(
                 _alert_test(rule, case, interval, evaluation_interval, annotations)
                 for case in rule.fires_on + rule.silent_on
             ]
-    return {"rule_files": rule_files, "evaluation_interval": evaluation_interval, "tests": tests}
+    ordered = {"group_eval_order": list(group_order)} if len(group_order) > 1 else {}
+    return {"rule_files": rule_files, "evaluation_interval": evaluation_interval, **ordered, "tests": tests}
 
 
 def rules_by_name(groups: Sequence[Group]) -> dict[str, list[Record | Alert]]:
@@ -110,7 +120,7 @@ def rules_read(groups: Mapping[str, Sequence[Group]], tested: list[Record | Aler
     wanted = {id(rule) for rule in tested}
     todo = list(tested)
     while todo:
-        for name in lint.metric_names(todo.pop().expr):
+        for name in names_read(todo.pop()):
             for rule in producers.get(name, []):
                 if id(rule) not in wanted:
                     wanted.add(id(rule))
@@ -128,7 +138,10 @@ def files(model: Model) -> dict[str, str]:
             written[f"{stem}.rules.yaml"] = yaml_text({"groups": loaded}, GENERATED)
             loading = [f"{posixpath.basename(stem)}.rules.yaml"]
             config = model.config
-            test = test_file(tested, loading, config["scrape_interval"], config["evaluation_interval"], model.links)
+            order = [group["name"] for group in loaded]
+            test = test_file(
+                tested, loading, config["scrape_interval"], config["evaluation_interval"], model.links, order
+            )
             written[f"{stem}.tests.yaml"] = yaml_text(test, GENERATED)
     return written
 

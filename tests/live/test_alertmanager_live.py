@@ -97,13 +97,14 @@ INHIBITIONS = [
         ({"node": "n8b"},),
     ),
     # A job that ended: its hang alert is a consequence; another job's is real.
-    # ... but a GPU that failed under the job is still broken, and a security event in it still matters.
+    # ... but the application Xid that killed it is why it ended, and a security event in it still matters. (Hardware
+    # alerts carry no hpc_job: a GPU that failed under the job pages whatever the job does.)
     Inhibition(
         alert("SlurmJobEnded", "info", team="none", hpc_job="42"),
         alert("TrainingHang", "critical", team="job-owner", hpc_job="42"),
         (
             {"hpc_job": "43"},
-            {"alertname": "GpuXidDrainClass", "team": "gpu-ops", "node": "n13", "gpu": "1", "err_code": "79"},
+            {"alertname": "GpuXidApplicationClass", "severity": "warning", "node": "n13", "gpu": "1", "err_code": "13"},
             {"alertname": "SecurityCheckpointForeignRead", "team": "security", "node": "n14"},
         ),
     ),

@@ -17,18 +17,12 @@ from hpcobs.proof.simulate.model import AMD_VRAM_MIB, GPU_FB_MIB, GPU_FB_RESERVE
 
 MIB = 1024**2
 FB_USABLE = (GPU_FB_MIB - GPU_FB_RESERVED_MIB) * MIB
-DCGM_COLLECT_SECONDS = 30  # -c default: samples per window = 300 s / 30 s
-CLOCK_EVENTS = (
-    "gpu_idle",
-    "clocks_setting",
-    "power_cap",
-    "hw_slowdown",
-    "sync_boost",
-    "sw_thermal",
-    "hw_thermal",
-    "hw_power_brake",
-    "display_clocks",
-)
+# dcgm-exporter's -c (--collect-interval, default 30000 ms): DCGM samples the fields it watches at this interval
+# (internal/pkg/devicewatcher/device_watcher.go WatchDeviceFields, keeping 600 s of them).
+DCGM_COLLECT_SECONDS = 30
+# PCIe link of the simulated GPUs (H100 SXM: Gen5 x16); an idle GPU lowers its link generation to save power
+# (nvidia-smi --help-query-gpu, pcie.link.gen.gpucurrent: "These may be reduced when the GPU is not in use").
+PCIE_MAX_GEN, PCIE_IDLE_GEN, PCIE_MAX_WIDTH = 5, 1, 16
 # dcgmFabricManagerStatus_t (NVIDIA/DCGM dcgm_structs.h): the simulated GPUs are H100 SXM on an NVSwitch board, so
 # they report success once Fabric Manager has trained the fabric, and not started while it does not run.
 FM_NOT_STARTED, FM_SUCCESS = 1, 3
@@ -144,8 +138,12 @@ def _xid_count_parts(g: Gpu) -> list[tuple[dict, list]]:
 
 
 def _clock_event_parts(g: Gpu) -> list[tuple[dict, list]]:
-    width = max(1, DCGM_EXP_WINDOW_MS // 1000 // g.step)
-    per_scrape = max(1, g.step // DCGM_COLLECT_SECONDS)
+    """The clock-events count collector (internal/pkg/collector/clock_events_collector.go, expcollector.go
+    getMetrics): DCGM samples the reasons bitmask every collect interval, and each scrape counts, per reason, the
+    samples of the last window (GetValuesSince now - window) that carry it. A reason no sample carried has no
+    series; a GPU none of whose samples carried any reason (busy at full clocks) has none at all."""
+    window = DCGM_EXP_WINDOW_MS // 1000
+    sampled = range(0, g.n * g.step, DCGM_COLLECT_SECONDS)  # DCGM's sample times, seconds from the start
     thermal = g.mask("thermal") or [False] * g.n
     reasons = {
         "gpu_idle": [w == 0 for w in g.work],
@@ -153,14 +151,28 @@ def _clock_event_parts(g: Gpu) -> list[tuple[dict, list]]:
         "hw_thermal": thermal,
         "sw_thermal": thermal,
     }
-    nothing = [0] * g.n
-    return [
-        (
-            {"clock_event": event, "window_size_in_ms": str(DCGM_EXP_WINDOW_MS)},
-            [c * per_scrape for c in trailing_count(reasons[event], width)] if event in reasons else nothing,
+    parts = []
+    for event, scraped in reasons.items():
+        carried = list(itertools.accumulate((int(scraped[t // g.step]) for t in sampled), initial=0))
+
+        def samples_until(seconds: int) -> int:
+            """DCGM samples taken at or before `seconds` (none before the start)."""
+            return 0 if seconds < 0 else min(len(sampled), seconds // DCGM_COLLECT_SECONDS + 1)
+
+        counts = [carried[samples_until(i * g.step)] - carried[samples_until(i * g.step - window)] for i in range(g.n)]
+        parts.append(
+            ({"clock_event": event, "window_size_in_ms": str(DCGM_EXP_WINDOW_MS)}, [c or None for c in counts])
         )
-        for event in CLOCK_EVENTS
-    ]
+    return parts
+
+
+def _pcie_link_gen(g: Gpu) -> list[int]:
+    return [PCIE_MAX_GEN if b > 0 else PCIE_IDLE_GEN for b in g.busy]
+
+
+def _pcie_link_width(g: Gpu) -> list[int]:
+    """x16, or fewer lanes while a pcie_link_degraded fault holds (a lane lost at link training)."""
+    return g.during("pcie_link_degraded", [PCIE_MAX_WIDTH] * g.n, PCIE_MAX_WIDTH // 2)
 
 
 def _health_parts(g: Gpu) -> list[tuple[dict, list]]:
@@ -207,6 +219,10 @@ DCGM: dict[str, Callable[[Gpu], list[tuple[dict, list]]]] = {
     "power": one(_power),
     "energy": one(_energy),
     "pcie_replay": one(lambda g: g.counter(g.rate_in("pcie_replays", 200.0), g.rng.randrange(4))),
+    "pcie_link_gen": one(_pcie_link_gen),
+    "pcie_link_width": one(_pcie_link_width),
+    "pcie_max_link_gen": one(lambda g: [PCIE_MAX_GEN] * g.n),
+    "pcie_max_link_width": one(lambda g: [PCIE_MAX_WIDTH] * g.n),
     "gpu_utilization": one(lambda g: [b * (1 - 0.03 * g.rng.random()) if b > 0 else 0.0 for b in g.busy]),
     "memory_copy_utilization": one(lambda g: [max(0.0, v) for v in g.level(0, 0.35, 0.06)]),
     "xid": _xid_parts,

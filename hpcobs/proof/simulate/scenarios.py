@@ -792,6 +792,86 @@ def _thermal(scene: Scene, spec: Spec, start: int, end: int) -> Fault:
 
 
 @kind(
+    "thermal_burst",
+    120,
+    "A two-minute thermal slowdown (as `thermal`, briefly): dcgm-exporter counts it in 4 of the 10 samples of its "
+    "clock-events window, for as long as the window, and never in the share GpuThermalSlowdown needs. "
+    "Default: last hero node, GPU 0.",
+    targets=("node", "gpu"),
+)
+def _thermal_burst(scene: Scene, spec: Spec, start: int, end: int) -> Fault:
+    node, gpu, target = _gpu_fault(scene, spec, scene.hero(-1), 0)
+    thresholds = scene.thresholds
+    window = duration_seconds(thresholds.gpu_clock_events_window)
+    needed = thresholds.gpu_clock_event_share * window / duration_seconds(thresholds.gpu_clock_events_sample_interval)
+    counted = scene.expect(
+        "the burst is counted in the exporter's clock-events window",
+        "dcgm",
+        "clock_events",
+        node,
+        "max_over_time",
+        ">",
+        0,
+        end,
+        window=end - start,
+        raw=True,
+        gpu=str(gpu),
+        clock_event="hw_thermal",
+    )
+    counted += scene.expect(
+        "never in the share of the window's samples GpuThermalSlowdown needs",
+        "dcgm",
+        "clock_events",
+        node,
+        "max_over_time",
+        "<",
+        needed,
+        end + window,
+        window=end - start + window,
+        raw=True,
+        gpu=str(gpu),
+        clock_event="hw_thermal",
+    )
+    effects = (Effect("thermal", (node.index, gpu), scene.idx(start), scene.idx(end)),)
+    return Fault(
+        "thermal_burst", start, end, target, f"thermal burst on {node.name} GPU {gpu}", effects, tuple(counted)
+    )
+
+
+@kind(
+    "pcie_link_degraded",
+    1200,
+    "A busy GPU's PCIe link trained at x8 of its x16 (extended CSV: DCGM_FI_DEV_PCIE_LINK_WIDTH). "
+    "Default: last hero node, GPU 1.",
+    targets=("node", "gpu"),
+)
+def _pcie_link_degraded(scene: Scene, spec: Spec, start: int, end: int) -> Fault:
+    node, gpu, target = _gpu_fault(scene, spec, scene.hero(-1), 1)
+    expectations = scene.expect(
+        "the link runs at x8",
+        "dcgm",
+        "pcie_link_width",
+        node,
+        "value",
+        "==",
+        8,
+        min(end, start + 600),
+        raw=True,
+        gpu=str(gpu),
+    )
+    effects = (Effect("pcie_link_degraded", (node.index, gpu), scene.idx(start), scene.idx(end)),)
+    return Fault(
+        "pcie_link_degraded",
+        start,
+        end,
+        target,
+        f"PCIe link at x8 on {node.name} GPU {gpu}",
+        effects,
+        tuple(expectations),
+    )
+
+
+@kind(
     "nvlink_errors",
     1200,
     "NVLink CRC flit/data, replay and recovery error counters climb; NVLINK health WARN. "
