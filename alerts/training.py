@@ -10,10 +10,10 @@ slow NCCL collectives are usually the fabric or the NCCL setup, so they go to ml
 from dataclasses import dataclass
 from functools import cached_property, partial
 
-from hpcobs.authoring.alert_cases import standard_cases, timing
+from hpcobs.authoring.alert_cases import Timing, standard_cases, timing
 from hpcobs.authoring.context import Context
 from hpcobs.authoring.rules import Alert, Group, alerts_of, label
-from hpcobs.authoring.ruletest import Sample, Series, alert
+from hpcobs.authoring.ruletest import Case, Sample, Series, alert
 from hpcobs.authoring.synthetic import JOB_OWNER, gpu_utilization, job_info, nccl_collective, series
 from hpcobs.lang.promql import duration_seconds
 from hpcobs.settings import declare
@@ -282,6 +282,45 @@ def _step_time_regression(jobs: _TestJob) -> Alert:
     )
 
 
+@dataclass(frozen=True)
+class _Stopped:
+    """Job 42 on n1 and n2, its last step at scrape `stop`, its series `length` scrapes long."""
+
+    jobs: _TestJob
+    stop: int
+    length: int
+
+    def gpus(self, job: str | None = "42") -> list[Series]:
+        ctx = self.jobs.ctx
+        return [gpu_utilization(ctx, f"1x{self.length}", node=node, gpu="0", hpc_job=job) for node in ("n1", "n2")]
+
+    def ranks(self, later: int = 0) -> list[Series]:
+        """Its two ranks, stopping `later` scrapes after `stop`."""
+        return self.jobs.two_ranks(length=self.length, stop_after=self.stop + later)
+
+    def writing(self, bytes_per_second: float, later: int = 0) -> list[Series]:
+        """The job writes to Lustre from its last step on, at this rate over two OSTs (Lustre jobstats)."""
+        after, step = self.stop + later, duration_seconds(self.jobs.ctx.scrape_interval)
+        return [
+            series(
+                self.jobs.ctx,
+                "lustre",
+                "job_write_bytes",
+                f"0x{after} 0+{bytes_per_second / 2 * step:.12g}x{self.length - after}",
+                node="oss01",
+                component="ost",
+                target=f"scratch-OST000{index}",
+                hpc_job="42",
+                operation="write",
+            )
+            for index in (0, 1)
+        ]
+
+    def checkpoint(self, bytes_per_second: float, later: int = 0) -> list[Series]:
+        """The job stops and writes at this rate from then on, GPUs still held."""
+        return self.ranks(later) + self.writing(bytes_per_second, later) + self.gpus() + self.jobs.info
+
+
 def _hang(jobs: _TestJob) -> Alert:
     ctx, thresholds, cluster = jobs.ctx, jobs.thresholds, jobs.ctx.cluster
     for_, window, stalled = (
@@ -292,67 +331,18 @@ def _hang(jobs: _TestJob) -> Alert:
     stop = 10  # the job's last step is at this scrape
     # The rate window holds no step from (stop + 3) or (stop + 4) scrapes on (left edge in or out).
     when = timing(ctx, for_, stop + 4, earliest_scrapes=stop + 3)
-    step = when.step
-    checkpoint = duration_seconds(window) // step
-    # A checkpoint that keeps writing stops excusing the job once no step is left in its window after the rate's.
-    too_long = timing(ctx, for_, stop + 4 + checkpoint, earliest_scrapes=stop + 3 + checkpoint, settle=2 * step)
-    length = stop + checkpoint + too_long.hold // step + 30
-
-    def gpus(job: str | None = "42") -> list[Series]:
-        return [gpu_utilization(ctx, f"1x{length}", node=node, gpu="0", hpc_job=job) for node in ("n1", "n2")]
-
-    def stopped(after: int = stop) -> list[Series]:
-        return jobs.two_ranks(length=length, stop_after=after) + gpus() + jobs.info
-
-    def writing(bytes_per_second: float, after: int = stop) -> list[Series]:
-        """The job writes to Lustre from its last step on, at this rate over two OSTs (Lustre jobstats)."""
-        return [
-            series(
-                ctx,
-                "lustre",
-                "job_write_bytes",
-                f"0x{after} 0+{bytes_per_second / 2 * step:.12g}x{length - after}",
-                node="oss01",
-                component="ost",
-                target=f"scratch-OST000{index}",
-                hpc_job="42",
-                operation="write",
-            )
-            for index in (0, 1)
-        ]
-
+    checkpoint = duration_seconds(window) // when.step
+    job = _Stopped(jobs, stop, stop + checkpoint + when.hold // when.step + 30)
     hang = f"job:gpus_allocated:count > 0 and on ({cluster}, hpc_job) job:training_steps:rate == 0"
     # A job writing its checkpoint makes no step: not a hang while it writes at a checkpoint's pace (a slower write is
     # StorageCheckpointWriteStalled's, which inhibits this alert) and for at most training_checkpoint_window after its
-    # steps stopped. Lustre jobstats is the only per-job write rate hpcobs reads (docs/runbooks/training.md).
+    # steps stopped. Lustre jobstats is the only per-job write rate hpcobs reads (docs/contracts.md, Checkpoints).
     checkpointing = (
         f"job:lustre_write_bytes:rate >= {stalled} and on ({cluster}, hpc_job) "
         f"max_over_time(job:training_steps:rate[{window}]) > 0"
     )
     lustre = ctx.sources["lustre"].enabled
-    # Evaluated when a checkpoint that started `later` scrapes after the over-long one has not yet used its window.
-    later = -(-(too_long.firing_seconds - too_long.onset - too_long.hold) // step) + 2
-    checkpoint_cases = dict(
-        fires=[
-            when.fires(
-                f"writing just under {stalled:.3g} B/s: a stalled checkpoint is no excuse",
-                stopped() + writing(stalled * 0.9),
-                jobs.owned(),
-            ),
-            too_long.fires(
-                f"a checkpoint still writing {window} after the steps stopped",
-                stopped() + writing(stalled * 20),
-                jobs.owned(),
-            ),
-        ],
-        silent=[
-            when.silent(f"a checkpoint writing at just over {stalled:.3g} B/s", stopped() + writing(stalled * 1.1)),
-            too_long.silent(
-                f"a checkpoint writing for just under {window} after the steps stopped",
-                stopped(stop + later) + writing(stalled * 20, stop + later),
-            ),
-        ],
-    )
+    fires, silent = _checkpoint_cases(job, when) if lustre else ([], [])
     return jobs.job_alert(
         "TrainingHang",
         severity="critical",
@@ -368,34 +358,70 @@ def _hang(jobs: _TestJob) -> Alert:
         **standard_cases(
             when,
             fault="no step while the GPUs are still allocated",
-            fault_series=stopped(),
+            fault_series=job.ranks() + job.gpus() + jobs.info,
             expect=jobs.owned(),
             healthy="a job making progress",
-            healthy_series=rank_series(ctx, {("0", "n1"): 0.5}, length=length) + gpus() + jobs.info,
+            healthy_series=rank_series(ctx, {("0", "n1"): 0.5}, length=job.length) + job.gpus() + jobs.info,
             pending=f"no step for less than {for_}",
             also_fires=[
                 when.fires(
                     "a job without job-info alerts without its owner",
-                    jobs.two_ranks(length=length, stop_after=stop) + gpus(),
+                    job.ranks() + job.gpus(),
                     [alert(**ctx.cluster_labels, hpc_job="42")],
                 ),
-                *(checkpoint_cases["fires"] if lustre else ()),
+                *fires,
             ],
             also_silent=[
                 when.silent(
                     "a checkpoint pauses steps for a few scrapes",
-                    rank_series(ctx, {("0", "n1"): 0.5}, phases=[(20, 4.0), (3, 0.0), (length - 23, 4.0)])
-                    + gpus()
+                    rank_series(ctx, {("0", "n1"): 0.5}, phases=[(20, 4.0), (3, 0.0), (job.length - 23, 4.0)])
+                    + job.gpus()
                     + jobs.info,
                 ),
                 when.silent(
-                    "the job released its GPUs (its training series linger)",
-                    jobs.two_ranks(length=length, stop_after=stop) + gpus(None) + jobs.info,
+                    "the job released its GPUs (its training series linger)", job.ranks() + job.gpus(None) + jobs.info
                 ),
-                *(checkpoint_cases["silent"] if lustre else ()),
+                *silent,
             ],
         ),
     )
+
+
+def _checkpoint_cases(job: _Stopped, when: Timing) -> tuple[list[Case], list[Case]]:
+    """TrainingHang's cases at the boundaries of a checkpoint: its write rate and how long it may last."""
+    thresholds = job.jobs.thresholds
+    window, stalled = thresholds.training_checkpoint_window, thresholds.storage_checkpoint_stalled_bytes_per_second
+    step = when.step
+    checkpoint = duration_seconds(window) // step
+    # A checkpoint that keeps writing stops excusing the job once no step is left in the window after the rate's.
+    too_long = timing(
+        job.jobs.ctx,
+        thresholds.training_hang_for,
+        job.stop + 4 + checkpoint,
+        earliest_scrapes=job.stop + 3 + checkpoint,
+        settle=2 * step,
+    )
+    # A checkpoint started this many scrapes after the over-long one has not used its window when that one fires.
+    later = -(-(too_long.firing_seconds - too_long.onset - too_long.hold) // step) + 2
+    fires = [
+        when.fires(
+            f"writing just under {stalled:.3g} B/s: a stalled checkpoint is no excuse",
+            job.checkpoint(stalled * 0.9),
+            job.jobs.owned(),
+        ),
+        too_long.fires(
+            f"a checkpoint still writing {window} after the steps stopped",
+            job.checkpoint(stalled * 20),
+            job.jobs.owned(),
+        ),
+    ]
+    silent = [
+        when.silent(f"a checkpoint writing at just over {stalled:.3g} B/s", job.checkpoint(stalled * 1.1)),
+        too_long.silent(
+            f"a checkpoint writing for just under {window} after the steps stopped", job.checkpoint(stalled * 20, later)
+        ),
+    ]
+    return fires, silent
 
 
 def _nccl_collective_slow(jobs: _TestJob) -> Alert:
