@@ -10,10 +10,10 @@ slow NCCL collectives are usually the fabric or the NCCL setup, so they go to ml
 from dataclasses import dataclass
 from functools import cached_property, partial
 
-from hpcobs.authoring.alert_cases import standard_cases, timing
+from hpcobs.authoring.alert_cases import Timing, standard_cases, timing
 from hpcobs.authoring.context import Context
 from hpcobs.authoring.rules import Alert, Group, alerts_of, label
-from hpcobs.authoring.ruletest import Sample, Series, alert
+from hpcobs.authoring.ruletest import Case, Sample, Series, alert
 from hpcobs.authoring.synthetic import JOB_OWNER, gpu_utilization, job_info, nccl_collective, series
 from hpcobs.lang.promql import duration_seconds
 from hpcobs.settings import declare
@@ -52,11 +52,19 @@ THRESHOLDS = (
         "10m",
         "How long a job holding GPUs may make no step before TrainingHang (PyTorch's NCCL watchdog default).",
     ),
+    declare.duration(
+        "training_checkpoint_window",
+        "20m",
+        "How long after its steps stopped a job that keeps writing to Lustre at "
+        "storage_checkpoint_stalled_bytes_per_second or more is taken to be writing a checkpoint, not hanging "
+        "(TrainingHang fires training_hang_for after it): a large model's checkpoint with its optimizer state is "
+        "terabytes, 10-20 min at a few GB/s.",
+    ),
     declare.factor(
         "training_nccl_slowdown_factor",
         3,
-        "Mean collective time above this multiple of the job's own median over training_baseline_window "
-        "(TrainingNcclCollectiveSlow).",
+        "Mean collective time of a group of like collectives (collective, message-size bucket, communicator shape) "
+        "above this multiple of the group's own median over training_baseline_window (TrainingNcclCollectiveSlow).",
     ),
     declare.duration(
         "training_baseline_window",
@@ -274,55 +282,146 @@ def _step_time_regression(jobs: _TestJob) -> Alert:
     )
 
 
+@dataclass(frozen=True)
+class _Stopped:
+    """Job 42 on n1 and n2, its last step at scrape `stop`, its series `length` scrapes long."""
+
+    jobs: _TestJob
+    stop: int
+    length: int
+
+    def gpus(self, job: str | None = "42") -> list[Series]:
+        ctx = self.jobs.ctx
+        return [gpu_utilization(ctx, f"1x{self.length}", node=node, gpu="0", hpc_job=job) for node in ("n1", "n2")]
+
+    def ranks(self, later: int = 0) -> list[Series]:
+        """Its two ranks, stopping `later` scrapes after `stop`."""
+        return self.jobs.two_ranks(length=self.length, stop_after=self.stop + later)
+
+    def writing(self, bytes_per_second: float, later: int = 0) -> list[Series]:
+        """The job writes to Lustre from its last step on, at this rate over two OSTs (Lustre jobstats)."""
+        after, step = self.stop + later, duration_seconds(self.jobs.ctx.scrape_interval)
+        return [
+            series(
+                self.jobs.ctx,
+                "lustre",
+                "job_write_bytes",
+                f"0x{after} 0+{bytes_per_second / 2 * step:.12g}x{self.length - after}",
+                node="oss01",
+                component="ost",
+                target=f"scratch-OST000{index}",
+                hpc_job="42",
+                operation="write",
+            )
+            for index in (0, 1)
+        ]
+
+    def checkpoint(self, bytes_per_second: float, later: int = 0) -> list[Series]:
+        """The job stops and writes at this rate from then on, GPUs still held."""
+        return self.ranks(later) + self.writing(bytes_per_second, later) + self.gpus() + self.jobs.info
+
+
 def _hang(jobs: _TestJob) -> Alert:
-    ctx, for_ = jobs.ctx, jobs.thresholds.training_hang_for
+    ctx, thresholds, cluster = jobs.ctx, jobs.thresholds, jobs.ctx.cluster
+    for_, window, stalled = (
+        thresholds.training_hang_for,
+        thresholds.training_checkpoint_window,
+        thresholds.storage_checkpoint_stalled_bytes_per_second,
+    )
     stop = 10  # the job's last step is at this scrape
     # The rate window holds no step from (stop + 3) or (stop + 4) scrapes on (left edge in or out).
     when = timing(ctx, for_, stop + 4, earliest_scrapes=stop + 3)
-    length = stop + when.hold // when.step + 30
-
-    def gpus(job: str | None = "42") -> list[Series]:
-        return [gpu_utilization(ctx, f"1x{length}", node=node, gpu="0", hpc_job=job) for node in ("n1", "n2")]
-
-    hung = jobs.two_ranks(length=length, stop_after=stop) + gpus()
+    checkpoint = duration_seconds(window) // when.step
+    job = _Stopped(jobs, stop, stop + checkpoint + when.hold // when.step + 30)
+    hang = f"job:gpus_allocated:count > 0 and on ({cluster}, hpc_job) job:training_steps:rate == 0"
+    # A job writing its checkpoint makes no step: not a hang while it writes at a checkpoint's pace (a slower write is
+    # StorageCheckpointWriteStalled's, which inhibits this alert) and for at most training_checkpoint_window after its
+    # steps stopped. Lustre jobstats is the only per-job write rate hpcobs reads (docs/contracts.md, Checkpoints).
+    checkpointing = (
+        f"job:lustre_write_bytes:rate >= {stalled} and on ({cluster}, hpc_job) "
+        f"max_over_time(job:training_steps:rate[{window}]) > 0"
+    )
+    lustre = ctx.sources["lustre"].enabled
+    fires, silent = _checkpoint_cases(job, when) if lustre else ([], [])
     return jobs.job_alert(
         "TrainingHang",
         severity="critical",
         team=Team.JOB_OWNER,
-        expr=f"job:gpus_allocated:count > 0 and on ({ctx.cluster}, hpc_job) job:training_steps:rate == 0",
+        expr=f"{hang} unless on ({cluster}, hpc_job) ({checkpointing})" if lustre else hang,
         for_=for_,
         summary="A training job holds its GPUs but makes no progress.",
-        description=f"{jobs.job} still holds its GPUs but has completed no training step for {for_}: it hangs (a "
-        "collective waiting for a dead or stuck rank, a stalled filesystem). Dump its stacks with "
+        description=f"{jobs.job} still holds its GPUs but has completed no training step for {for_}"
+        + (f" and is not writing a checkpoint (or has been for over {window})" if lustre else "")
+        + ": it hangs (a collective waiting for a dead or stuck rank, a stalled filesystem). Dump its stacks with "
         "py-spy, then cancel it and restart from the last checkpoint.",
         fired_by=("training_hang", "checkpoint_stall", "xid79"),
         **standard_cases(
             when,
             fault="no step while the GPUs are still allocated",
-            fault_series=hung + jobs.info,
+            fault_series=job.ranks() + job.gpus() + jobs.info,
             expect=jobs.owned(),
             healthy="a job making progress",
-            healthy_series=rank_series(ctx, {("0", "n1"): 0.5}, length=length) + gpus() + jobs.info,
+            healthy_series=rank_series(ctx, {("0", "n1"): 0.5}, length=job.length) + job.gpus() + jobs.info,
             pending=f"no step for less than {for_}",
             also_fires=[
                 when.fires(
-                    "a job without job-info alerts without its owner", hung, [alert(**ctx.cluster_labels, hpc_job="42")]
-                )
+                    "a job without job-info alerts without its owner",
+                    job.ranks() + job.gpus(),
+                    [alert(**ctx.cluster_labels, hpc_job="42")],
+                ),
+                *fires,
             ],
             also_silent=[
                 when.silent(
                     "a checkpoint pauses steps for a few scrapes",
-                    rank_series(ctx, {("0", "n1"): 0.5}, phases=[(20, 4.0), (3, 0.0), (length - 23, 4.0)])
-                    + gpus()
+                    rank_series(ctx, {("0", "n1"): 0.5}, phases=[(20, 4.0), (3, 0.0), (job.length - 23, 4.0)])
+                    + job.gpus()
                     + jobs.info,
                 ),
                 when.silent(
-                    "the job released its GPUs (its training series linger)",
-                    jobs.two_ranks(length=length, stop_after=stop) + gpus(None) + jobs.info,
+                    "the job released its GPUs (its training series linger)", job.ranks() + job.gpus(None) + jobs.info
                 ),
+                *silent,
             ],
         ),
     )
+
+
+def _checkpoint_cases(job: _Stopped, when: Timing) -> tuple[list[Case], list[Case]]:
+    """TrainingHang's cases at the boundaries of a checkpoint: its write rate and how long it may last."""
+    thresholds = job.jobs.thresholds
+    window, stalled = thresholds.training_checkpoint_window, thresholds.storage_checkpoint_stalled_bytes_per_second
+    step = when.step
+    checkpoint = duration_seconds(window) // step
+    # A checkpoint that keeps writing stops excusing the job once no step is left in the window after the rate's.
+    too_long = timing(
+        job.jobs.ctx,
+        thresholds.training_hang_for,
+        job.stop + 4 + checkpoint,
+        earliest_scrapes=job.stop + 3 + checkpoint,
+        settle=2 * step,
+    )
+    # A checkpoint started this many scrapes after the over-long one has not used its window when that one fires.
+    later = -(-(too_long.firing_seconds - too_long.onset - too_long.hold) // step) + 2
+    fires = [
+        when.fires(
+            f"writing just under {stalled:.3g} B/s: a stalled checkpoint is no excuse",
+            job.checkpoint(stalled * 0.9),
+            job.jobs.owned(),
+        ),
+        too_long.fires(
+            f"a checkpoint still writing {window} after the steps stopped",
+            job.checkpoint(stalled * 20),
+            job.jobs.owned(),
+        ),
+    ]
+    silent = [
+        when.silent(f"a checkpoint writing at just over {stalled:.3g} B/s", job.checkpoint(stalled * 1.1)),
+        too_long.silent(
+            f"a checkpoint writing for just under {window} after the steps stopped", job.checkpoint(stalled * 20, later)
+        ),
+    ]
+    return fires, silent
 
 
 def _nccl_collective_slow(jobs: _TestJob) -> Alert:
@@ -335,29 +434,41 @@ def _nccl_collective_slow(jobs: _TestJob) -> Alert:
     step = duration_seconds(ctx.scrape_interval)
     calm = duration_seconds(window) // step  # a whole baseline window of normal collectives
     when = timing(ctx, for_, calm + 1, settle=5 * step)
-    slow_for = when.hold // step
+    after = when.hold // step + 20  # scrapes after the baseline window
+    # Job 42 (2 nodes, 16 GPUs): gradients all-reduced across the nodes in 128-129MB buckets at 6 ms, activations
+    # all-reduced inside each node (NVLink-only) at 160 us, parameter shards all-gathered across the nodes at 3 ms.
+    gradients = dict(collective="AllReduce", message_size="128-129MB", n_nodes="2", nranks="16")
+    activations = dict(collective="AllReduce", message_size="32-33MB", n_nodes="1", nranks="8")
+    shards = dict(collective="AllGather", message_size="64-65MB", n_nodes="2", nranks="16")
 
-    def collective(microseconds: str, name: str = "AllReduce", gpu: str = "GPU0", node: str = "n1") -> Series:
-        return nccl_collective(
-            ctx,
-            "coll_exec_time",
-            microseconds,
-            collective=name,
-            gpu=gpu,
-            node=node,
-            message_size="128-129MB",
-            algo_proto="Ring_ll128",
-        )
-
-    def all_reduce_at(spiked: float) -> list[Series]:
-        """AllReduce at 1 ms for the baseline window then at `spiked` us on both ranks; AllGather steady."""
-        slow = f"1000x{calm} {spiked:.12g}x{slow_for + 20}"
+    def bucket(like: dict[str, str], microseconds: str, algo_proto: str = "Ring_ll128") -> list[Series]:
+        """One bucket's collective time on GPU0 of n1 and of n2."""
         return [
-            collective(slow),
-            collective(slow, gpu="GPU1", node="n2"),
-            collective(f"500x{calm + slow_for + 21}", name="AllGather"),
+            nccl_collective(ctx, "coll_exec_time", microseconds, gpu="GPU0", node=node, algo_proto=algo_proto, **like)
+            for node in ("n1", "n2")
+        ]
+
+    def gradients_at(times: float) -> list[Series]:
+        """The gradient AllReduce at 6 ms for the baseline window, then `times` that; the other groups steady."""
+        return [
+            *bucket(gradients, f"6000x{calm} {6000 * times:.12g}x{after}"),
+            *bucket(activations, f"160x{calm + after}", "NVLS_simple"),
+            *bucket(shards, f"3000x{calm + after}"),
         ] + jobs.info
 
+    # An evaluation pass after the baseline window: no backward pass, so no gradient AllReduce; the eval loss
+    # all-reduced in 8-9KB messages, the eval outputs all-gathered in 512-513MB messages beside the parameter shards.
+    # Each group keeps its time; the mean over AllGather's buckets, what the rule read before it compared like with
+    # like, reads (factor + 1)x the shards' time, and would have paged.
+    eval_outputs = dict(shards, message_size="512-513MB")
+    eval_loss = dict(gradients, message_size="8-9KB")
+    evaluation = [
+        *bucket(gradients, f"6000x{calm}"),
+        *bucket(eval_loss, f"_x{calm} 40x{after}", "Tree_ll"),
+        *bucket(activations, f"160x{calm + after}", "NVLS_simple"),
+        *bucket(shards, f"3000x{calm + after}"),
+        *bucket(eval_outputs, f"_x{calm} {3000 * (2 * factor + 1):.12g}x{after}"),
+    ] + jobs.info
     return jobs.job_alert(
         "TrainingNcclCollectiveSlow",
         severity="warning",
@@ -368,20 +479,31 @@ def _nccl_collective_slow(jobs: _TestJob) -> Alert:
             f"quantile_over_time(0.5, job:nccl_collective_seconds:avg[{window}])",
         ),
         for_=for_,
-        summary="A training job's NCCL collectives take much longer than usual.",
-        description=f"{jobs.job}: {label('collective')} has taken over {factor}x its median time of the last "
-        f"{window} for {for_}. Usually the fabric (IB errors, congestion, a port down) or a rank late "
-        "to the collective; check the IB alerts of the job's nodes.",
+        summary="A training job's NCCL collectives take much longer than usual for the same messages.",
+        description=f"{jobs.job}: {label('collective')} of {label('message_size')} messages on its "
+        f"{label('n_nodes')}-node communicators ({label('nranks')} ranks; 1 node is NVLink-only) has taken over "
+        f"{factor}x its median time of the last {window} for {for_}. Usually the fabric (IB errors, congestion, a port "
+        "down) or a rank late to the collective; check the IB alerts of the job's nodes.",
         fired_by=("nccl_latency_spike",),
         **standard_cases(
             when,
-            fault=f"AllReduce just over {factor}x slower",
-            fault_series=all_reduce_at(1000 * factor * 1.1),
-            expect=jobs.owned(collective="AllReduce"),
+            fault=f"the network gradient AllReduce just over {factor}x, the NVLink and AllGather groups steady",
+            fault_series=gradients_at(factor * 1.1),
+            expect=jobs.owned(**gradients),
             healthy="steady collectives",
-            healthy_series=all_reduce_at(1000),
-            pending=f"slow for less than {for_}",
-            also_silent=[when.silent(f"slower, but under {factor}x", all_reduce_at(1000 * factor * 0.9))],
+            healthy_series=gradients_at(1),
+            pending=f"over {factor}x for less than {for_}",
+            also_fires=[
+                when.fires(
+                    "only the slow group, whatever the others do: AllReduce 8x slower on the network",
+                    gradients_at(8),
+                    jobs.owned(**gradients),
+                )
+            ],
+            also_silent=[
+                when.silent(f"slower, but under {factor}x", gradients_at(factor * 0.9)),
+                when.silent("an evaluation pass changes the mix of buckets, not the time of any", evaluation),
+            ],
         ),
     )
 

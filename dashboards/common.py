@@ -45,6 +45,11 @@ JOB_LOG_LINES = (
     "NVRM: Xid| NCCL WARN |Watchdog caught collective operation timeout"
     "|oom[-_]kill|invoked oom-killer|[Oo]ut of memory|OOM failure"
 )
+# NCCL Inspector's n_nodes is the node count of a communicator: 1 is a communicator inside one node (NVLink-only),
+# more cross the network (NVIDIA/nccl plugins/profiler/inspector/grafana/README.md splits its panels the same way).
+# NCCL panels show one kind or the other, never a mean over both (docs/exporters.md, NCCL like with like).
+NCCL_NVLINK_ONLY = 'n_nodes="1"'
+NCCL_NETWORK = 'n_nodes!="1"'
 OWNERS = {"partition": "Partition", "account": "Account", "user": "User", "hpc_job": "Job"}
 
 

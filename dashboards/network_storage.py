@@ -326,13 +326,15 @@ def _nccl(ctx: Context) -> Row:
         "NCCL",
         [
             timeseries(
-                "NCCL bus bandwidth by job",
-                f"job:nccl_bus_bandwidth:avg{{{common.in_cluster(ctx)}}}",
-                legend="{{hpc_job}} {{collective}}",
+                "NCCL bus bandwidth of network communicators by job",
+                f"job:nccl_bus_bandwidth:avg{{{common.in_cluster(ctx)}, {common.NCCL_NETWORK}}}",
+                legend="{{hpc_job}} {{collective}} {{message_size}} on {{n_nodes}} nodes",
                 unit="Bps",
                 width=24,
-                description="Mean bus bandwidth per job and collective (NCCL Inspector); compare with the "
-                f"fabric's nominal rate ({nominal:.3g} B/s per port).",
+                description="Mean bus bandwidth per job, collective, message-size bucket and communicator shape of "
+                "the communicators that cross the fabric (NCCL Inspector; NVLink-only ones are on the training "
+                f"dashboard); compare a bucket with itself over time, and large buckets with the fabric's nominal "
+                f"rate ({nominal:.3g} B/s per port): small messages are latency-bound.",
             ),
         ],
     )

@@ -214,33 +214,41 @@ def _progress(ctx: Context) -> Row:
 
 
 def _nccl(ctx: Context) -> Row:
+    """Collective time and bus bandwidth per group of like collectives (recording_rules/training.py, LIKE), the
+    NVLink-only communicators apart from the network ones."""
     job = _job(ctx)
+    kinds = (
+        ("network", common.NCCL_NETWORK, "{{collective}} {{message_size}} on {{n_nodes}} nodes ({{nranks}} ranks)"),
+        ("NVLink-only", common.NCCL_NVLINK_ONLY, "{{collective}} {{message_size}} ({{nranks}} ranks)"),
+    )
     return Row(
         "NCCL",
         [
-            timeseries(
-                "Collective time by collective",
-                f"job:nccl_collective_seconds:avg{{{job}}}",
-                legend="{{collective}}",
-                unit="s",
-                width=8,
-                description="Mean time of each collective (NCCL Inspector).",
+            *(
+                timeseries(
+                    f"Collective time, {kind} communicators",
+                    f"job:nccl_collective_seconds:avg{{{job}, {matcher}}}",
+                    legend=legend,
+                    unit="s",
+                    width=12,
+                    description=f"Mean time of each collective on the job's {kind} communicators, one line per "
+                    "message-size bucket and communicator shape (NCCL Inspector): a bucket is compared with itself "
+                    "only; a line that starts or stops is a change of what the job does (evaluation, checkpoint).",
+                )
+                for kind, matcher, legend in kinds
             ),
-            timeseries(
-                "Collective time by message size",
-                f"job:nccl_collective_seconds_by_size:avg{{{job}}}",
-                legend="{{collective}} {{message_size}}",
-                unit="s",
-                width=8,
-                description="Mean collective time by collective and message size bucket (NCCL Inspector).",
-            ),
-            timeseries(
-                "Bus bandwidth by collective",
-                f"job:nccl_bus_bandwidth:avg{{{job}}}",
-                legend="{{collective}}",
-                unit="Bps",
-                width=8,
-                description="Mean NCCL bus bandwidth of each collective.",
+            *(
+                timeseries(
+                    f"Bus bandwidth, {kind} communicators",
+                    f"job:nccl_bus_bandwidth:avg{{{job}, {matcher}}}",
+                    legend=legend,
+                    unit="Bps",
+                    width=12,
+                    description=f"Mean NCCL bus bandwidth on the job's {kind} communicators, per collective, "
+                    "message-size bucket and communicator shape: small messages are latency-bound and never "
+                    "reach the link's bandwidth.",
+                )
+                for kind, matcher, legend in kinds
             ),
         ],
     )

@@ -55,7 +55,7 @@ def test_job_level_series_are_constant_per_job(groups, ctx):
     for record in records(groups):
         kind, count = cardinality.recorded_per(cardinality.record_labels(record, ctx.cluster))
         if record.record.startswith("job:"):
-            assert kind == "job" and count <= REF["jobs"] * REF["collectives"], record.record
+            assert kind == "job" and count <= REF["jobs"] * REF["nccl_groups"], record.record
 
 
 def test_record_levels_match_their_labels(groups, ctx):

@@ -300,8 +300,11 @@ def nccl_collective(
     algo_proto: str,
     node: str = "n1",
     hpc_job: str = "42",
+    n_nodes: str = "2",
+    nranks: str = "16",
 ) -> Series:
-    """An NCCL Inspector series (coll_exec_time, coll_busbw) of one collective of a 16-rank, 2-node job."""
+    """An NCCL Inspector series (coll_exec_time, coll_busbw) of one collective of a communicator, by default one
+    across the 2 nodes and 16 GPUs of a job."""
     return series(
         ctx,
         "nccl_inspector",
@@ -312,8 +315,8 @@ def nccl_collective(
         gpu=gpu,
         version="v5.1",
         comm_name="0x7f3a",
-        n_nodes="2",
-        nranks="16",
+        n_nodes=n_nodes,
+        nranks=nranks,
         collective=collective,
         message_size=message_size,
         algo_proto=algo_proto,

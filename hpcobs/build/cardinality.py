@@ -37,6 +37,9 @@ REFERENCE = {
     "lustre_targets": 64,
     "collectives": 5,
     "message_sizes": 8,
+    # (collective, message-size bucket, communicator shape) groups a job's NCCL records keep: a 3D-parallel job has
+    # ~10-15 (gradient, activation and shard buckets on its NVLink-only and network communicators), a 1-node job a few.
+    "nccl_groups": 10,
     "node_states": 6,
     "falco_rules": 20,
     "falco_priorities": 3,
@@ -57,7 +60,8 @@ def recorded_per(labels: set[str], r: dict = REFERENCE) -> tuple[str, float]:
     if "gpu" in keyed:
         return ("gpu", _gpus(r) * (1 + r["shared_gpus"]) if "hpc_job" in keyed else _gpus(r))
     if "hpc_job" in keyed:
-        return ("job", r["jobs"] * (r["collectives"] if "collective" in keyed else 1))
+        per_job = r["nccl_groups"] if "message_size" in keyed else r["collectives"] if "collective" in keyed else 1
+        return ("job", r["jobs"] * per_job)
     if "node" in keyed:
         factor = prod(
             f

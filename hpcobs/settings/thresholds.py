@@ -97,6 +97,7 @@ class Thresholds:
     training_step_time_baseline_window: Duration
     training_step_time_regression_for: Duration
     training_hang_for: Duration
+    training_checkpoint_window: Duration
     training_nccl_slowdown_factor: float  # a number greater than 1
     training_baseline_window: Duration
     training_nccl_slow_for: Duration

@@ -11,11 +11,13 @@ from hpcobs.proof.simulate import Simulation, kinds, write
 FAULTS = [name for name in kinds() if name != "healthy"]
 # Faults of the hero training job take turns: a hang or a dead rank would hide a straggler.
 HERO_JOB_SLOTS = {
+    "evaluation_pass": "start=1m:duration=8m",
     "straggler": "start=10m:duration=20m",
     "nccl_latency_spike": "start=35m:duration=15m",
     "checkpoint_stall": "start=55m:duration=20m",
     "training_hang": "start=80m:duration=30m",
     "ib_congestion": "start=115m:duration=15m",
+    "checkpoint_long": "start=130m:duration=10m",
     "xid79": "start=140m",
 }
 # A GPU exports one Xid, its last: xid13 and xid48 (both on GPU 1 by default) at once would overwrite each other, as

@@ -36,7 +36,8 @@ class Activity:
         return window_mask(self.n, [self.span(job)])
 
     def _checkpoint_mask(self, job: Job) -> tuple[bool, ...]:
-        """Scrapes during which the job writes a checkpoint (training blocked, storage busy)."""
+        """Scrapes during which the job writes a checkpoint (training blocked, storage busy): every
+        CHECKPOINT_EVERY for CHECKPOINT_TAKES, and the long checkpoints of scenarios."""
         if not job.training:
             return (False,) * self.n
         first = job.start + CHECKPOINT_EVERY * max(1, math.ceil((0 - job.start) / CHECKPOINT_EVERY))
@@ -44,7 +45,7 @@ class Activity:
             (self.window.index(t), self.window.index(t + CHECKPOINT_TAKES))
             for t in range(first, min(job.end, self.window.duration), CHECKPOINT_EVERY)
         ]
-        return tuple(window_mask(self.n, wins))
+        return tuple(window_mask(self.n, wins + self.faults.windows("checkpoint", job.id)))
 
     def _job_profile(self, job: Job) -> tuple[tuple[float, ...], tuple[float, ...]]:
         """(busy, work) of the job's GPUs at each scrape: busy = share of time a kernel runs (utilisation),
@@ -107,11 +108,13 @@ class Activity:
             for effect in self.faults.effects("rank_slow", job.id, rank):
                 for i in range(effect.start, min(effect.end, self.n)):
                     rank_factor[i] = max(rank_factor[i], effect.get("factor"))
+        # An evaluation pass runs between optimizer steps: no step completes while it runs.
+        held = ("job_hang", "job_stall", "evaluate")
         blocked = [
             a or b
             for a, b in zip(
                 self.checkpoint_mask(job),
-                window_mask(self.n, self.faults.windows("job_hang", job.id) + self.faults.windows("job_stall", job.id)),
+                window_mask(self.n, [w for kind in held for w in self.faults.windows(kind, job.id)]),
             )
         ]
         return tuple(

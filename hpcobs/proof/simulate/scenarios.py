@@ -24,8 +24,8 @@ from hpcobs.lang.promql import duration, duration_seconds, si_factor
 from hpcobs.proof.simulate.core import UP, Window, seeded, window_mask
 from hpcobs.proof.simulate.expect import Expectation
 from hpcobs.proof.simulate.model import FOREVER, LUSTRE_FS, LUSTRE_OST_KIB, NFS_SCRATCH, Cluster, Job, Node
-from hpcobs.proof.simulate.storage import MDT_KIB
-from hpcobs.proof.simulate.training import allreduce_time_us
+from hpcobs.proof.simulate.storage import MDT_KIB, osts
+from hpcobs.proof.simulate.training import EVAL_OUTPUTS, GRADIENTS, SHARDS, allreduce_time_us, communicators, exec_us
 from hpcobs.security import names as security_content
 from hpcobs.settings.thresholds import Thresholds
 
@@ -1336,6 +1336,104 @@ def _checkpoint_stall(scene: Scene, spec: Spec, start: int, end: int) -> Fault:
 
 
 @kind(
+    "checkpoint_long",
+    1500,
+    "The hero job writes a large checkpoint for 25 minutes at a healthy rate (Lustre jobstats): no step completes, "
+    "GPUs wait idle, NCCL Inspector's files keep their last dump. A checkpoint, not a hang: TrainingHang stays silent "
+    "for training_checkpoint_window.",
+    targets=("job",),
+)
+def _checkpoint_long(scene: Scene, spec: Spec, start: int, end: int) -> Fault:
+    job = _hero_job(scene, spec)
+    effects = (Effect("checkpoint", (job.id,), scene.idx(start), scene.idx(end)),)
+    node, rank = _rank0(scene, job)
+    at = min(end - 60, start + 600)  # 10 minutes without a step, while the checkpoint still writes
+    expectations = scene.expect(
+        "no step completes",
+        "training",
+        "steps",
+        None,
+        "increase",
+        "==",
+        0,
+        at,
+        window=300,
+        raw=True,
+        hpc_job=job.id,
+        rank=rank,
+        node=node.name,
+    )
+    if scene.sources["lustre"].enabled:
+        expectations += scene.expect(
+            "the checkpoint writes at over the stall threshold",
+            "lustre",
+            "job_write_bytes",
+            None,
+            "rate",
+            ">",
+            scene.thresholds.storage_checkpoint_stalled_bytes_per_second / len(osts()),
+            at,
+            window=300,
+            jobid=job.id,
+            operation="write",
+        )
+    return Fault(
+        "checkpoint_long", start, end, {"job": job.id}, f"long checkpoint of job {job.id}", effects, tuple(expectations)
+    )
+
+
+@kind(
+    "evaluation_pass",
+    480,
+    "The hero job evaluates for 8 minutes: no optimizer step; its gradient AllReduce (128-129MB) leaves NCCL "
+    "Inspector's files, it all-reduces its eval loss in 8-9KB messages and all-gathers its outputs in 512-513MB ones "
+    "beside the 64-65MB parameter shards. No collective is slower; AllGather's mean over message sizes is over 4x.",
+    targets=("job",),
+)
+def _evaluation_pass(scene: Scene, spec: Spec, start: int, end: int) -> Fault:
+    job = _hero_job(scene, spec)
+    effects = (Effect("evaluate", (job.id,), scene.idx(start), scene.idx(end)),)
+    node, _ = _rank0(scene, job)
+    job_wide = communicators(job, node.index)[0]
+    at = min(end, start + 300)
+    n_nodes = str(job_wide.n_nodes)
+    expectations = scene.expect(
+        "eval outputs all-gathered in 512-513MB messages, 4x the parameter shards' time or more",
+        "nccl_inspector",
+        "coll_exec_time",
+        node,
+        "value",
+        ">",
+        round(4 * exec_us(job_wide, SHARDS), 1),
+        at,
+        raw=True,
+        slurm_job_id=job.id,
+        gpu="GPU0",
+        n_nodes=n_nodes,
+        collective=EVAL_OUTPUTS.collective,
+        message_size=EVAL_OUTPUTS.message_size,
+    ) + scene.expect(
+        "no gradient AllReduce in the dumps",
+        "nccl_inspector",
+        "coll_exec_time",
+        node,
+        "absent",
+        None,
+        None,
+        at,
+        window=120,
+        slurm_job_id=job.id,
+        gpu="GPU0",
+        n_nodes=n_nodes,
+        collective=GRADIENTS.collective,
+        message_size=GRADIENTS.message_size,
+    )
+    return Fault(
+        "evaluation_pass", start, end, {"job": job.id}, f"evaluation pass of job {job.id}", effects, tuple(expectations)
+    )
+
+
+@kind(
     "straggler",
     1800,
     "One rank of the hero job, on a slow node, takes 1.6x longer per step; the job slows to its "
@@ -1383,7 +1481,8 @@ def _straggler(scene: Scene, spec: Spec, start: int, end: int) -> Fault:
 @kind(
     "nccl_latency_spike",
     600,
-    "NCCL collectives of the hero job take 8x longer (bus bandwidth /8); steps 1.3x slower.",
+    "NCCL collectives of the hero job across the network take 8x longer (bus bandwidth /8; its NVLink-only "
+    "communicators are unaffected); steps 1.3x slower.",
     targets=("job",),
 )
 def _nccl_spike(scene: Scene, spec: Spec, start: int, end: int) -> Fault:
@@ -1395,7 +1494,7 @@ def _nccl_spike(scene: Scene, spec: Spec, start: int, end: int) -> Fault:
     )
     node, _ = _rank0(scene, job)
     expectations = scene.expect(
-        "AllReduce 8x slower",
+        "gradient AllReduce 8x slower",
         "nccl_inspector",
         "coll_exec_time",
         node,
@@ -1406,7 +1505,8 @@ def _nccl_spike(scene: Scene, spec: Spec, start: int, end: int) -> Fault:
         raw=True,
         slurm_job_id=job.id,
         gpu="GPU0",
-        collective="AllReduce",
+        collective=GRADIENTS.collective,
+        message_size=GRADIENTS.message_size,
     )
     return Fault(
         "nccl_latency_spike",

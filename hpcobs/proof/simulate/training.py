@@ -3,12 +3,18 @@
 Ranks of a synchronous job step in lockstep: the job's step rate is set by its slowest rank. A rank's
 step_seconds counts its own time per step (its compute and collectives, as a per-rank timer around the
 step does), so a straggler shows a larger mean step time than its peers while their steps stay equal.
+
+NCCL Inspector (NVIDIA/nccl 12df1a11 plugins/profiler/inspector/inspector_prom.cc) writes, per GPU and dump, one
+series per bucket of its key (communicator shape, collective, message-size range, communicator name, algorithm):
+the arithmetic mean of the collective times and the geometric mean of the bus bandwidths completed in that dump.
+What a job runs changes its buckets: an evaluation pass drops the gradient buckets and adds its own.
 """
 
 from __future__ import annotations
 
 import math
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
 
 from hpcobs.proof.simulate.core import Family, accumulate, seeded, to_unit, where, window_mask
 from hpcobs.proof.simulate.model import Job
@@ -16,27 +22,93 @@ from hpcobs.proof.simulate.model import Job
 TRAINING_SIGNALS = ("steps", "step_seconds", "tokens", "model_flops", "loss", "last_step_time")
 MODEL_PARAMS = 8e9  # model size behind the FLOPs counter (6 * params * tokens)
 NCCL_VERSION = "v5.1"
-# (collective, message_size bucket, bytes, bus factor: busbw = algbw * factor(n))
-COLLECTIVES = (
-    ("AllReduce", "128-129MB", 128 * 1024**2, lambda n: 2 * (n - 1) / n),
-    ("AllGather", "64-65MB", 64 * 1024**2, lambda n: (n - 1) / n),
-    ("ReduceScatter", "64-65MB", 64 * 1024**2, lambda n: (n - 1) / n),
-)
 
 
-def _busbw(job: Job) -> float:
-    """GB/s: NVLink inside one node, the IB fabric (400 Gb/s per GPU) across nodes."""
-    return 360.0 if len(job.nodes) == 1 else 42.0
+def _all_reduce(n: int) -> float:
+    """Bus bandwidth over algorithm bandwidth of an AllReduce on n ranks (nccl-tests doc/PERFORMANCE.md)."""
+    return 2 * (n - 1) / n
 
 
-def _exec_us(job: Job, size: int, factor) -> float:
-    n = max(2, len(job.gpus))
-    return size * factor(n) / (_busbw(job) * 1e9) * 1e6
+def _gather(n: int) -> float:
+    """The same for AllGather and ReduceScatter."""
+    return (n - 1) / n
+
+
+@dataclass(frozen=True)
+class Bucket:
+    """One bucket of NCCL Inspector's key: a collective and its message-size range. The label is the size's floor
+    in its largest unit, then that plus one (`128-129MB`; inspector_prom.cc, inspectorPromFormatMessageSizeRange)."""
+
+    collective: str
+    message_size: str
+    size: int  # bytes of each message
+    factor: Callable[[int], float]
+
+
+KIB, MIB = 1024, 1024**2
+GRADIENTS = Bucket("AllReduce", "128-129MB", 128 * MIB, _all_reduce)
+SHARDS = Bucket("AllGather", "64-65MB", 64 * MIB, _gather)
+REDUCED_SHARDS = Bucket("ReduceScatter", "64-65MB", 64 * MIB, _gather)
+ACTIVATIONS = Bucket("AllReduce", "32-33MB", 32 * MIB, _all_reduce)
+EVAL_LOSS = Bucket("AllReduce", "8-9KB", 8 * KIB, _all_reduce)
+EVAL_OUTPUTS = Bucket("AllGather", "512-513MB", 512 * MIB, _gather)
+
+
+@dataclass(frozen=True)
+class Communicator:
+    """A communicator a rank is in and the buckets it runs while the job trains and while it evaluates."""
+
+    name: str
+    n_nodes: int
+    nranks: int
+    train: tuple[Bucket, ...]
+    evaluate: tuple[Bucket, ...]
+
+    @property
+    def network(self) -> bool:
+        return self.n_nodes > 1
+
+    def buckets(self) -> tuple[Bucket, ...]:
+        return tuple(dict.fromkeys(self.train + self.evaluate))
+
+
+def communicators(job: Job, node_index: int) -> list[Communicator]:
+    """A rank's communicators: one over every GPU of the job (data parallel, sharded: gradients all-reduced,
+    parameter shards all-gathered and reduce-scattered) and, on a multi-node job, one over the GPUs of its node
+    (tensor parallel: activations all-reduced over NVLink). An evaluation pass has no backward pass: no gradient
+    reduction; it reduces its loss in one small message and gathers its outputs in large ones."""
+    job_wide = Communicator(
+        "DP Group 0",
+        len(job.nodes),
+        len(job.gpus),
+        train=(GRADIENTS, SHARDS, REDUCED_SHARDS),
+        evaluate=(EVAL_LOSS, SHARDS, EVAL_OUTPUTS),
+    )
+    if len(job.nodes) == 1:
+        return [job_wide]
+    node_wide = Communicator(
+        "TP Group 0", 1, len(job.gpus_on(node_index)), train=(ACTIVATIONS,), evaluate=(ACTIVATIONS,)
+    )
+    return [job_wide, node_wide]
+
+
+# Peak bus bandwidth (GB/s) and latency (us) of a communicator: NVLink inside a node, the IB fabric (400 Gb/s per
+# GPU) across nodes. A collective takes latency + bytes * factor / peak: small messages are latency-bound.
+PEAK = {False: (360.0, 8.0), True: (42.0, 30.0)}
+
+
+def exec_us(comm: Communicator, bucket: Bucket) -> float:
+    peak, latency = PEAK[comm.network]
+    return latency + bucket.size * bucket.factor(max(2, comm.nranks)) / (peak * 1e9) * 1e6
+
+
+def busbw_gbs(comm: Communicator, bucket: Bucket, microseconds: float) -> float:
+    return bucket.size * bucket.factor(max(2, comm.nranks)) / (microseconds * 1e-6) / 1e9
 
 
 def allreduce_time_us(job: Job) -> float:
-    _, _, size, factor = COLLECTIVES[0]
-    return _exec_us(job, size, factor)
+    """The gradient AllReduce's time on the job-wide communicator."""
+    return exec_us(communicators(job, job.gpus[0][0])[0], GRADIENTS)
 
 
 def _rank_present(sim, job: Job, rank: int) -> list[bool]:
@@ -105,23 +177,38 @@ def training_families(sim) -> Iterator[Family]:
         yield Family(metric.name, metric.type, metric.help, series())
 
 
-def _nccl_values(sim, job: Job, rank: int, collective: tuple, bandwidth: bool) -> list[float]:
+def _nccl_values(sim, job: Job, rank: int, comm: Communicator, bucket: Bucket, bandwidth: bool) -> list[float]:
     n = sim.window.steps
-    _, _, size, factor = collective
     slow = [1.0] * n
-    for effect in sim.faults.effects("nccl_slow", job.id):
-        for i in range(effect.start, min(effect.end, n)):
-            slow[i] *= effect.get("factor")
-    rng = seeded(sim.seed, "nccl", job.id, rank, collective[0])
-    base, busbw = _exec_us(job, size, factor), _busbw(job)
-    times = [base * s * (0.95 + 0.1 * rng.random()) for s in slow]
-    values = [busbw * base / t for t in times] if bandwidth else times
-    # No collective completes while the job hangs or stalls: the plugin keeps its last file.
-    frozen = window_mask(n, sim.faults.windows("job_hang", job.id) + sim.faults.windows("job_stall", job.id))
-    for i in range(1, n):
-        if frozen[i]:
-            values[i] = values[i - 1]
-    return values
+    if comm.network:  # a slow fabric slows the collectives that cross it
+        for effect in sim.faults.effects("nccl_slow", job.id):
+            for i in range(effect.start, min(effect.end, n)):
+                slow[i] *= effect.get("factor")
+    rng = seeded(sim.seed, "nccl", job.id, rank, comm.name, bucket.collective, bucket.message_size)
+    times = [exec_us(comm, bucket) * s * (0.95 + 0.1 * rng.random()) for s in slow]
+    return [busbw_gbs(comm, bucket, t) for t in times] if bandwidth else times
+
+
+def _nccl_dumped(sim, job: Job) -> list[bool]:
+    """Scrapes whose file the plugin rewrote: a GPU that completed no collective in a dump interval (a hang, a
+    stall, a checkpoint) is skipped and its file keeps the previous dump (inspector_prom.cc,
+    inspectorPromWriteDeviceBuckets: `if (!device.hasData ...) continue`)."""
+    n = sim.window.steps
+    blocked = window_mask(n, sim.faults.windows("job_hang", job.id) + sim.faults.windows("job_stall", job.id))
+    return [not (b or c) for b, c in zip(blocked, sim.activity.checkpoint_mask(job))]
+
+
+def _in_dump(sim, job: Job, dumped: list[bool], comm: Communicator, bucket: Bucket) -> list[bool]:
+    """Scrapes whose file holds this bucket: each dump writes only the buckets of the collectives completed since
+    the previous one (the per-dump bucket map, inspectorPromCommInfoListDump), so a training bucket leaves the file
+    while the job evaluates and an evaluation bucket leaves it when training resumes."""
+    evaluating = window_mask(sim.window.steps, sim.faults.windows("evaluate", job.id))
+    out, last = [], bucket in comm.train
+    for rewritten, evaluation in zip(dumped, evaluating):
+        if rewritten:
+            last = bucket in (comm.evaluate if evaluation else comm.train)
+        out.append(last)
+    return out
 
 
 def nccl_families(sim) -> Iterator[Family]:
@@ -132,34 +219,41 @@ def nccl_families(sim) -> Iterator[Family]:
 
         def series(signal=signal, metric=metric):
             for job in jobs:
+                dumped = _nccl_dumped(sim, job)
                 for rank, (node_index, gpu) in enumerate(job.gpus):
                     node = sim.cluster.nodes[node_index]
                     present = _rank_present(sim, job, rank)
                     scraped = sim.scraped("nccl_inspector", node_index)
                     if scraped is not None:
                         present = [a and b for a, b in zip(present, scraped)]
-                    for collective in COLLECTIVES:
-                        labels = {
-                            "version": NCCL_VERSION,
-                            "slurm_job_id": job.id,
-                            "node": node.name,
-                            "gpu": f"GPU{gpu}",
-                            "comm_name": "DP Group 0",
-                            "n_nodes": str(len(job.nodes)),
-                            "nranks": str(len(job.gpus)),
-                            "collective": collective[0],
-                            "message_size": collective[1],
-                            "algo_proto": "Ring_ll128" if len(job.nodes) > 1 else "NVLS_simple",
-                            **sim.target("nccl_inspector", node.name),
-                        }
-                        values = _nccl_values(sim, job, rank, collective, signal == "coll_busbw")
-                        yield (
-                            labels,
-                            where(
-                                present,
-                                to_unit([v * (1e9 if signal == "coll_busbw" else 1e-6) for v in values], metric),
-                            ),
-                        )
+                    for comm in communicators(job, node_index):
+                        for bucket in comm.buckets():
+                            labels = {
+                                "version": NCCL_VERSION,
+                                "slurm_job_id": job.id,
+                                "node": node.name,
+                                "gpu": f"GPU{gpu}",
+                                "comm_name": comm.name,
+                                "n_nodes": str(comm.n_nodes),
+                                "nranks": str(comm.nranks),
+                                "collective": bucket.collective,
+                                "message_size": bucket.message_size,
+                                "algo_proto": "Ring_ll128" if comm.network else "NVLS_simple",
+                                **sim.target("nccl_inspector", node.name),
+                            }
+                            values = _nccl_values(sim, job, rank, comm, bucket, signal == "coll_busbw")
+                            # A file the plugin did not rewrite keeps the values of its last dump.
+                            for i in range(1, len(values)):
+                                if not dumped[i]:
+                                    values[i] = values[i - 1]
+                            held = [p and b for p, b in zip(present, _in_dump(sim, job, dumped, comm, bucket))]
+                            yield (
+                                labels,
+                                where(
+                                    held,
+                                    to_unit([v * (1e9 if signal == "coll_busbw" else 1e-6) for v in values], metric),
+                                ),
+                            )
 
         yield Family(metric.name, metric.type, metric.help, series())
 
