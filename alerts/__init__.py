@@ -8,6 +8,6 @@ scan lists them as same-shape pairs): what they share as logic (case timing, tes
 written once in hpcobs.authoring.alert_cases, hpcobs.authoring.synthetic and hpcobs.authoring.rules.
 """
 
-from . import exporters, gpu, jobs, network, security, slurm, storage, training
+from . import exporters, gpu, gpu_hardware, jobs, network, security, slurm, storage, training
 
-MODULES = (gpu, network, storage, training, slurm, exporters, security, jobs)
+MODULES = (gpu, gpu_hardware, network, storage, training, slurm, exporters, security, jobs)
