@@ -171,7 +171,9 @@ def _recovery_actions(gpus: _TestGpu) -> list[Alert]:
                 healthy_series=[action("0x10", hpc_job="7")],
                 pending_series=[action(f"0 0 {recovery.action}x10")],
                 also_silent=[
-                    Case(f"another action ({other.action}) is {other.alert}'s", "5m", [action(f"{other.action}x10")])
+                    gpus.flag().silent(
+                        f"another action ({other.action}) is {other.alert}'s", [action(f"{other.action}x12")]
+                    )
                     for other in RECOVERY_ACTIONS
                     if other.action == recovery.action % len(RECOVERY_ACTIONS) + 1
                 ],
@@ -237,10 +239,9 @@ def _recovery_action_changed(gpus: _TestGpu) -> Alert:
             healthy_series=[gpus.xid(0, "0x10", hpc_job="7")],
             pending_series=[xid154("_ _ 154x10")],
             also_silent=[
-                Case(
+                gpus.flag().silent(
                     "Xid 154 where the recovery action is collected: the GpuRecovery* alerts say what to do",
-                    "5m",
-                    [xid154("154x10"), gpus.dcgm("gpu_recovery_action", "1x10")],
+                    [xid154("_ _ 154x10"), gpus.dcgm("gpu_recovery_action", "0 0 1x10")],
                 )
             ],
         ),
@@ -284,14 +285,13 @@ def _row_remap_budget(gpus: _TestGpu) -> Alert:
             healthy_series=[banks("0x12", hpc_job="7"), rows("3x12", hpc_job="7")],
             pending_series=[banks("0 0 1x10")],
             also_fires=[
-                Case(
+                gpus.flag().fires(
                     f"{past} rows remapped for uncorrectable errors, every bank still has spare rows",
-                    "5m",
                     [banks("0x12"), rows(f"{limit} {limit} {past}x10")],
                     [gpus.on_gpu(budget="uncorrectable_rows")],
                 )
             ],
-            also_silent=[Case(f"exactly {limit} rows remapped", "5m", [banks("0x12"), rows(f"{limit}x12")])],
+            also_silent=[gpus.flag().silent(f"exactly {limit} rows remapped", [banks("0x12"), rows(f"{limit}x12")])],
         ),
     )
 
