@@ -590,8 +590,8 @@ def _thermal_violation(gpus: _TestGpu) -> Alert:
 
 
 def _temperature_high(gpus: _TestGpu) -> Alert:
-    # The GPU's own limit and the margin under it are gpu_hardware.py's, which imports this module.
-    from .gpu_hardware import over_own_limit
+    # The reading against the GPU's own limit is shared with GpuMemoryTemperatureHigh (the margin is declared there).
+    from .gpu_limits import over_own_limit
 
     thresholds = gpus.ctx.thresholds
     throttle_for, fixed, margin = (
@@ -613,7 +613,7 @@ def _temperature_high(gpus: _TestGpu) -> Alert:
         "GpuTemperatureHigh",
         severity="warning",
         team=Team.GPU_OPS,
-        expr=over_own_limit(gpus, temperature, "gpu_max_op_temperature", margin, fallback=fixed),
+        expr=over_own_limit(gpus.ctx, temperature, "gpu_max_op_temperature", margin, gpu=GPU, keep=JOB, fallback=fixed),
         for_=throttle_for,
         summary="A GPU runs close to its maximum operating temperature.",
         description=f"{gpus.where} has been within {margin} C of its maximum operating temperature (above {fixed} C "

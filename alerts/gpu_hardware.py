@@ -20,6 +20,7 @@ from hpcobs.settings import declare
 from hpcobs.settings.names import Team
 
 from .gpu import FLAG_FOR, GPU, JOB, _hot, _TestGpu
+from .gpu_limits import over_own_limit
 
 # An NVLink declared down is a single event the counter records once: it is counted over this window (as
 # GpuUncorrectableEcc counts an uncorrectable ECC error).
@@ -73,23 +74,6 @@ def groups(ctx: Context) -> list[Group]:
         _nvlink_link_down(gpus),
     ]
     return [Group("hpcobs-gpu-hardware-alerts", domain="gpu", interval=ctx.evaluation_interval, rules=rules)]
-
-
-def over_own_limit(
-    gpus: _TestGpu, signals: list[str], limit_signal: str, margin: float, fallback: float | None = None
-) -> str:
-    """A temperature of each GPU (and job) above the GPU's own limit, a dcgm-exporter field, less `margin`; on a GPU
-    whose limit the site does not collect, above the fixed `fallback` (None: no alert there). DCGM's diagnostic
-    judges temperatures the same way: against the GPU's limits, the slowdown temperature when the GPU limit is
-    unreadable, and no HBM check without the memory limit (nvvs/src/DcgmRecorder.cpp, DetermineMaxTemp and the
-    HBM temperature check)."""
-    ctx, on_gpu = gpus.ctx, f"on ({gpus.cluster}, {', '.join(GPU)})"
-    limit = ctx.select("dcgm", [limit_signal], GPU)
-    own = f"{ctx.select('dcgm', signals, (*GPU, *JOB))} > {on_gpu} group_left () ({limit} - {margin})"
-    if fallback is None:
-        return own
-    fixed = ctx.select("dcgm", signals, (*GPU, *JOB), when=(">", fallback))
-    return f"({own}) or ({fixed} unless {on_gpu} {limit})"
 
 
 # --- Recovery action ---------------------------------------------------------------------------------------------
@@ -314,7 +298,7 @@ def _memory_temperature_high(gpus: _TestGpu) -> Alert:
         "GpuMemoryTemperatureHigh",
         severity="warning",
         team=Team.GPU_OPS,
-        expr=over_own_limit(gpus, memory, "memory_max_op_temperature", margin),
+        expr=over_own_limit(gpus.ctx, memory, "memory_max_op_temperature", margin, gpu=GPU, keep=JOB),
         for_=throttle_for,
         summary="A GPU's memory (HBM) runs close to its maximum operating temperature.",
         description=f"The memory of {gpus.where} has been within {margin} C of its maximum operating temperature "
