@@ -8,6 +8,6 @@ scan lists them as same-shape pairs): what they share as logic (case timing, tes
 written once in hpcobs.authoring.alert_cases, hpcobs.authoring.synthetic and hpcobs.authoring.rules.
 """
 
-from . import exporters, gpu, gpu_fleet, jobs, network, security, slurm, storage, training
+from . import exporters, gpu, gpu_fleet, gpu_hardware, jobs, network, security, slurm, storage, training
 
-MODULES = (gpu, gpu_fleet, network, storage, training, slurm, exporters, security, jobs)
+MODULES = (gpu, gpu_hardware, gpu_fleet, network, storage, training, slurm, exporters, security, jobs)

@@ -16,6 +16,10 @@ DRAIN_CAUSES = "GpuFellOffBus|GpuXidDrainClass|GpuRowRemapFailure|GpuUncorrectab
 # (DcgmHealthWatch's DCGM_FR_VOLATILE_DBE_DETECTED) report it beside the ECC counter GpuUncorrectableEcc reads.
 DBE_XID = "48"
 DBE_HEALTH = ('health_watch="MEM"', 'health_error_code="DCGM_FR_VOLATILE_DBE_DETECTED"')
+# The recovery actions DCGM's health watch also fails the DRIVER watch for, with DCGM_FR_GPU_RECOVERY_RESET, _REBOOT
+# or _DRAIN_RESET (DcgmHealthWatch.cpp MonitorGpuRecoveryAction); the GpuRecovery* alert says what to do.
+RECOVERY_FAILS_DRIVER = "GpuRecoveryResetRequired|GpuRecoveryRebootRequired|GpuRecoveryDrainAndReset"
+RECOVERY_HEALTH = ('health_watch="DRIVER"', 'health_error_code=~"DCGM_FR_GPU_RECOVERY_.+"')
 # The teams of the alerts about a job rather than the hardware or the site under it.
 JOB_TEAMS = (Team.JOB_OWNER, Team.ML_PLATFORM, Team.STORAGE)
 # Alerts about a job that say why it ended, not what its end leaves behind: a job killed by its own Xid still tells
@@ -59,6 +63,12 @@ def inhibitions(ctx: Context, reading: Callable[[str], Sequence[Alert]]) -> list
         {
             "source_matchers": ['alertname="GpuUncorrectableEcc"'],
             "target_matchers": ['alertname="GpuHealthFail"', *DBE_HEALTH],
+            "equal": [cluster, "node", "gpu"],
+        },
+        # A recovery action is one page: the alert naming the action; DCGM's DRIVER health failure is its echo.
+        {
+            "source_matchers": [f'alertname=~"{RECOVERY_FAILS_DRIVER}"'],
+            "target_matchers": ['alertname="GpuHealthFail"', *RECOVERY_HEALTH],
             "equal": [cluster, "node", "gpu"],
         },
         # A GPU that must be drained makes its warnings moot.

@@ -38,6 +38,8 @@ from hpcobs.lang.promql import ABOVE_ZERO, aggregate, duration, duration_seconds
 from hpcobs.settings import declare
 from hpcobs.settings.names import DashboardUid, Team
 
+from .gpu_limits import over_own_limit
+
 GPU = ("node", "gpu")
 JOB = ("hpc_job",)  # the job an alert is about: GpuXidApplicationClass's (GpuTemperatureHigh still keys on it too)
 # The jobs on a GPU, for a hardware alert's `jobs` annotation: the GPU-to-job mapping (gpu:job:info, one series per
@@ -776,29 +778,57 @@ def _thermal_violation(gpus: _TestGpu) -> Alert:
 
 
 def _temperature_high(gpus: _TestGpu) -> Alert:
-    throttle_for = gpus.ctx.thresholds.gpu_throttle_for
-    limit = gpus.ctx.thresholds.gpu_temperature_celsius
+    thresholds = gpus.ctx.thresholds
+    throttle_for, fixed, margin = (
+        thresholds.gpu_throttle_for,
+        thresholds.gpu_temperature_celsius,
+        thresholds.gpu_temperature_margin_celsius,
+    )
     temperature = gpus.ctx.sources["dcgm"].exporter.signals_for("temperature")
     hot = _hot(gpus)
-    return gpus.gpu_alert(
+    gpu_max = 87  # GPU Max Operating Temp of an H100 SXM (nvidia-smi -q -d TEMPERATURE)
+    limit = gpu_max - margin
+
+    def reading(celsius: float, own_limit: float | None = gpu_max, **labels: str) -> list[Series]:
+        """The GPU's temperature and, unless None, the maximum operating temperature it reports."""
+        limits = [] if own_limit is None else [gpus.dcgm("gpu_max_op_temperature", f"{own_limit}x40")]
+        return [gpus.dcgm("gpu_temperature", f"{celsius}x40", **labels), *limits]
+
+    return gpus.hardware_alert(
         "GpuTemperatureHigh",
         severity="warning",
         team=Team.GPU_OPS,
-        expr=gpus.ctx.select("dcgm", temperature, (*GPU, *JOB), when=(">", limit)),
+        expr=over_own_limit(gpus.ctx, temperature, "gpu_max_op_temperature", margin, gpu=GPU, keep=(), fallback=fixed),
         for_=throttle_for,
-        summary="A GPU runs hotter than its configured limit.",
-        description=f"{gpus.where} has been above {limit} C for {throttle_for}: it is close to its slowdown "
-        "temperature; check fans, airflow and the rack's inlet temperature.",
+        summary="A GPU runs close to its maximum operating temperature.",
+        description=f"{gpus.where} has been within {margin} C of its maximum operating temperature (above {fixed} C "
+        f"where that limit is not collected) for {throttle_for}: the driver slows it down above that limit; check "
+        "fans, airflow and the rack's inlet temperature.",
         fired_by=("thermal",),
         **standard_cases(
             hot,
-            fault="GPU just over the limit",
-            fault_series=[gpus.dcgm("gpu_temperature", f"{1.1 * limit:g}x40", hpc_job="7")],
-            expect=[gpus.on_gpu(hpc_job="7")],
-            healthy="busy GPU well under the limit",
-            healthy_series=[gpus.dcgm("gpu_temperature", f"{0.85 * limit:g}x40", hpc_job="7")],
+            fault=f"GPU at {limit + 0.1 * margin:g} C, its limit {gpu_max} C",
+            fault_series=reading(limit + 0.1 * margin),
+            expect=[gpus.on_gpu()],
+            healthy="busy GPU at 72 C",
+            healthy_series=reading(72),
             pending="hot for less than the for: duration",
-            also_silent=[hot.silent("exactly at the limit", [gpus.dcgm("gpu_temperature", f"{limit}x40")])],
+            also_fires=[
+                hot.fires(
+                    f"a model whose limit ({fixed - margin} C) is under the fixed value: {fixed - 1} C is too hot",
+                    reading(fixed - 1, own_limit=fixed - margin),
+                    [gpus.on_gpu()],
+                ),
+                hot.fires(
+                    f"the GPU's limit is not collected: {fixed + 1} C is above the fixed {fixed} C",
+                    reading(fixed + 1, own_limit=None),
+                    [gpus.on_gpu()],
+                ),
+            ],
+            also_silent=[
+                hot.silent(f"exactly {margin} C under the GPU's limit", reading(limit)),
+                hot.silent(f"the GPU's limit is not collected: exactly {fixed} C", reading(fixed, own_limit=None)),
+            ],
         ),
     )
 

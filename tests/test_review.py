@@ -112,19 +112,18 @@ def test_a_changed_threshold(generated, tmp_path):
         "- warning alert `GpuTemperatureHigh`:\n"
         "  - expr:\n"
         "    ```diff\n"
-        "     max by (cluster, node, gpu, hpc_job) (\n"
-        "       label_replace(\n"
-        '    -    DCGM_FI_DEV_GPU_TEMP{job="dcgm-exporter"} > 85,\n'
-        '    +    DCGM_FI_DEV_GPU_TEMP{job="dcgm-exporter"} > 80,\n'
-        '         "node",\n'
-        '         "$1",\n'
-        '         "hostname",\n'
-        '         "(.+)"\n'
-        "       )\n"
-        "     )\n"
+        "    @@ -27,7 +27,7 @@\n"
+        "       (\n"
+        "           max by (cluster, node, gpu) (\n"
+        "             label_replace(\n"
+        '    -          DCGM_FI_DEV_GPU_TEMP{job="dcgm-exporter"} > 85,\n'
+        '    +          DCGM_FI_DEV_GPU_TEMP{job="dcgm-exporter"} > 80,\n'
+        '               "node",\n'
+        '               "$1",\n'
+        '               "hostname",\n'
         "    ```\n"
-        "  - annotations.description `…}}) has been above 85 C for 5m: it is close…` → "
-        "`…}}) has been above 80 C for 5m: it is close…`\n"
+        "  - annotations.description `…temperature (above 85 C where that limit is…` → "
+        "`…temperature (above 80 C where that limit is…`\n"
     )
 
 

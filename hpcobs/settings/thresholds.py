@@ -44,6 +44,10 @@ class Thresholds:
     gpu_fabric_not_ready_for: Duration
     gpu_driver_drift_for: Duration
     gpu_values_frozen_window: Duration
+    # alerts/gpu_hardware.py
+    gpu_temperature_margin_celsius: float  # a non-negative number
+    gpu_row_remap_uncorrectable_rows: int  # a non-negative whole number
+    gpu_nvlink_effective_errors_per_terabit: float  # a non-negative number
     # alerts/logs.py
     log_event_window: Duration
     log_nccl_warn_lines: int  # a whole number of log lines, at least 1

@@ -84,6 +84,19 @@ INHIBITIONS = [
         ),
         ({"gpu": "5"}, {"health_watch": "PCIE", "health_error_code": "DCGM_FR_PCI_REPLAY_RATE"}),
     ),
+    # A recovery action pages once: DCGM fails the DRIVER health watch for the same action; another watch still pages.
+    Inhibition(
+        alert("GpuRecoveryRebootRequired", "critical", node="n21", gpu="2"),
+        alert(
+            "GpuHealthFail",
+            "critical",
+            node="n21",
+            gpu="2",
+            health_watch="DRIVER",
+            health_error_code="DCGM_FR_GPU_RECOVERY_REBOOT",
+        ),
+        ({"gpu": "5"}, {"health_watch": "THERMAL", "health_error_code": "DCGM_FR_CLOCKS_EVENT_THERMAL"}),
+    ),
     # A GPU that must be drained: its warnings wait; another GPU's, or a critical on it, still go out.
     Inhibition(
         alert("GpuXidDrainClass", "critical", node="n3", gpu="1"),

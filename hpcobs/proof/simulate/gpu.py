@@ -215,7 +215,17 @@ DCGM: dict[str, Callable[[Gpu], list[tuple[dict, list]]]] = {
     "sm_clock": one(lambda g: g.during("thermal", [1.98e9 if w > 0.02 else 3.45e8 for w in g.work], 1.005e9)),
     "memory_clock": one(lambda g: [2.619e9] * g.n),
     "gpu_temperature": one(lambda g: g.during("thermal", g.level(34, 72, 2), lambda v: 92 + (v - int(v)))),
-    "memory_temperature": one(lambda g: g.during("thermal", g.level(32, 66, 2), lambda v: 87 + (v - int(v)))),
+    "memory_temperature": one(
+        lambda g: g.during(
+            "hbm_thermal",
+            g.during("thermal", g.level(32, 66, 2), lambda v: 87 + (v - int(v))),
+            lambda v: 95 + (v - int(v)),
+        )
+    ),
+    # The limits nvidia-smi -q -d TEMPERATURE reports for an H100 SXM (GPU / Memory Max Operating Temp); DCGM reads
+    # them from NVML (nvmlDeviceGetTemperatureThreshold), the same every scrape.
+    "gpu_max_op_temperature": one(lambda g: [87] * g.n),
+    "memory_max_op_temperature": one(lambda g: [95] * g.n),
     "power": one(_power),
     "energy": one(_energy),
     "pcie_replay": one(lambda g: g.counter(g.rate_in("pcie_replays", 200.0), g.rng.randrange(4))),
@@ -235,6 +245,11 @@ DCGM: dict[str, Callable[[Gpu], list[tuple[dict, list]]]] = {
     "row_remap_correctable": one(lambda g: g.counter([0.0] * g.n, g.rng.choice((0, 0, 0, 1, 2)))),
     "row_remap_failure": one(Gpu.flag),
     "row_remap_pending": one(Gpu.flag),
+    # Banks with no spare row left (row remapper histogram, "none"): 0 until a scenario exhausts one.
+    "row_remap_banks_exhausted": one(Gpu.flag),
+    # The recovery action, 0 (none) unless a scenario sets it; its flag is action 1, GPU reset
+    # (nvmlDeviceGpuRecoveryAction_t).
+    "gpu_recovery_action": one(Gpu.flag),
     "gr_engine_active": one(
         lambda g: [max(0.0, min(1.0, b * 0.97 + 0.02 * (g.rng.random() - 0.5))) if b else 0.0 for b in g.busy]
     ),
@@ -262,6 +277,9 @@ DCGM: dict[str, Callable[[Gpu], list[tuple[dict, list]]]] = {
     "power_violation": one(lambda g: g.counter([0.02 * w for w in g.work])),
     "thermal_violation": one(lambda g: g.counter([0.7 if m else 0.0 for m in (g.mask("thermal") or [False] * g.n)])),
     "clock_events": _clock_event_parts,
+    # No model for the NVLink5 fields (nvlink_effective_ber_raw, nvlink_recovery_events, nvlink_recovery_failed): the
+    # simulated GPUs are H100s (NVLink4), on which DCGM reports them blank ("NVLink5+ only", dcgm_fields.h) and
+    # dcgm-exporter skips blank values (internal/pkg/collector/gpu_collector.go toString).
     "xid_count": _xid_count_parts,
     "health_status": _health_parts,
     # GPU fleet signals (alerts/gpu_fleet.py): fabric state and ECC mode (1 enabled, NVML's nvmlEnableState_t).

@@ -50,6 +50,7 @@ XID_MESSAGES = {
     95: "Uncontained ECC error",
     119: "GSP RPC Timeout",
     120: "GSP Error",
+    154: "GPU Recovery Action Changed",
 }
 
 
@@ -754,6 +755,98 @@ def _row_remap_failure(scene: Scene, spec: Spec, start: int, end: int) -> Fault:
 )
 def _row_remap_pending(scene: Scene, spec: Spec, start: int, end: int) -> Fault:
     return _row_remap(scene, spec, start, end, "pending", 6, 63)
+
+
+@kind(
+    "row_remap_budget",
+    INF,
+    "A memory bank runs out of spare rows: uncorrectable remapped rows +1, BANKS_REMAP_ROWS_AVAIL_NONE = 1 "
+    "(extended CSV), Xid 63; the GPU keeps working. Default: last hero node, GPU 1.",
+    targets=("node", "gpu"),
+)
+def _row_remap_budget(scene: Scene, spec: Spec, start: int, end: int) -> Fault:
+    node, gpu, target = _gpu_fault(scene, spec, scene.hero(-1), 1)
+    s, e, key = scene.idx(start), scene.idx(end), (node.index, gpu)
+    effects = (
+        Effect("bump", key, s, s + 1, (("signal", "row_remap_uncorrectable"),)),
+        Effect("flag", key, s, e, (("signal", "row_remap_banks_exhausted"),)),
+        _xid(scene, node, gpu, 63, start, end),
+    )
+    expectations = scene.expect(
+        "a bank with no spare row",
+        "dcgm",
+        "row_remap_banks_exhausted",
+        node,
+        "value",
+        "==",
+        1,
+        start + scene.window.step,
+        raw=True,
+        gpu=str(gpu),
+    )
+    return Fault(
+        "row_remap_budget",
+        start,
+        end,
+        target,
+        f"row-remap budget low on {node.name} GPU {gpu}",
+        effects,
+        tuple(expectations),
+    )
+
+
+@kind(
+    "recovery_action",
+    INF,
+    "The driver asks for a GPU reset: Xid 154 (GPU Recovery Action Changed) and GPU_RECOVERY_ACTION = 1 (extended "
+    "CSV) until the reset ends the fault. Default: first hero node, GPU 3.",
+    targets=("node", "gpu"),
+)
+def _recovery_action(scene: Scene, spec: Spec, start: int, end: int) -> Fault:
+    node, gpu, target = _gpu_fault(scene, spec, scene.hero(0), 3)
+    s, e, key = scene.idx(start), scene.idx(end), (node.index, gpu)
+    effects = (
+        Effect("flag", key, s, e, (("signal", "gpu_recovery_action"),)),
+        _xid(scene, node, gpu, 154, start, end),
+        *_reset_after(scene, node, end),
+    )
+    expectations = scene.expect(
+        "recovery action GPU reset",
+        "dcgm",
+        "gpu_recovery_action",
+        node,
+        "value",
+        "==",
+        1,
+        start + scene.window.step,
+        raw=True,
+        gpu=str(gpu),
+    )
+    expectations += _xid_expectation(scene, node, gpu, 154, start)
+    return Fault(
+        "recovery_action",
+        start,
+        end,
+        target,
+        f"GPU reset asked for on {node.name} GPU {gpu}",
+        effects,
+        tuple(expectations),
+    )
+
+
+@kind(
+    "hbm_thermal",
+    1200,
+    "HBM hot while the GPU is not: memory temperature 95 C, at the H100's memory limit, GPU temperature normal. "
+    "Default: last hero node, GPU 2.",
+    targets=("node", "gpu"),
+)
+def _hbm_thermal(scene: Scene, spec: Spec, start: int, end: int) -> Fault:
+    node, gpu, target = _gpu_fault(scene, spec, scene.hero(-1), 2)
+    effects = (Effect("hbm_thermal", (node.index, gpu), scene.idx(start), scene.idx(end)),)
+    at = min(end, scene.window.duration) - scene.window.step
+    expectations = scene.expect("HBM hot", "dcgm", "memory_temperature", node, "value", ">", 94, at, gpu=str(gpu))
+    return Fault("hbm_thermal", start, end, target, f"HBM hot on {node.name} GPU {gpu}", effects, tuple(expectations))
 
 
 @kind(
