@@ -1166,25 +1166,55 @@ def _allocated_idle(gpus: _TestGpu) -> Alert:
 
 
 def _series_missing(gpus: _TestGpu) -> Alert:
+    """GPUs counted from their temperature, a field every GPU reports whole or split into MIG instances: dcgm-exporter
+    writes one series per MIG instance, with its GPU's own `gpu` label plus GPU_I_ID and GPU_I_PROFILE, and has no
+    utilisation on MIG (DCGM_FI_DEV_GPU_UTIL is not supported there), so grouping by `gpu` counts each GPU once in
+    both modes (docs/exporters.md, "Slurm GPUs per node and MIG"). Compared with the node's own maximum over
+    gpu_count_lookback, a subquery sampled 24 times (cheap at that resolution, and MIG-proof unlike a count of
+    utilisation series). A GPU missing for longer than that is SlurmNodeGpusBelowGres's, from Slurm's GRES."""
     ctx = gpus.ctx
+    cluster = ctx.cluster
     lookback = ctx.thresholds.gpu_count_lookback
+    reporting = aggregate("count", (cluster, "node"), ctx.gpu("temperature", op="group"))
+    recent = f"max_over_time({reporting}[{lookback}:{duration(duration_seconds(lookback) // 24)}])"
     # GPU 3's series stop after the 11th scrape: the node counts one GPU less from then on.
     when = timing(ctx, "5m", 11, settle=270)
+    held = f"x{when.samples}"
 
-    def util(values: str, gpu: str) -> Series:
-        return gpu_utilization(ctx, values, node="n1", gpu=gpu)
+    def temperature(values: str, gpu: str, node: str = "n1", **mig: str) -> Series:
+        return gpu_si_series(ctx, "temperature", values, node=node, gpu=gpu, **mig)
 
-    three_left = [util(f"0.9x{when.samples}", gpu) for gpu in "012"] + [util("0.9x10 stale", "3")]
+    def mig(gpu: str, instance: str, values: str) -> Series:
+        """A MIG instance's series: its GPU's `gpu`, and the instance (render_metrics.go)."""
+        return temperature(values, gpu, "n2", vendor="dcgm", GPU_I_ID=instance, GPU_I_PROFILE="3g.40gb")
+
+    # A node whose two GPUs are each split in two MIG instances: GPU 0's keep reporting.
+    gpu0 = [mig("0", "1", f"60{held}"), mig("0", "2", f"60{held}")]
+    mig_fires = [
+        when.fires(
+            "MIG: both instances of GPU 1 stop",
+            [*gpu0, mig("1", "1", "60x10 stale"), mig("1", "2", "60x10 stale")],
+            [alert(**ctx.cluster_labels, node="n2")],
+        )
+    ]
+    mig_silent = [
+        when.silent(
+            "MIG: one instance of GPU 1 goes away (MIG reconfigured), its other instance still reports",
+            [*gpu0, mig("1", "1", f"60{held}"), mig("1", "2", "60x10 stale")],
+        )
+    ]
+    nvidia = ctx.sources["dcgm"].enabled
+    three_left = [temperature(f"60{held}", gpu) for gpu in "012"] + [temperature("60x10 stale", "3")]
     return gpus.node_alert(
         "GpuSeriesMissing",
         severity="warning",
         team=Team.GPU_OPS,
-        expr=f"node:gpus:count < max_over_time(node:gpus:count[{lookback}])",
+        expr=f"{reporting} < on ({cluster}, node) {recent}",
         for_="5m",
         summary="A node reports fewer GPUs than it did recently.",
         description=f"{label('node')} (cluster {label(gpus.cluster)}) reports fewer GPUs than its maximum over the "
-        f"last {lookback} while its GPU exporter still answers: a GPU fell off the bus or its driver "
-        "lost it; check nvidia-smi -L (rocm-smi on AMD) and the kernel log.",
+        f"last {lookback} while its GPU exporter still answers: a GPU fell off the bus or its driver lost it; "
+        "check nvidia-smi -L (rocm-smi on AMD) and the kernel log.",
         fired_by=_simulated(gpus, "xid79"),
         **standard_cases(
             when,
@@ -1192,13 +1222,15 @@ def _series_missing(gpus: _TestGpu) -> Alert:
             fault_series=three_left,
             expect=[alert(**ctx.cluster_labels, node="n1")],
             healthy="every GPU reports",
-            healthy_series=[util(f"0.9x{when.samples}", gpu) for gpu in "0123"],
+            healthy_series=[temperature(f"60{held}", gpu) for gpu in "0123"],
             pending="GPU missing for less than the for: duration",
+            also_fires=mig_fires if nvidia else [],
             also_silent=[
                 when.silent(
                     "the whole exporter is gone (ExporterDcgmDown's case)",
-                    [util("0.9x10 stale", gpu) for gpu in "0123"],
-                )
+                    [temperature("60x10 stale", gpu) for gpu in "0123"],
+                ),
+                *(mig_silent if nvidia else []),
             ],
         ),
     )

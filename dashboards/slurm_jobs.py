@@ -69,6 +69,7 @@ def _drain_reasons(ctx: Context) -> list[Panel]:
 
 def _queue(ctx: Context) -> Row:
     parts = _partitions(ctx)
+    in_cluster = common.in_cluster(ctx)
     return Row(
         "Queue and nodes",
         [
@@ -91,13 +92,14 @@ def _queue(ctx: Context) -> Row:
                 description="GPUs Slurm has allocated in the selected partitions.",
             ),
             stat(
-                "Nodes down, drained or failed",
-                f'sum(partition:slurm_nodes:count{{{parts}, state=~"down|drain|fail"}}) or vector(0)',
+                "Nodes down, drained or failed (cluster)",
+                f'sum(cluster:slurm_nodes:count{{{in_cluster}, state=~"down|drain|fail"}}) or vector(0)',
                 unit="none",
-                # Orange at any node, a presentation choice: the sum over partitions and states is not what the
-                # Slurm alerts count (nodes of one partition in one state, above slurm_partition_nodes_*).
+                # Orange at any node, a presentation choice: the cluster's count is not what the Slurm alerts
+                # judge (a partition's nodes in one state, or its drained share).
                 thresholds=((None, "green"), (1, "orange")),
-                description="Nodes in state down, drain or fail (a node in two partitions counts twice).",
+                description="Nodes of the whole cluster in state down, drain or fail, each node once however many "
+                "partitions it is in (the partition filter does not apply).",
             ),
             timeseries(
                 "Queue by partition",
@@ -109,12 +111,13 @@ def _queue(ctx: Context) -> Row:
                 description="Pending and running jobs per partition.",
             ),
             timeseries(
-                "Node states",
-                f"sum by (state) (partition:slurm_nodes:count{{{parts}}})",
+                "Node states (cluster)",
+                f"cluster:slurm_nodes:count{{{in_cluster}}}",
                 legend="{{state}}",
                 unit="none",
                 stack=True,
-                description="Nodes by Slurm state (alloc, mixed, idle, down, drain, fail).",
+                description="Nodes of the whole cluster by Slurm state (alloc, mixed, idle, down, drain, fail), each "
+                "node once however many partitions it is in.",
             ),
             bargauge(
                 "GPUs allocated by partition (Slurm)",
@@ -130,7 +133,8 @@ def _queue(ctx: Context) -> Row:
                 legend="{{partition}} {{state}}",
                 unit="none",
                 width=16,
-                description="Current node count per partition and state.",
+                description="Current node count per partition and state, as Slurm reports it: a node in two "
+                "partitions counts in each.",
             ),
             *_drain_reasons(ctx),
         ],

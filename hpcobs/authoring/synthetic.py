@@ -244,6 +244,35 @@ def slurm_partition(ctx: Context, canonical: str, values: str, partition: str = 
     return series(ctx, "slurm", signal, values, node=SLURM_CONTROLLER, partition=partition, **features)
 
 
+def slurm_controller(ctx: Context, signal: str, values: str) -> Series:
+    """A cluster-wide series of the Slurm exporter (a node total, an sdiag value), as the controller host exposes it."""
+    return series(ctx, "slurm", signal, values, node=SLURM_CONTROLLER)
+
+
+def slurm_partition_nodes(ctx: Context, partition: str, nodes: int, drained: int, samples: int) -> list[Series]:
+    """A partition of `nodes` nodes, the first `drained` of them drained and the others idle, as the Slurm exporter
+    reports it: its drain count, and its nodes one by one where the exporter has per-node series (SckyzO, status
+    as sinfo prints it) or else its node total (Slurm's own metrics)."""
+    slurm = ctx.sources["slurm"]
+    held = f"{{}}x{samples}"
+    out = [slurm_partition(ctx, "partition_nodes_drain", held.format(drained), partition)]
+    if not slurm.exporter.signals_for("node_state"):
+        return [*out, slurm_partition(ctx, "partition_nodes_total", held.format(nodes), partition)]
+    (signal, *_) = slurm.exporter.signals_for("node_state")
+    return out + [
+        series(
+            ctx,
+            "slurm",
+            signal,
+            held.format(1),
+            node=f"{partition}{i:04d}",
+            status="drained" if i < drained else "idle",
+            partition=partition,
+        )
+        for i in range(nodes)
+    ]
+
+
 def falco_match(ctx: Context, values: str, *, node: str, rule: str, priority: str) -> Series:
     """Falco's match counter of one rule on one node (syscall source)."""
     return series(ctx, "falco", "rule_matches", values, node=node, rule_name=rule, priority=priority, source="syscall")

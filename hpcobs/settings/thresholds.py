@@ -75,8 +75,11 @@ class Thresholds:
     security_falco_drops_for: Duration
     # alerts/slurm.py
     slurm_partition_nodes_down: int  # a non-negative whole number
-    slurm_partition_nodes_drained: int  # a non-negative whole number
+    slurm_partition_drained_fraction: float  # a ratio above 0 and at most 1, such as 0.8
     slurm_nodes_drained_for: Duration
+    slurm_unhealthy_gpu_scheduled_for: Duration
+    slurmctld_server_threads: float  # a non-negative number
+    slurmdbd_agent_queue: float  # a non-negative number
     slurm_partition_pending_jobs: int  # a non-negative whole number
     slurm_queue_backlog_for: Duration
     # alerts/storage.py
@@ -107,6 +110,8 @@ class Thresholds:
     training_nccl_slow_for: Duration
     training_throughput_drop_ratio: float  # a ratio above 0 and at most 1, such as 0.8
     training_throughput_drop_for: Duration
+    # recording_rules/slurm.py
+    slurm_gres_mig_types: Regex
     # security/names.py
     security_outbound_rules: tuple[str, ...]  # a non-empty list of names
     security_checkpoint_rules: tuple[str, ...]  # a non-empty list of names

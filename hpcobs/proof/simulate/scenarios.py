@@ -1735,6 +1735,37 @@ def _backlog(scene: Scene, spec: Spec, start: int, end: int) -> Fault:
     )
 
 
+def _sdiag(scene: Scene, kind: str, canonical: str, level: int, start: int, end: int, doc: str) -> Fault:
+    """A value of slurmctld's sdiag (both Slurm flavours report it) ramping to `level` over a third of the fault."""
+    effects = (Effect("sdiag", (canonical,), scene.idx(start), scene.idx(end), (("peak", level),)),)
+    expectations = []
+    if scene.sources["slurm"].enabled:
+        (signal, *_) = scene.sources["slurm"].exporter.signals_for(canonical)
+        at = min(end, scene.window.duration) - scene.window.step
+        expectations = scene.expect(doc, "slurm", signal, None, "value", ">", level * 0.9, at, raw=True)
+    return Fault(kind, start, end, {}, doc, effects, tuple(expectations))
+
+
+@kind(
+    "slurmdbd_down",
+    2400,
+    "slurmdbd stops answering: the messages slurmctld holds for it (sdiag DBD Agent queue size) climb to 1.5x "
+    "slurmdbd_agent_queue, then drain when it is back.",
+)
+def _slurmdbd_down(scene: Scene, spec: Spec, start: int, end: int) -> Fault:
+    level = int(1.5 * scene.thresholds.slurmdbd_agent_queue)
+    return _sdiag(scene, "slurmdbd_down", "slurmdbd_agent_queue", level, start, end, "slurmdbd agent queue filling")
+
+
+@kind(
+    "slurmctld_overload",
+    2400,
+    "An RPC storm (a squeue loop, a job array's completions): slurmctld's server threads climb to 250 of 256.",
+)
+def _slurmctld_overload(scene: Scene, spec: Spec, start: int, end: int) -> Fault:
+    return _sdiag(scene, "slurmctld_overload", "slurmctld_server_threads", 250, start, end, "slurmctld threads busy")
+
+
 @kind(
     "oom_kill",
     0,

@@ -3,6 +3,12 @@ and, when exporters.job_info.source is jontk, jontk/slurm-exporter's per-job ser
 
 All three read one SlurmView: node states, allocations, running / pending / recently finished jobs over
 time, computed from the job timeline and the scenarios (nodes down or drained, queue backlog, OOM kills).
+
+Partitions overlap, as slurm.conf lets them (a node belongs to every partition whose Nodes= names it): the last
+batch node is also in the interactive partition. The exporters report it as Slurm does: in every per-partition
+count of each of its partitions (SckyzO nodes.go counts `sinfo %R|%D|%T` lines, one per partition; Slurm's
+openmetrics.c counts each partition's nodes), as one per-node series per partition (SckyzO node.go), and once in
+the cluster totals (SckyzO's scontrol node count, Slurm's cluster node counts).
 """
 
 from __future__ import annotations
@@ -118,23 +124,31 @@ class SlurmView:
                     out[i] = "draining" if alloc[i] else "drained"
         return out
 
+    def partitions_of(self, node: Node) -> tuple[str, ...]:
+        """The node's partitions: its own, and interactive too for the last batch node (an overflow node)."""
+        roles = self.cluster.roles
+        overflow = roles.shared is not None and bool(roles.batch) and node.index == roles.batch[-1]
+        return (node.partition, "interactive") if overflow else (node.partition,)
+
     @cached_property
-    def tallies(self) -> dict[tuple[str, str], tuple[list[int], list[int], list[int]]]:
-        """(partition, state) -> (nodes, allocated GPUs, idle GPUs) at each scrape. Node by node, so memory
-        holds these few sums, not every node's timeline."""
-        out: dict[tuple[str, str], tuple[list[int], list[int], list[int]]] = {}
+    def tallies(self) -> dict[tuple[str | None, str], tuple[list[int], list[int], list[int]]]:
+        """(partition, state) -> (nodes, allocated GPUs, idle GPUs) at each scrape, a node counted in each of its
+        partitions; partition None: the cluster, each node once. Node by node, so memory holds these few sums,
+        not every node's timeline."""
+        out: dict[tuple[str | None, str], tuple[list[int], list[int], list[int]]] = {}
         for node in self.cluster.nodes:
             for i, (state, alloc) in enumerate(zip(self.state(node), self.alloc_gpus(node))):
-                nodes, used, free = out.setdefault((node.partition, state), ([0] * self.n, [0] * self.n, [0] * self.n))
-                nodes[i] += 1
-                used[i] += alloc
-                free[i] += node.gpus - alloc
+                for partition in (None, *self.partitions_of(node)):
+                    nodes, used, free = out.setdefault((partition, state), ([0] * self.n, [0] * self.n, [0] * self.n))
+                    nodes[i] += 1
+                    used[i] += alloc
+                    free[i] += node.gpus - alloc
         return out
 
     def _tally(self, states: tuple[str, ...] | None, partition: str | None, column: int) -> list[int]:
         total = [0] * self.n
         for (p, state), cols in self.tallies.items():
-            if partition in (None, p) and (states is None or state in states):
+            if p == partition and (states is None or state in states):
                 total = [a + b for a, b in zip(total, cols[column])]
         return total
 
@@ -146,7 +160,7 @@ class SlurmView:
         return self._tally(states, partition, 1 if allocated else 2)
 
     def nodes_in(self, partition: str | None = None) -> list[Node]:
-        return [n for n in self.cluster.nodes if partition in (None, n.partition)]
+        return [n for n in self.cluster.nodes if partition is None or partition in self.partitions_of(n)]
 
     def cpus_of(self, gpus: float, node_gpus: int) -> float:
         return round(CPUS_PER_NODE * gpus / max(1, node_gpus))
@@ -159,6 +173,8 @@ US = 1e-6
 SCHEDULER_STATS = {
     "scheduler_threads": (3, 0),
     "scheduler_dbd_queue_size": (0, 0),
+    # sdiag's Agent queue size (scheduler.go ^Agent queue): RPCs to slurmd in the retry list, 0 while all answer.
+    "scheduler_queue_size": (0, 0),
     "scheduler_last_cycle": (2200 * US, 800 * US),
     "scheduler_mean_cycle": (1900 * US, 200 * US),
     "scheduler_cycle_per_minute": (30, 4),
@@ -184,7 +200,17 @@ def _stat(v: SlurmView, signal: str) -> list[float]:
     value, spread = SCHEDULER_STATS[signal]
     rng = seeded(v.sim.seed, "slurm-stat", signal)
     digits = 0 if value >= 1 or value == 0 else 6
-    return [max(0, round(value + spread * (rng.random() - 0.5), digits)) for _ in range(v.n)]
+    out = [max(0, round(value + spread * (rng.random() - 0.5), digits)) for _ in range(v.n)]
+    exporter = v.sim.sources["slurm"].exporter
+    for canonical in ("slurmdbd_agent_queue", "slurmctld_server_threads"):
+        if signal not in exporter.signals_for(canonical):
+            continue
+        # slurmdbd_down, slurmctld_overload: a ramp to the peak over the first third of the fault, then held.
+        for effect in v.sim.faults.effects("sdiag", canonical):
+            ramp = max(1, (effect.end - effect.start) // 3)
+            for i in range(effect.start, min(effect.end, v.n)):
+                out[i] = max(out[i], round(effect.get("peak") * min(1.0, (i - effect.start + 1) / ramp)))
+    return out
 
 
 def _whole(values: list[float]) -> list[int]:
@@ -218,7 +244,8 @@ def _by_user(fn, label: str = "user"):
 
 
 def _per_node(fn, status: bool = True, extra: dict | None = None):
-    """Per-node series; SckyzO puts the node's state in `status`, so a state change is a new series."""
+    """Per-node series; SckyzO puts the node's state in `status`, so a state change is a new series, and writes
+    one series per partition of the node (node.go tryCollect loops over the node's partitions)."""
 
     def items(v: SlurmView):
         for node in v.cluster.nodes:
@@ -229,10 +256,11 @@ def _per_node(fn, status: bool = True, extra: dict | None = None):
                 continue
             for state in dict.fromkeys(states):
                 mask = [s == state for s in states]
-                yield (
-                    {"node": node.name, "status": state, "partition": node.partition, **(extra or {})},
-                    where(mask, values),
-                )
+                for partition in v.partitions_of(node):
+                    yield (
+                        {"node": node.name, "status": state, "partition": partition, **(extra or {})},
+                        where(mask, values),
+                    )
 
     return items
 
@@ -438,7 +466,6 @@ SCKYZO: dict[str, Callable[[SlurmView], Iterator[tuple[dict, list]]]] = {
             for u, a in sorted({(j.user, j.account) for j in v.cluster.jobs})
         ]
     ),
-    "scheduler_queue_size": _plain(_all_pending),
     "scheduler_backfilled_jobs_since_start": _plain(
         lambda v: _whole(accumulate([0.02 * v.sim.window.step] * v.n, 1200))
     ),
