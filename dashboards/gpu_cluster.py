@@ -353,7 +353,9 @@ def _nvidia_gpus(ctx: Context) -> list[Panel]:
             unit="none",
             width=8,
             description="Clock events per GPU in the exporter's window: hardware and thermal slowdowns, power "
-            "brake and power cap (raw DCGM).",
+            "brake and power cap (raw DCGM). Empty while no reason was seen in the window: the exporter then writes "
+            "no series.",
+            shows=("thermal",),
         ),
     ]
 
