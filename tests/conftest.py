@@ -4,8 +4,10 @@ import sys
 from pathlib import Path
 
 import pytest
+import yaml
 
-from hpcobs.build import outdir, pipeline, validate
+from hpcobs.authoring.ruletest import selector_text
+from hpcobs.build import outdir, pipeline, tools, validate
 from hpcobs.build.cache import Cache
 from hpcobs.settings import config as config_module
 
@@ -80,3 +82,34 @@ def built_sites(
         builds[name] = (folder / "out", files)
     errors = validate.trees_tool_errors(dict(builds.values()), Cache(cache_dir))
     return {name: (files, errors[root]) for name, (root, files) in builds.items()}
+
+
+def firing_over_simulated(
+    generated: dict[str, str], tmp_path: Path, folder: str, alert: str, sim, series, by: str, at: int, expected
+) -> tools.Result:
+    """promtool on the built `alert` over simulated `series`: at `at` seconds the firing alerts, counted by the
+    label `by`, are exactly one for each value in `expected`."""
+    step = sim.window.step
+    test = {
+        "rule_files": [f"{alert}.rules.yaml"],
+        "evaluation_interval": f"{step}s",
+        "tests": [
+            {
+                "interval": f"{step}s",
+                "input_series": [{"series": selector_text(s.name, s.labels), "values": s.values} for s in series],
+                "promql_expr_test": [
+                    {
+                        "expr": f'count by ({by}) (ALERTS{{alertname="{alert}", alertstate="firing"}})',
+                        "eval_time": f"{at}s",
+                        "exp_samples": [{"labels": f'{{{by}="{value}"}}', "value": 1} for value in expected],
+                    }
+                ],
+            }
+        ],
+    }
+    files = {
+        f"{folder}{alert}.rules.yaml": generated[f"{folder}{alert}.rules.yaml"],
+        f"{folder}{alert}.simulated.tests.yaml": yaml.safe_dump(test),
+    }
+    outdir.write_tree(tmp_path, files)
+    return tools.test_rules(tmp_path / folder / f"{alert}.simulated.tests.yaml")

@@ -5,11 +5,11 @@ import pytest
 import yaml
 
 from hpcobs.authoring.context import Context
-from hpcobs.authoring.ruletest import selector_text
-from hpcobs.build import outdir, tools
+from hpcobs.build import tools
 from hpcobs.lang.promql import duration_seconds
 from hpcobs.proof.simulate import Simulation
 from hpcobs.settings import config as config_module
+from tests.conftest import firing_over_simulated
 
 TEST_FILES = "prometheus/tests/gpu/"
 START = 600  # seconds: every scenario starts at 10m
@@ -21,30 +21,7 @@ def _fires(config, generated, tmp_path, alert, scenario, hours, signals, at, nod
     sim = Simulation(config, nodes=nodes, gpus_per_node=2, hours=hours, scenarios=f"{scenario}:start=10m", seed=2)
     dcgm = sim.sources["dcgm"]
     series = sim.input_series({dcgm.name(s, v) for s in signals for v in dcgm.versions})
-    step = sim.window.step
-    test = {
-        "rule_files": [f"{alert}.rules.yaml"],
-        "evaluation_interval": f"{step}s",
-        "tests": [
-            {
-                "interval": f"{step}s",
-                "input_series": [{"series": selector_text(s.name, s.labels), "values": s.values} for s in series],
-                "promql_expr_test": [
-                    {
-                        "expr": f'count by (node) (ALERTS{{alertname="{alert}", alertstate="firing"}})',
-                        "eval_time": f"{at}s",
-                        "exp_samples": [{"labels": f'{{node="{node}"}}', "value": 1} for node in sim_target(sim)],
-                    }
-                ],
-            }
-        ],
-    }
-    files = {
-        f"{TEST_FILES}{alert}.rules.yaml": generated[f"{TEST_FILES}{alert}.rules.yaml"],
-        f"{TEST_FILES}{scenario}.tests.yaml": yaml.safe_dump(test),
-    }
-    outdir.write_tree(tmp_path, files)
-    return tools.test_rules(tmp_path / TEST_FILES / f"{scenario}.tests.yaml")
+    return firing_over_simulated(generated, tmp_path, TEST_FILES, alert, sim, series, "node", at, sim_target(sim))
 
 
 def sim_target(sim):

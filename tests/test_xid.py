@@ -2,13 +2,11 @@
 optional Xid count collector that still counts the overwritten code, and the classes NVIDIA's own tools use."""
 
 import pytest
-import yaml
 
 from hpcobs.authoring.context import Context
-from hpcobs.authoring.ruletest import selector_text
-from hpcobs.build import outdir, tools
 from hpcobs.exporters import catalogue
 from hpcobs.proof.simulate import Simulation
+from tests.conftest import firing_over_simulated
 
 DRAIN, FOLLOW_ON = "48", "45"  # the codes of the xid_overwritten scenario
 START = 120  # seconds: the scenario's start in these tests
@@ -75,30 +73,9 @@ def test_a_drain_xid_seen_only_by_the_count_collector(overwritten, generated, tm
     built alert in promtool, once its `for` has elapsed."""
     dcgm = overwritten.sources["dcgm"]
     series = overwritten.input_series({dcgm.name(s, v) for s in ("xid", "xid_count") for v in dcgm.versions})
-    step = overwritten.window.step
-    test = {
-        "rule_files": [f"{alert}.rules.yaml"],
-        "evaluation_interval": f"{step}s",
-        "tests": [
-            {
-                "interval": f"{step}s",
-                "input_series": [{"series": selector_text(s.name, s.labels), "values": s.values} for s in series],
-                "promql_expr_test": [
-                    {
-                        "expr": f'count by (err_code) (ALERTS{{alertname="{alert}", alertstate="firing"}})',
-                        "eval_time": f"{START + 240}s",
-                        "exp_samples": [{"labels": f'{{err_code="{code}"}}', "value": 1} for code in firing],
-                    }
-                ],
-            }
-        ],
-    }
-    files = {
-        f"{TEST_FILES}{alert}.rules.yaml": generated[f"{TEST_FILES}{alert}.rules.yaml"],
-        f"{TEST_FILES}xid_overwritten.tests.yaml": yaml.safe_dump(test),
-    }
-    outdir.write_tree(tmp_path, files)
-    result = tools.test_rules(tmp_path / TEST_FILES / "xid_overwritten.tests.yaml")
+    result = firing_over_simulated(
+        generated, tmp_path, TEST_FILES, alert, overwritten, series, "err_code", START + 240, firing
+    )
     assert result.ok, result.output
 
 
