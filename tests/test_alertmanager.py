@@ -9,8 +9,10 @@ from hpcobs.alerts import logs, security
 
 from hpcobs.authoring.context import Context
 from hpcobs.authoring.rules import Alert
-from hpcobs.build import tools, validate
+from hpcobs.build import outdir, pipeline, tools, validate
+from hpcobs.errors import UserError
 from hpcobs.settings import config as config_module
+from hpcobs.settings.names import INHIBIT_ONLY_RECEIVER, Team
 
 AM = "alertmanager/alertmanager.yml"
 
@@ -55,7 +57,7 @@ def test_no_inline_secrets(generated):
         ),
         ({"alertname": "SecurityUnexpectedOutbound", "team": "security", "severity": "warning"}, ["security"]),
         ({"alertname": "SlurmNodesDown", "team": "slurm-admins", "severity": "warning"}, ["slurm-admins"]),
-        ({"alertname": "SlurmJobEnded", "team": "none", "severity": "info"}, ["blackhole"]),
+        ({"alertname": "SlurmJobEnded", "team": "none", "severity": "info"}, [INHIBIT_ONLY_RECEIVER]),
         ({"alertname": "Unrouted", "team": "nobody", "severity": "info"}, ["default"]),
     ],
 )
@@ -97,6 +99,38 @@ def test_job_alerts_are_grouped_by_job(generated):
     routes = {r["receiver"]: r for r in yaml.safe_load(generated[AM])["route"]["routes"]}
     assert routes["job-owner"]["group_by"] == ["cluster", "alertname", "hpc_job"]
     assert yaml.safe_load(generated[AM])["route"]["group_by"] == ["cluster", "alertname", "node"]
+
+
+def test_alerts_that_only_inhibit_never_notify_whatever_routes_the_site_writes(tmp_path):
+    """A site routing each team and nothing else (no catch for SlurmJobEnded) still gets no notification per ended
+    job: the build's own first route takes every team="none" alert to a receiver without integrations."""
+    site = tmp_path / "site.yaml"
+    teams = [team.value for team in Team if team is not Team.NONE]
+    site.write_text(
+        yaml.safe_dump(
+            {
+                "alertmanager": {
+                    "default_receiver": "default",
+                    "receivers": [{"name": "default", "email_to": "ops@example.org"}],
+                    "routes": [{"receiver": "default", "match": {"team": team}} for team in teams],
+                }
+            }
+        )
+    )
+    files = pipeline.generate(config_module.load(site))
+    outdir.write_tree(tmp_path / "out", files)
+    am = tmp_path / "out" / AM
+    ended = {"alertname": "SlurmJobEnded", "team": Team.NONE.value, "severity": "info", "hpc_job": "42"}
+    assert tools.routes_test(am, ended, [INHIBIT_ONLY_RECEIVER]).ok
+    receiver = next(r for r in yaml.safe_load(files[AM])["receivers"] if r["name"] == INHIBIT_ONLY_RECEIVER)
+    assert receiver == {"name": INHIBIT_ONLY_RECEIVER}
+
+
+def test_a_site_cannot_define_the_inhibit_only_receiver(tmp_path):
+    site = tmp_path / "site.yaml"
+    site.write_text(f"alertmanager:\n  receivers: [{{name: default}}, {{name: {INHIBIT_ONLY_RECEIVER}}}]\n")
+    with pytest.raises(UserError, match="reserved"):
+        pipeline.generate(config_module.load(site))
 
 
 def test_routing_table_catches_a_wrong_expectation(generated_tree):

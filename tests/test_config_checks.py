@@ -592,8 +592,8 @@ def test_a_site_receivers_list_that_replaces_the_defaults_is_blamed_for_their_re
         "replace, mappings merge), but alertmanager.default_receiver of config/default.yaml still names 'default', "
         "which no longer exists; list it too, or set alertmanager.default_receiver as well",
         "config error: SITE: alertmanager.receivers: this list replaced the one of config/default.yaml (lists "
-        "replace, mappings merge), but alertmanager.routes of config/default.yaml still name 'blackhole', "
-        "'job-owner', 'gpu-ops-pager', 'gpu-ops', 'network', 'storage', 'ml-platform', 'security-pager', 'security', "
+        "replace, mappings merge), but alertmanager.routes of config/default.yaml still name 'job-owner', "
+        "'gpu-ops-pager', 'gpu-ops', 'network', 'storage', 'ml-platform', 'security-pager', 'security', "
         "'slurm-admins', which no longer exist; list them too, or set alertmanager.routes as well",
     ]
     # Routes the site writes itself are its own lines.

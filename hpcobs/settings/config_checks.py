@@ -30,7 +30,7 @@ from hpcobs.exporters import catalogue, releases
 from hpcobs.exporters.sources import GPU_ROLES
 from hpcobs.lang import escape, promql, promregex, sensor_values
 from hpcobs.lang.selectors import Matcher, parse_selector, scrape_labels
-from hpcobs.settings.names import DashboardUid, Team
+from hpcobs.settings.names import INHIBIT_ONLY_RECEIVER, DashboardUid, Team
 
 KeyPath = list[Any]
 FORMATS = jsonschema.FormatChecker(formats=())
@@ -460,10 +460,16 @@ def _a_gpu_exporter(doc: dict) -> Iterator[tuple[KeyPath, list[KeyPath], str]]:
 
 
 def _receivers_defined_once(doc: dict) -> Iterator[tuple[KeyPath, str]]:
-    """Receivers are referred to by name: each defined once."""
+    """Receivers are referred to by name: each defined once, and none under the name the build gives its own."""
     names = _receiver_names(doc) or []
     for index, name in enumerate(names):
-        if name in names[:index]:
+        if name == INHIBIT_ONLY_RECEIVER:
+            yield (
+                ["alertmanager", "receivers", index, "name"],
+                f"receiver name {name!r} is reserved: the build routes the alerts that only inhibit others there; "
+                "rename it",
+            )
+        elif name in names[:index]:
             yield (
                 ["alertmanager", "receivers", index, "name"],
                 f"receiver {name!r} is defined twice; rename one or merge them",
@@ -504,7 +510,8 @@ def unrouted_teams(doc: dict, teams: Collection[str]) -> list[tuple[KeyPath, str
     disabled exporter: hpcobs.build.pipeline) has a route matching it on `team`: an alert of a team without one
     falls through to the default receiver, where nobody on that team reads it. A team no alert carries needs no
     route. A route that also matches other labels (severity) counts: the site chose to split the team's alerts.
-    Team.NONE is for alerts that only inhibit others; the default route drops them. No route at all is a choice
+    Team.NONE is for alerts that only inhibit others; the build routes them itself (INHIBIT_ONLY_RECEIVER). No route
+    at all is a choice
     (a small site sending everything to one receiver), not a forgotten team."""
     routes = _get(doc, "alertmanager", "routes")
     if not isinstance(routes, list) or not routes:

@@ -29,5 +29,10 @@ class Team(StrEnum):
     SLURM_ADMINS = "slurm-admins"
     SECURITY = "security"
     JOB_OWNER = "job-owner"
-    # Informational alerts that only exist to inhibit others (SlurmJobEnded): the default route drops them.
+    # Informational alerts that only exist to inhibit others (SlurmJobEnded): routed to INHIBIT_ONLY_RECEIVER.
     NONE = "none"
+
+
+# The receiver, without integrations, that the generated Alertmanager config routes Team.NONE alerts to (they only
+# inhibit others): reserved, a site cannot define it.
+INHIBIT_ONLY_RECEIVER = "hpcobs-inhibit-only"

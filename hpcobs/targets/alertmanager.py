@@ -9,9 +9,16 @@ from typing import Any
 from hpcobs.lang.escape import alertmanager_matcher, go_template_text
 from hpcobs.lang.render import GENERATED, yaml_text
 from hpcobs.settings.config import Config
+from hpcobs.settings.names import INHIBIT_ONLY_RECEIVER, Team
 from hpcobs.targets.base import Check, Model, Target
 
 PATH = "alertmanager/alertmanager.yml"
+# Alerts of Team.NONE exist only to inhibit others (SlurmJobEnded, one per ended job): the first route sends them to
+# a receiver with no integration, whatever routes the site writes, so none reaches the default receiver.
+INHIBIT_ONLY_ROUTE = {
+    "receiver": INHIBIT_ONLY_RECEIVER,
+    "matchers": [alertmanager_matcher("team", "=", Team.NONE.value)],
+}
 # Receiver settings in the config -> Alertmanager receiver blocks. Secrets are only ever file paths.
 # Fields Alertmanager expands as Go templates (channel, to; smtp_from is every email's `from`) are escaped.
 _TEMPLATED = {"slack_channel", "email_to"}
@@ -77,9 +84,9 @@ def document(config: Config, inhibitions: Sequence[dict[str, Any]]) -> dict:
             "group_wait": "30s",
             "group_interval": "5m",
             "repeat_interval": "4h",
-            "routes": [_route(r) for r in settings["routes"]],
+            "routes": [INHIBIT_ONLY_ROUTE, *(_route(r) for r in settings["routes"])],
         },
-        "receivers": [_receiver(r) for r in settings["receivers"]],
+        "receivers": [*(_receiver(r) for r in settings["receivers"]), {"name": INHIBIT_ONLY_RECEIVER}],
         "inhibit_rules": list(inhibitions),
     }
 
