@@ -4,6 +4,7 @@ REF` builds REF with REF's own site file, so a site's change is reported; `check
 out/ built from it. A separate site repository that pins hpcobs commits only site.yaml and out/: its review reads
 the out/ committed at REF against the one just built."""
 
+import re
 import shutil
 
 import pytest
@@ -116,3 +117,17 @@ def test_a_separate_site_repository_reviews_its_committed_out(tmp_path, capsys, 
         temperature_change(f"hpcobs diff of `out` against `{base}` (main)", 80, 82),
         "",
     )
+
+
+def test_every_ci_example_takes_the_site_file():
+    """A workflow copied from the docs runs in a site's repository, whose out/ is the build of site.yaml: a check or
+    diff without --config there reports every file the site changes."""
+    steps = [
+        (page.name, line.strip())
+        for page in sorted((ROOT / "docs").glob("*.md"))
+        for block in re.findall(r"```yaml\n(.*?)```", page.read_text(), re.S)
+        for line in block.splitlines()
+        if re.search(r"run: .*build\.py (check|diff)\b", line)
+    ]
+    assert steps
+    assert [(page, step) for page, step in steps if "--config site.yaml" not in step] == []
