@@ -92,6 +92,19 @@ def test_a_base_before_the_site_file_is_built_with_the_defaults(fork, capsys, mo
     )
 
 
+def test_an_untracked_site_file_builds_both_sides(fork, capsys, monkeypatch):
+    """A local site file in a checkout of hpcobs has no history: both sides are built with it, as before."""
+    monkeypatch.chdir(fork)
+    (fork / "local.yaml").write_text(TEMPERATURE.format(80))
+    short = git(fork, "rev-parse", "--short", "HEAD~1")
+    assert diff(capsys, "--repo", ".", "--config", "local.yaml", "HEAD~1", "--exit-code") == (
+        0,
+        f"hpcobs diff against `{short}` (HEAD~1, built with local.yaml): no changes\n",
+        "",
+    )
+    (fork / "local.yaml").unlink()
+
+
 def test_check_takes_the_site_file(fork, capsys, monkeypatch):
     """The committed out/ is the site's build: up to date with the site file, stale without it."""
     monkeypatch.chdir(fork)

@@ -225,13 +225,13 @@ def _site_at(repo: Path, checkout: Path, config: str | None) -> tuple[Path | Non
     """The site file the revision checked out is built with, and the words saying so. A site file committed in the
     repository is read as the revision has it, at the same path in its worktree: building it with today's file
     would show a site's own change (a threshold, a route) as no change at all. A revision from before the file
-    was added is built as it built then, with the defaults. A file outside the repository has no history here,
-    so both sides are built with it as it is."""
+    was added is built as it built then, with the defaults. A file outside the repository, or one git does not
+    track (a local site file in a checkout of hpcobs), has no history here: both sides are built with it as it is."""
     if config is None:
         return None, "built"
     site = Path(config).resolve()
     top = Path(_git_text(repo, "rev-parse", "--show-toplevel") or repo).resolve()
-    if not site.is_relative_to(top):
+    if not site.is_relative_to(top) or not _git_text(repo, "ls-files", "--", str(site)):
         return site, f"built with {config}"
     committed = checkout / site.relative_to(top)
     if not committed.is_file():
