@@ -4,7 +4,8 @@ The new side is this working tree, generated in memory (or --new DIR). BASE is a
 by default the merge-base of HEAD with main (else origin/main). At a ref, the out/ committed there is read straight
 from git when no --config is given; with --config (a site's build is not committed), or when the ref has no out/,
 the ref is checked out in a temporary worktree and built there by its own build.py, and the worktree is removed
-whatever happens. The comparison itself is hpcobs.delivery.semantic_diff.
+whatever happens. A site file committed in the repository is taken as the ref has it (docs/site-repository.md):
+each side is built with its own version of the site. The comparison itself is hpcobs.delivery.semantic_diff.
 """
 
 from __future__ import annotations
@@ -118,8 +119,8 @@ def _base(args: argparse.Namespace) -> tuple[dict[str, str], Side]:
     committed = None if args.config else _committed_out(repo, commit, f"{prefix}out")
     if committed is not None:
         return committed, side
-    built = f"built with {args.config}" if args.config else "built"
-    return _built(repo, commit, prefix, args), Side(side.name, f"{note}, {built}", commit)
+    files, built = _built(repo, commit, prefix, args)
+    return files, Side(side.name, f"{note}, {built}", commit)
 
 
 def _read_out(directory: Path, option: str) -> dict[str, str]:
@@ -180,9 +181,10 @@ def _committed_out(repo: Path, commit: str, tree: str) -> dict[str, str] | None:
         }
 
 
-def _built(repo: Path, commit: str, prefix: str, args: argparse.Namespace) -> dict[str, str]:
+def _built(repo: Path, commit: str, prefix: str, args: argparse.Namespace) -> tuple[dict[str, str], str]:
     """The commit built by its own build.py (schemas checked, not the tools) in a temporary worktree, removed in
-    every outcome: an error, Ctrl-C or SIGTERM (which the command line raises as an exception) included."""
+    every outcome: an error, Ctrl-C or SIGTERM (which the command line raises as an exception) included; and how
+    it was built, for the summary."""
     scratch = Path(tempfile.mkdtemp(prefix="hpcobs-diff-"))
     checkout = scratch / "checkout"
     try:
@@ -199,8 +201,9 @@ def _built(repo: Path, commit: str, prefix: str, args: argparse.Namespace) -> di
             "--out",
             str(scratch / "out"),
         ]
-        if args.config:
-            command += ["--config", str(Path(args.config).resolve())]
+        site, built = _site_at(repo, checkout, args.config)
+        if site is not None:
+            command += ["--config", str(site)]
         if args.cache_dir:
             command += ["--cache-dir", str(Path(args.cache_dir).resolve())]
         if args.no_cache:
@@ -211,11 +214,29 @@ def _built(repo: Path, commit: str, prefix: str, args: argparse.Namespace) -> di
                 f"diff error: building BASE {commit[:12]} failed (exit {done.returncode}): "
                 f"{_last_line(done.stderr) or _last_line(done.stdout)}"
             )
-        return _read_out(scratch / "out", "BASE build")
+        return _read_out(scratch / "out", "BASE build"), built
     finally:
         _git(repo, "worktree", "remove", "--force", str(checkout))
         shutil.rmtree(scratch, ignore_errors=True)
         _git(repo, "worktree", "prune")
+
+
+def _site_at(repo: Path, checkout: Path, config: str | None) -> tuple[Path | None, str]:
+    """The site file the revision checked out is built with, and the words saying so. A site file committed in the
+    repository is read as the revision has it, at the same path in its worktree: building it with today's file
+    would show a site's own change (a threshold, a route) as no change at all. A revision from before the file
+    was added is built as it built then, with the defaults. A file outside the repository, or one git does not
+    track (a local site file in a checkout of hpcobs), has no history here: both sides are built with it as it is."""
+    if config is None:
+        return None, "built"
+    site = Path(config).resolve()
+    top = Path(_git_text(repo, "rev-parse", "--show-toplevel") or repo).resolve()
+    if not site.is_relative_to(top) or not _git_text(repo, "ls-files", "--", str(site)):
+        return site, f"built with {config}"
+    committed = checkout / site.relative_to(top)
+    if not committed.is_file():
+        return None, f"built with the defaults: {config} is not in it"
+    return committed, f"built with its own {config}"
 
 
 def _first_line(output: bytes) -> str:
