@@ -342,7 +342,7 @@ class Report:
 
     def add_not_applied(self, rows: list[Row], why: str) -> None:
         """What a failure leaves undone, in one line with the URL and the count ("not applied 10 items (1 folder,
-        4 datasources, 5 dashboards) to URL: why"), never a line per object: stderr names them (incomplete)."""
+        4 datasources, 5 dashboards) to URL: why"), never a line per object; the rows still count in the summary."""
         if not rows:
             return
         self.rows.extend(rows)
