@@ -31,6 +31,7 @@ UIDS = ["hpcobs-gpu-cluster", "hpcobs-network-storage", "hpcobs-security", "hpco
 DATASOURCES = ["hpcobs-prometheus", "hpcobs-loki", "hpcobs-tempo", "hpcobs-alertmanager"]
 SAVE = "/api/dashboards/db"
 SERVER_ERROR = {"message": "Failed to save dashboard"}
+WITHOUT_URL = ""  # run(url=WITHOUT_URL): no --url on the command line
 _GENERATED: dict[str, dict[str, str]] = {}
 _generate, _source_revision = pipeline.generate, deploy.source_revision
 
@@ -90,7 +91,8 @@ def run(grafana, token_file, capsys):
     """`build.py deploy` in this process against the fake; the token must appear nowhere in what it prints."""
 
     def run_deploy(*extra: str, url: str | None = None, token: tuple[str, ...] | None = None) -> Run:
-        arguments = ["deploy", "--url", url or grafana.url, "--backoff", "0.01", "--timeout", "5", *extra]
+        where = [] if url == WITHOUT_URL else ["--url", url or grafana.url]
+        arguments = ["deploy", *where, "--backoff", "0.01", "--timeout", "5", *extra]
         arguments += token if token is not None else ("--token-file", str(token_file))
         grafana.forget_requests()
         code = cli.main(arguments)
@@ -237,16 +239,11 @@ def test_a_bad_token_stops_at_the_first_call_with_one_line(run, grafana, tmp_pat
         "/api/folders/hpcobs: it is invalid, expired or revoked; create a service account token with the Editor "
         "role, Admin to manage datasources too (docs/deploy.md#token)"
     )
-    assert result.row("hpcobs-training") == (
-        "not applied dashboard  hpcobs-training (Training): deploy stopped at the failure above"
-    )
-    assert result.err.strip() == (
-        "deploy incomplete: applied nothing; not applied: folder hpcobs (failed), "
-        + ", ".join(f"datasource {uid}" for uid in DATASOURCES)
-        + ", "
-        + ", ".join(f"dashboard {uid}" for uid in UIDS)
-        + "; fix the failure and rerun, which skips what is already in place"
-    )
+    assert result.out.splitlines()[2:] == [
+        f"not applied 9 items (4 datasources, 5 dashboards) to {grafana.url}: deploy stopped at the failure above",
+        f"deploy to {grafana.url}: 0 folders, 0 datasources, 0 dashboards, 1 failed, 9 not applied",
+    ]
+    assert result.err.strip() == "deploy incomplete: nothing applied; fix the failure and rerun"
     assert "glsa_expired" not in result.out + result.err
 
 
@@ -271,7 +268,7 @@ def test_a_missing_permission_names_it(run, grafana, method, path, body, uid, ne
     if needed.startswith("datasources"):
         assert result.row(uid).endswith("Admin role (Editors cannot manage datasources), or pass --skip-datasources")
     if uid == "hpcobs":  # no folder, so no dashboard; the datasources do not need it
-        assert result.row("hpcobs-gpu-cluster").endswith(": its folder is not in place")
+        assert f"not applied 5 dashboards to {grafana.url}: its folder is not in place" in result.out.splitlines()
         assert result.row("hpcobs-loki").startswith("created ")
         assert grafana.dashboards == {}
 
@@ -368,6 +365,23 @@ def test_an_unreachable_or_untrusted_grafana_is_one_line(run, grafana):
     )
 
 
+def test_a_dry_run_does_not_retry_and_names_what_it_left_in_one_line(run, grafana):
+    grafana.fail("GET", "/api/health", 503, {"message": "database is locked"})
+    dry = run("--dry-run")
+    assert dry.code == 1 and [r.path for r in grafana.requests] == ["/api/health"]
+    assert dry.out.splitlines() == [
+        f"failed      grafana    {grafana.url}: Grafana answered 503 (database is locked) to GET /api/health, "
+        "1 attempt; see Grafana's log, then rerun (deploy converges)",
+        f"not applied 10 items (1 folder, 4 datasources, 5 dashboards) to {grafana.url}: deploy stopped at the "
+        "failure above",
+        f"dry run against {grafana.url}, nothing written: 0 folders, 0 datasources, 0 dashboards, 1 failed, "
+        "10 not applied",
+    ]
+    # A deploy that writes retries, unless told otherwise, as does a dry run given --retries.
+    assert len(run().out.splitlines()) == 3 and len(grafana.requests) == 1 + deploy.RETRIES
+    assert run("--dry-run", "--retries", "1").code == 1 and len(grafana.requests) == 2
+
+
 def test_timeouts_after_the_last_retry_stop_the_deploy(run, grafana):
     grafana.fail("GET", "/api/folders/hpcobs", delay=0.5)
     result = run("--timeout", "0.2", "--retries", "1")
@@ -387,8 +401,8 @@ def test_a_failure_halfway_reports_what_was_applied_and_a_rerun_converges(run, g
         "failed      dashboard  hpcobs-security (Security): Grafana answered 500 (Failed to save dashboard) to "
         "POST /api/dashboards/db, 4 attempts; see Grafana's log, then rerun (deploy converges)"
     )
-    assert stopped.row("hpcobs-training") == (
-        "not applied dashboard  hpcobs-training (Training): deploy stopped at the failure above"
+    assert stopped.out.splitlines()[-2] == (
+        f"not applied 2 dashboards to {grafana.url}: deploy stopped at the failure above"
     )
     assert stopped.err.strip() == (
         "deploy incomplete: applied created folder hpcobs, "
@@ -470,6 +484,47 @@ def test_an_unsafe_or_malformed_url_is_refused_before_connecting(run, grafana, u
     assert len(result.err.splitlines()) == 1 and result.err.startswith("deploy error: ") and problem in result.err
     assert "s3cret" not in result.err
     assert grafana.requests == []
+
+
+def test_grafana_url_of_the_site_file_is_the_default_url(run, grafana, site):
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        closed = f"http://127.0.0.1:{probe.getsockname()[1]}"
+    deployed = run("--config", site(f"grafana:\n  url: {grafana.url}\n"), url=WITHOUT_URL)
+    assert deployed.code == 0, deployed.out + deployed.err
+    assert deployed.summary.startswith(f"deploy to {grafana.url}: 1 folder ensured")
+    # --url overrides it; a Grafana the site file names but that does not answer is named with the key.
+    unreachable = site(f"grafana:\n  url: {closed}\n")
+    assert run("--config", unreachable).code == 0
+    failed = run("--config", unreachable, "--dry-run", url=WITHOUT_URL)
+    assert failed.row(closed).endswith(
+        f"check grafana.url of {unreachable} and that Grafana is up and reachable from here"
+    )
+
+
+def test_without_url_or_grafana_url_in_the_site_file_deploy_names_both(run, grafana, site):
+    # config/default.yaml's grafana.url (http://grafana:3000) stands for the site's own: no token is sent to it.
+    without_url = site("grafana:\n  folder: Cluster\n")
+    for extra, where in [((), "the site file (--config FILE)"), (("--config", without_url), without_url)]:
+        result = run(*extra, url=WITHOUT_URL)
+        assert (result.code, result.out) == (2, "")
+        assert result.err == (
+            f"deploy error: no Grafana URL; set grafana.url in {where}, or pass --url (e.g. https://grafana.example.org)\n"
+        )
+    unsafe = site("grafana:\n  url: http://grafana.example.org\n")
+    refused = run("--config", unsafe, url=WITHOUT_URL)
+    assert refused.code == 2 and refused.err.startswith(
+        f"deploy error: grafana.url of {unsafe} http://grafana.example.org: plain http to grafana.example.org"
+    )
+    assert grafana.requests == []
+
+
+def test_the_help_says_where_the_url_comes_from(capsys):
+    with pytest.raises(SystemExit):
+        cli.main(["deploy", "--help"])
+    text = " ".join(capsys.readouterr().out.split())
+    assert "(default: grafana.url of the --config site file; one of the two is required)" in text
+    assert "(default 3; 0 with --dry-run, which writes nothing and is rerun at no cost)" in text
 
 
 def test_plain_http_is_allowed_to_loopback_and_with_insecure(run, grafana):

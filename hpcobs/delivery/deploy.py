@@ -53,6 +53,9 @@ GRAFANA_KEYS = (MARK, "id", "version")
 # A datasource keeps these settings from Grafana when deploy updates it: the build does not set them, and
 # Grafana's update replaces the whole datasource. Its secrets (secureJsonData) are kept by Grafana itself.
 KEPT_DATASOURCE_FIELDS = ("user", "database", "basicAuth", "basicAuthUser", "withCredentials", "isDefault")
+# Attempts after the first, for a deploy that writes: a Grafana restart takes seconds. A dry run reads only, so
+# it fails at once and is simply rerun.
+RETRIES = 3
 Result = TypeVar("Result")
 
 
@@ -62,7 +65,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "--url",
         metavar="URL",
         help="Grafana's root URL, with its sub-path if it is served under one: https://grafana.example.org, "
-        "https://example.org/grafana",
+        "https://example.org/grafana (default: grafana.url of the --config site file; one of the two is required)",
     )
     token = parser.add_mutually_exclusive_group()
     token.add_argument(
@@ -99,9 +102,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--retries",
         type=_positive(int, zero=True),
-        default=3,
         metavar="N",
-        help="attempts after the first on 5xx, timeouts and refused connections (default 3)",
+        help=f"attempts after the first on 5xx, timeouts and refused connections (default {RETRIES}; 0 with "
+        "--dry-run, which writes nothing and is rerun at no cost)",
     )
     parser.add_argument(
         "--backoff",
@@ -124,15 +127,16 @@ def _positive(kind: type, zero: bool = False) -> Callable[[str], Any]:
 
 
 def run(args: argparse.Namespace) -> int:
-    endpoint = Endpoint.parse(args.url, args.insecure)
-    token = read_token(args.token_file, args.token_env)
     config = config_module.load(args.config)
+    endpoint = grafana_endpoint(args.url, config, args.insecure)
+    token = read_token(args.token_file, args.token_env)
     build = Build.of(config, pipeline.generate(config))
     if args.skip_datasources:
         build = dataclasses.replace(build, datasources=[])
     from hpcobs.delivery import grafana_api
 
-    grafana = grafana_api.Grafana(endpoint, token, args.timeout, args.retries, args.backoff)
+    retries = args.retries if args.retries is not None else 0 if args.dry_run else RETRIES
+    grafana = grafana_api.Grafana(endpoint, token, args.timeout, retries, args.backoff)
     output = Output(token)
     report = Report(output, endpoint.url, args.dry_run, skipped=("datasource",) if args.skip_datasources else ())
     Deployment(grafana, build, report, args.dry_run, args.prune, source_revision()).run()
@@ -141,6 +145,20 @@ def run(args: argparse.Namespace) -> int:
         output.line(report.incomplete(), sys.stderr)
         return 1
     return 0
+
+
+def grafana_endpoint(url: str | None, config: Config, insecure: bool) -> Endpoint:
+    """--url, else the site file's grafana.url (the root the alerts' dashboard links start with). The one in
+    config/default.yaml (http://grafana:3000) stands for the site's and is never sent a token."""
+    if url:
+        return Endpoint.parse(url, insecure)
+    if config.site_sets("grafana", "url"):
+        site = config.origin[-1]
+        return Endpoint.parse(config.get("grafana", "url"), insecure, f"grafana.url of {site}")
+    where = config.origin[-1] if len(config.origin) > 1 else "the site file (--config FILE)"
+    raise UserError(
+        f"deploy error: no Grafana URL; set grafana.url in {where}, or pass --url (e.g. https://grafana.example.org)"
+    )
 
 
 def read_token(token_file: str | None, token_env: str | None) -> str:
@@ -322,6 +340,16 @@ class Report:
         for detail in row.details:
             self.output.line(f"    {detail}" if detail else "")
 
+    def add_not_applied(self, rows: list[Row], why: str) -> None:
+        """What a failure leaves undone, in one line with the URL and the count ("not applied 10 items (1 folder,
+        4 datasources, 5 dashboards) to URL: why"), never a line per object; the rows still count in the summary."""
+        if not rows:
+            return
+        self.rows.extend(rows)
+        kinds = [_count(n, kind) for kind, n in Counter(row.kind for row in rows).items()]
+        what = kinds[0] if len(kinds) == 1 else f"{_count(len(rows), 'item')} ({', '.join(kinds)})"
+        self.output.line(f"{NOT_APPLIED:<11} {what} to {self.url}: {why}")
+
     @property
     def failed(self) -> int:
         return sum(row.action == FAILED for row in self.rows)
@@ -361,6 +389,8 @@ class Report:
         if self.dry_run:
             return f"dry run incomplete: {self.failed} failed; nothing was written"
         applied = [f"{PAST[row.action]} {row.kind} {row.uid}" for row in self.rows if row.action in WRITES]
+        if not applied:
+            return "deploy incomplete: nothing applied; fix the failure and rerun"
         missing = [
             f"{row.kind} {row.uid}{' (failed)' if row.action == FAILED else ''}"
             for row in self.rows
@@ -370,6 +400,10 @@ class Report:
             f"deploy incomplete: applied {', '.join(applied) or 'nothing'}; not applied: "
             f"{', '.join(missing) or 'nothing'}; fix the failure and rerun, which skips what is already in place"
         )
+
+
+def _count(number: int, noun: str) -> str:
+    return f"{number} {noun}{'s' if number != 1 else ''}"
 
 
 class Stop(Exception):
@@ -426,9 +460,10 @@ class Deployment:
             self._not_applied("", "deploy stopped at the failure above")
 
     def _not_applied(self, kind: str, why: str) -> None:
-        for item_kind, uid, title in list(self.pending):
-            if not kind or item_kind == kind:
-                self._add(Row(item_kind, uid, title, NOT_APPLIED, why))
+        """The pending objects (of `kind`, or all), reported as one line."""
+        left = [item for item in self.pending if not kind or item[0] == kind]
+        self.pending = [item for item in self.pending if item not in left]
+        self.report.add_not_applied([Row(*item, NOT_APPLIED, why) for item in left], why)
 
     def _add(self, row: Row) -> None:
         if (row.kind, row.uid, row.title) in self.pending:

@@ -18,12 +18,14 @@ PROVISIONED = (
 
 @dataclass(frozen=True)
 class Endpoint:
-    """Where Grafana answers: scheme, host, port and the sub-path it is served under ("" or "grafana/")."""
+    """Where Grafana answers: scheme, host, port and the sub-path it is served under ("" or "grafana/"); `source`
+    names where the URL was given (--url, or grafana.url of the site file), for the lines that ask to fix it."""
 
     scheme: str
     host: str
     port: int | None
     sub_path: str
+    source: str = "--url"
 
     @property
     def url(self) -> str:
@@ -36,33 +38,32 @@ class Endpoint:
         return _loopback(self.host)
 
     @classmethod
-    def parse(cls, url: str | None, insecure: bool) -> Endpoint:
-        """--url, refused in one line (exit 2) before any connection when it would leak the token."""
+    def parse(cls, url: str, insecure: bool, source: str = "--url") -> Endpoint:
+        """The URL given by `source`, refused in one line (exit 2) before any connection when it would leak the
+        token."""
         example = "write e.g. https://grafana.example.org"
-        if not url:
-            raise UserError(f"deploy error: --url is missing; pass Grafana's root URL ({example})")
         try:
             parts = urlsplit(url)
             port = parts.port
         except ValueError as exc:
-            raise UserError(f"deploy error: --url: {exc}; {example}") from None
+            raise UserError(f"deploy error: {source}: {exc}; {example}") from None
         if parts.username is not None or parts.password is not None:
             # Not echoed: it holds a password.
             raise UserError(
-                "deploy error: --url holds credentials (user:password@); remove them and pass a service account "
-                "token with --token-file or --token-env"
+                f"deploy error: {source} holds credentials (user:password@); remove them and pass a service "
+                "account token with --token-file or --token-env"
             )
         if parts.scheme not in ("http", "https") or not parts.hostname:
-            raise UserError(f"deploy error: --url {url}: not an http(s) URL with a host; {example}")
+            raise UserError(f"deploy error: {source} {url}: not an http(s) URL with a host; {example}")
         if parts.query or parts.fragment or "?" in url or "#" in url:
-            raise UserError(f"deploy error: --url {url}: has a query or fragment; pass Grafana's root URL only")
+            raise UserError(f"deploy error: {source} {url}: has a query or fragment; pass Grafana's root URL only")
         if parts.scheme == "http" and not insecure and not _loopback(parts.hostname):
             raise UserError(
-                f"deploy error: --url {url}: plain http to {parts.hostname}, which is not this machine, would send "
-                "the token unencrypted; use https, or pass --insecure if that network is trusted"
+                f"deploy error: {source} {url}: plain http to {parts.hostname}, which is not this machine, would "
+                "send the token unencrypted; use https, or pass --insecure if that network is trusted"
             )
         path = parts.path.strip("/")
-        return cls(parts.scheme, parts.hostname, port, f"{path}/" if path else "")
+        return cls(parts.scheme, parts.hostname, port, f"{path}/" if path else "", source)
 
 
 def _loopback(host: str) -> bool:

@@ -223,8 +223,8 @@ class Grafana:
             )
         if isinstance(cause, niquests.exceptions.ConnectionError):
             return Failure(
-                f"cannot connect to {self.endpoint.url} ({_network_reason(cause)}), {times}; check --url and that "
-                "Grafana is up and reachable from here",
+                f"cannot connect to {self.endpoint.url} ({_network_reason(cause)}), {times}; check "
+                f"{self.endpoint.source} and that Grafana is up and reachable from here",
                 fatal=True,
             )
         if isinstance(cause, GrafanaClientError):

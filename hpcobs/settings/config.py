@@ -41,6 +41,11 @@ class Config:
             node = node[key]
         return node
 
+    def site_sets(self, *path: str) -> bool:
+        """Whether the site file, not config/default.yaml, gives the value at `path`: a default that stands for
+        the site's own (grafana.url's http://grafana:3000) is no value to act on."""
+        return len(self.origin) > 1 and _holds(_read_yaml(Path(self.origin[-1])), list(path))
+
 
 try:
     from yaml import CSafeLoader as _SafeLoader
