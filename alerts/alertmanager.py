@@ -31,6 +31,10 @@ NODE_EXPORTERS = ("dcgm", "amd", "node_exporter", "falco", "tetragon")
 
 def inhibitions(ctx: Context, reading: Callable[[str], Sequence[Alert]]) -> list[dict]:
     """`reading(role)`: the built alerts that read that exporter's series only, directly or through records."""
+    return [*_exporter_down(ctx, reading), *_one_gpu_fault(ctx.cluster), *_explained_by_another(ctx.cluster)]
+
+
+def _exporter_down(ctx: Context, reading: Callable[[str], Sequence[Alert]]) -> list[dict]:
     cluster = ctx.cluster
     return [
         # An exporter that stopped answering on a node explains the alerts on that node that read its series only
@@ -46,6 +50,12 @@ def inhibitions(ctx: Context, reading: Callable[[str], Sequence[Alert]]) -> list
             for role in NODE_EXPORTERS
             if (names := {alert.alert for alert in reading(role) if "node" in alert.labels_carried()})
         ),
+    ]
+
+
+def _one_gpu_fault(cluster: str) -> list[dict]:
+    """One fault of a GPU is one page: the alert that says what to do about it; its echoes wait."""
+    return [
         # A GPU that fell off the bus explains every other alert about that GPU.
         {
             "source_matchers": ['alertname="GpuFellOffBus"'],
@@ -84,6 +94,11 @@ def inhibitions(ctx: Context, reading: Callable[[str], Sequence[Alert]]) -> list
             "target_matchers": [f'alertname="{XID_DRAIN_LOGGED}"'],
             "equal": [cluster, "node"],
         },
+    ]
+
+
+def _explained_by_another(cluster: str) -> list[dict]:
+    return [
         # A job that just ended explains the alerts about the job itself (training, idle GPUs, its checkpoint), but
         # not the application Xid that ended it. Hardware alerts carry no job (alerts/gpu.py), and a security alert
         # that carries its id is never about the job's team: a GPU that failed under the job is still broken.

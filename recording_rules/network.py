@@ -19,7 +19,7 @@ waiting for the subnet manager, a different fault with a different fix (alerts/n
 
 from hpcobs.authoring.context import Context
 from hpcobs.authoring.rules import Group, Record
-from hpcobs.authoring.ruletest import Case, Series, sample, spread_case
+from hpcobs.authoring.ruletest import Case, Sample, Series, sample, spread_case
 from hpcobs.authoring.synthetic import series
 from hpcobs.lang import promregex
 from hpcobs.lang.escape import promql_string
@@ -190,95 +190,101 @@ def _rates(ctx: Context, fabric: list[Series]) -> list[Record]:
 
 
 def _port_states(ctx: Context, fabric: list[Series]) -> list[Record]:
-    """Ports per node that flapped, are not ACTIVE or trained below the nominal rate."""
-    cluster = ctx.cluster
-    cluster_labels = ctx.cluster_labels
-    nominal = ctx.thresholds.ib_port_rate_bytes_per_second
-    n1 = dict(**cluster_labels, node="n1")
-    t = ctx.timeline
-    rails, on_port = compute_rails(ctx), ", ".join((cluster, *PORT))
+    """Ports per node that flapped, are not ACTIVE or not LinkUp, or trained below the nominal rate."""
+    n1 = dict(**ctx.cluster_labels, node="n1")
     return [
-        Record(
-            "node:ib_ports_flapped:count",
-            aggregate(
-                "count",
-                (cluster, "node"),
-                ctx.select(
-                    "node_exporter",
-                    ["ib_link_downed"],
-                    PORT,
-                    over=lambda e: f"{e} - {e} offset 1h",
-                    where=rails,
-                    when=ABOVE_ZERO,
-                ),
-            ),
-            tests=[
-                Case(
-                    "ports whose link went down in the last hour",
-                    at="65m",
-                    series=fabric,
-                    expect=[sample(1, **cluster_labels, node="n2")],
-                ),
-                Case(
-                    "a port seen for less than an hour is not judged, whatever its count since boot",
-                    at="50m",
-                    series=[_port(ctx, "ib_link_downed", f"{t.absent('10m')} {t.held(5, '40m')}", node="n3")],
-                    expect=[],
-                ),
-            ],
-        ),
-        Record(
+        _ports_flapped(ctx, fabric),
+        _linked_ports_not_in(
+            ctx,
+            fabric,
             "node:ib_ports_not_active:count",
-            aggregate(
-                "count",
-                (cluster, "node"),
-                f"{ctx.select('node_exporter', ['ib_state'], PORT, where=rails)} != {ACTIVE} and on ({on_port}) "
-                + ctx.select("node_exporter", ["ib_link_downed"], PORT, where=rails, when=ABOVE_ZERO),
-            ),
-            tests=[
-                Case(
-                    "compute-rail ports not ACTIVE that have had a link since boot, whatever their physical state; an "
-                    "unused port is left out",
-                    at=ctx.timeline.settled,
-                    series=fabric,
-                    expect=[sample(1, **n1), sample(1, **cluster_labels, node="n2")],
-                )
-            ],
+            ("ib_state", ACTIVE),
+            "compute-rail ports not ACTIVE that have had a link since boot, whatever their physical state; an unused "
+            "port is left out",
+            [sample(1, **n1), sample(1, **ctx.cluster_labels, node="n2")],
         ),
-        Record(
+        _linked_ports_not_in(
+            ctx,
+            fabric,
             "node:ib_ports_link_down:count",
-            aggregate(
-                "count",
-                (cluster, "node"),
-                f"{ctx.select('node_exporter', ['ib_physical_state'], PORT, where=rails)} != {LINK_UP} "
-                f"and on ({on_port}) "
-                + ctx.select("node_exporter", ["ib_link_downed"], PORT, where=rails, when=ABOVE_ZERO),
-            ),
-            tests=[
-                Case(
-                    "compute-rail ports whose physical link is not LinkUp and that have had a link since boot; a port "
-                    "in INIT with its link up and an unused port are left out",
-                    at=ctx.timeline.settled,
-                    series=fabric,
-                    expect=[sample(1, **n1)],
-                )
-            ],
+            ("ib_physical_state", LINK_UP),
+            "compute-rail ports whose physical link is not LinkUp and that have had a link since boot; a port in INIT "
+            "with its link up and an unused port are left out",
+            [sample(1, **n1)],
         ),
-        Record(
-            "node:ib_ports_below_nominal_rate:count",
-            aggregate(
-                "count",
-                (cluster, "node"),
-                f"{ctx.select('node_exporter', ['ib_rate'], PORT, where=rails)} < {nominal} and on ({on_port}) "
-                f"{ctx.select('node_exporter', ['ib_state'], PORT, where=rails)} == {ACTIVE}",
-            ),
-            tests=[
-                Case(
-                    "ACTIVE compute-rail ports that trained below the nominal rate; a storage rail is left out",
-                    at=ctx.timeline.settled,
-                    series=fabric,
-                    expect=[sample(1, **n1)],
-                )
-            ],
-        ),
+        _ports_below_nominal(ctx, fabric),
     ]
+
+
+def _ports_flapped(ctx: Context, fabric: list[Series]) -> Record:
+    cluster_labels, t = ctx.cluster_labels, ctx.timeline
+    return Record(
+        "node:ib_ports_flapped:count",
+        aggregate(
+            "count",
+            (ctx.cluster, "node"),
+            ctx.select(
+                "node_exporter",
+                ["ib_link_downed"],
+                PORT,
+                over=lambda e: f"{e} - {e} offset 1h",
+                where=compute_rails(ctx),
+                when=ABOVE_ZERO,
+            ),
+        ),
+        tests=[
+            Case(
+                "ports whose link went down in the last hour",
+                at="65m",
+                series=fabric,
+                expect=[sample(1, **cluster_labels, node="n2")],
+            ),
+            Case(
+                "a port seen for less than an hour is not judged, whatever its count since boot",
+                at="50m",
+                series=[_port(ctx, "ib_link_downed", f"{t.absent('10m')} {t.held(5, '40m')}", node="n3")],
+                expect=[],
+            ),
+        ],
+    )
+
+
+def _linked_ports_not_in(
+    ctx: Context, fabric: list[Series], record: str, state: tuple[str, int], case: str, expect: list[Sample]
+) -> Record:
+    """Compute-rail ports whose `state` signal is not the healthy value, among those that have had a link since boot
+    (an unused HCA port never has)."""
+    signal, healthy = state
+    rails, on_port = compute_rails(ctx), ", ".join((ctx.cluster, *PORT))
+    return Record(
+        record,
+        aggregate(
+            "count",
+            (ctx.cluster, "node"),
+            f"{ctx.select('node_exporter', [signal], PORT, where=rails)} != {healthy} and on ({on_port}) "
+            + ctx.select("node_exporter", ["ib_link_downed"], PORT, where=rails, when=ABOVE_ZERO),
+        ),
+        tests=[Case(case, at=ctx.timeline.settled, series=fabric, expect=expect)],
+    )
+
+
+def _ports_below_nominal(ctx: Context, fabric: list[Series]) -> Record:
+    rails, on_port = compute_rails(ctx), ", ".join((ctx.cluster, *PORT))
+    return Record(
+        "node:ib_ports_below_nominal_rate:count",
+        aggregate(
+            "count",
+            (ctx.cluster, "node"),
+            f"{ctx.select('node_exporter', ['ib_rate'], PORT, where=rails)} < "
+            f"{ctx.thresholds.ib_port_rate_bytes_per_second} and on ({on_port}) "
+            f"{ctx.select('node_exporter', ['ib_state'], PORT, where=rails)} == {ACTIVE}",
+        ),
+        tests=[
+            Case(
+                "ACTIVE compute-rail ports that trained below the nominal rate; a storage rail is left out",
+                at=ctx.timeline.settled,
+                series=fabric,
+                expect=[sample(1, **ctx.cluster_labels, node="n1")],
+            )
+        ],
+    )

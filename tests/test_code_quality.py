@@ -10,8 +10,6 @@ import pytest
 from tests.conftest import ROOT
 from tests.test_layout import CONTENT
 
-pytestmark = pytest.mark.lint
-
 # Paths and rules come from pyproject.toml ([tool.ruff], [tool.mypy]); --no-cache and a temporary mypy cache
 # keep the checks from writing into the repository. One line per finding: the file, the line and the rule.
 CHECKS = {
@@ -21,6 +19,7 @@ CHECKS = {
 }
 
 
+@pytest.mark.lint  # `make lint` runs these tools itself; the length of content functions below is for every run
 @pytest.mark.parametrize("check", CHECKS)
 def test_the_code_passes(check, tmp_path):
     command = [sys.executable, "-m", *CHECKS[check]]
