@@ -721,10 +721,11 @@ def documented_runs() -> list[str]:
 
 
 @pytest.mark.parametrize("run", documented_runs())
-def test_documented_runs_stay_within_the_bounds(config, run):
+def test_documented_runs_stay_within_the_bounds(config, run, tmp_path, monkeypatch):
     from hpcobs.proof.simulate import arguments
 
-    args = arguments.parser("build.py simulate").parse_args(shlex.split(run))
+    monkeypatch.setenv("trial", str(tmp_path))  # the local trial's directory (docs/simulator.md#try-it-locally)
+    args = arguments.parser("build.py simulate").parse_args(shlex.split(os.path.expandvars(run)))
     arguments.check_size(arguments.checked(args), 30)
 
 
