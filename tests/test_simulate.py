@@ -582,6 +582,12 @@ BAD_ARGUMENTS = [
     (["--start", "yesterday"], "--start yesterday: not an ISO 8601 time", 2),
     (["--start", "1960-01-01"], "--start 1960-01-01: before 1970-01-01", 2),
     (["--start", ""], "--start '': not an ISO 8601 time", 2),
+    (
+        ["--start", "2999-01-01"],
+        "--start 2999-01-01T00:00:00+00:00: the --hours 0.05 window would end at 2999-01-01T00:02:30+00:00, after now; "
+        "leave --start out for a window that ends now",
+        2,
+    ),
     (["--scenario", ""], "--scenario '': no scenario given; name at least one, e.g. healthy", 2),
     (["--scenario", " , "], "no scenario given", 2),
     (["--scenario", "xid79,,dbe"], "an empty scenario between commas; remove the extra comma", 2),
@@ -647,6 +653,19 @@ def test_every_bad_argument_is_one_line_with_the_fix(tmp_path, capsys, extra, fr
     assert sorted(p.name for p in tmp_path.iterdir()) == ["file"], "a refused run wrote something"
 
 
+def test_the_default_window_ends_at_the_last_scrape_before_now(tmp_path, capsys):
+    """So a backfilled Prometheus evaluates the rules on it at once: no sample ahead of its clock, none older
+    than one scrape interval at the end (tests that compare bytes pass --start)."""
+    out = tmp_path / "c.om"
+    before = datetime.now(UTC).timestamp()
+    exit_code, err = simulate_cli(TINY + ["--out", str(out)], capsys)
+    after = datetime.now(UTC).timestamp()
+    assert exit_code == 0, err
+    times = [float(line.split()[-1]) for line in out.read_text().splitlines() if not line.startswith("#")]
+    assert before // 30 * 30 - 30 <= max(times) <= after and max(times) % 30 == 0
+    assert max(times) - min(times) == 0.05 * 3600 - 30
+
+
 def test_bad_arguments_cover_every_class():
     assert len(BAD_ARGUMENTS) >= 28
     flags = {a for extra, _, _ in BAD_ARGUMENTS for a in extra if a.startswith("--")}
@@ -702,10 +721,11 @@ def documented_runs() -> list[str]:
 
 
 @pytest.mark.parametrize("run", documented_runs())
-def test_documented_runs_stay_within_the_bounds(config, run):
+def test_documented_runs_stay_within_the_bounds(config, run, tmp_path, monkeypatch):
     from hpcobs.proof.simulate import arguments
 
-    args = arguments.parser("build.py simulate").parse_args(shlex.split(run))
+    monkeypatch.setenv("trial", str(tmp_path))  # the local trial's directory (docs/simulator.md#try-it-locally)
+    args = arguments.parser("build.py simulate").parse_args(shlex.split(os.path.expandvars(run)))
     arguments.check_size(arguments.checked(args), 30)
 
 

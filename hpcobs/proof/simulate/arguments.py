@@ -15,7 +15,7 @@ import shlex
 import stat
 import sys
 from dataclasses import dataclass
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 
 from hpcobs.errors import UserError
 from hpcobs.lang.promql import duration_seconds
@@ -100,8 +100,9 @@ def parser(prog: str) -> Parser:
     sim.add_argument(
         "--start",
         metavar="ISO8601",
-        help="time of the first sample (default 2026-01-01T00:00:00Z; 1970-01-01T00:00:00Z for promtool, "
-        "whose tests start at time 0)",
+        help="time of the first sample (default: the window ends at the last scrape before now, for a "
+        "backfilled Prometheus to evaluate rules on; 1970-01-01T00:00:00Z for promtool, whose tests start at "
+        "time 0); the window may not end in the future",
     )
     sim.add_argument("--expectations", metavar="FILE", help="also write the scenarios' expected signals as JSON")
     sim.add_argument(
@@ -172,6 +173,7 @@ def simulation(request: Request, config: Config) -> Simulation:
     or when a scenario does not fit the cluster."""
     step = duration_seconds(config["scrape_interval"])
     check_size(request, step)
+    start = window_start(request, step, datetime.now(UTC))
     try:
         return Simulation(
             config,
@@ -180,10 +182,31 @@ def simulation(request: Request, config: Config) -> Simulation:
             hours=request.hours,
             scenarios=request.specs,
             seed=request.seed,
-            start=request.start,
+            start=start,
         )
     except ScenarioError as exc:
         raise refuse("--scenario", exc.item, exc.problem, exc.fix) from None
+
+
+def window_start(request: Request, step: int, now: datetime) -> datetime:
+    """--start, or the start of the window whose last scrape is the last whole step before `now`.
+
+    A window past now is refused: Prometheus refuses to evaluate rules on samples ahead of its clock ("out of
+    bounds") and, once the backfilled samples lie ahead of the query time, sees no series at all, so every
+    exporter-absent alert fires falsely."""
+    last_offset = (max(1, round(request.hours * 3600 / step)) - 1) * step
+    if request.start is None:
+        return datetime.fromtimestamp(int(now.timestamp()) // step * step - last_offset, UTC)
+    end = request.start + timedelta(seconds=last_offset)
+    if end > now:
+        latest = (now - timedelta(seconds=last_offset)).replace(microsecond=0)
+        raise refuse(
+            "--start",
+            request.start.isoformat(),
+            f"the --hours {request.hours:g} window would end at {end.isoformat()}, after now",
+            f"leave --start out for a window that ends now, or give {latest.isoformat()} or earlier",
+        )
+    return request.start
 
 
 def estimated_samples(nodes: int, gpus_per_node: int, scrapes: int) -> int:
