@@ -95,36 +95,7 @@ def assert_renamed_in_inhibition(alertmanager: str, old: str, new: str) -> None:
 def test_a_changed_threshold(generated, tmp_path):
     """The alert and the panel that draws its limit change together (docs/dashboards.md)."""
     changed = site_build(tmp_path, {"thresholds": {"gpu_temperature_celsius": 80}})
-    assert markdown(generated, changed) == (
-        "hpcobs diff against `abc1234` (main): 3 changes in 1 dashboard and 1 rule group; "
-        f"{2 * RULE_COPIES} noise-only differences (rule copies) not listed\n"
-        "\n"
-        "### Dashboards\n"
-        "\n"
-        "#### GPU cluster (`hpcobs-gpu-cluster`)\n"
-        "\n"
-        "- panel `Temperature`: thresholds `0 green, 85 red` → `0 green, 80 red`\n"
-        "\n"
-        "### Rule groups\n"
-        "\n"
-        "#### `hpcobs-gpu-alerts-thermal` (`gpu.rules.yaml`)\n"
-        "\n"
-        "- warning alert `GpuTemperatureHigh`:\n"
-        "  - expr:\n"
-        "    ```diff\n"
-        "    @@ -27,7 +27,7 @@\n"
-        "       (\n"
-        "           max by (cluster, node, gpu) (\n"
-        "             label_replace(\n"
-        '    -          DCGM_FI_DEV_GPU_TEMP{job="dcgm-exporter"} > 85,\n'
-        '    +          DCGM_FI_DEV_GPU_TEMP{job="dcgm-exporter"} > 80,\n'
-        '               "node",\n'
-        '               "$1",\n'
-        '               "hostname",\n'
-        "    ```\n"
-        "  - annotations.description `…temperature (above 85 C where that limit is…` → "
-        "`…temperature (above 80 C where that limit is…`\n"
-    )
+    assert markdown(generated, changed) == temperature_change("hpcobs diff against `abc1234` (main)", 85, 80)
 
 
 def layout_noise(old: str, new: str, moved: str = "") -> str:
@@ -542,3 +513,37 @@ def test_sigterm_during_the_base_build_leaves_no_worktree(source_repo, scratch, 
     assert (diff_process.returncode, out, err) == (143, "", "diff: interrupted by SIGTERM, stopped cleanly\n")
     assert list(scratch.iterdir()) == []
     assert len(git(source_repo, "worktree", "list", "--porcelain").split("\n\n")) == 1
+
+
+def temperature_change(summary: str, old: int, new: int) -> str:
+    """The report of GpuTemperatureHigh's threshold going from old to new (also tests/test_site_repository.py's)."""
+    return (
+        f"{summary}: 3 changes in 1 dashboard and 1 rule group; "
+        f"{2 * RULE_COPIES} noise-only differences (rule copies) not listed\n"
+        "\n"
+        "### Dashboards\n"
+        "\n"
+        "#### GPU cluster (`hpcobs-gpu-cluster`)\n"
+        "\n"
+        f"- panel `Temperature`: thresholds `0 green, {old} red` → `0 green, {new} red`\n"
+        "\n"
+        "### Rule groups\n"
+        "\n"
+        "#### `hpcobs-gpu-alerts-thermal` (`gpu.rules.yaml`)\n"
+        "\n"
+        "- warning alert `GpuTemperatureHigh`:\n"
+        "  - expr:\n"
+        "    ```diff\n"
+        "    @@ -27,7 +27,7 @@\n"
+        "       (\n"
+        "           max by (cluster, node, gpu) (\n"
+        "             label_replace(\n"
+        f'    -          DCGM_FI_DEV_GPU_TEMP{{job="dcgm-exporter"}} > {old},\n'
+        f'    +          DCGM_FI_DEV_GPU_TEMP{{job="dcgm-exporter"}} > {new},\n'
+        '               "node",\n'
+        '               "$1",\n'
+        '               "hostname",\n'
+        "    ```\n"
+        f"  - annotations.description `…temperature (above {old} C where that limit is…` → "
+        f"`…temperature (above {new} C where that limit is…`\n"
+    )

@@ -11,7 +11,7 @@ import pytest
 
 from hpcobs import cli
 from tests.conftest import ROOT
-from tests.test_review import NOT_SOURCES, RULE_COPIES, committed, diff, git
+from tests.test_review import NOT_SOURCES, committed, diff, git, temperature_change
 
 TEMPERATURE = "thresholds:\n  gpu_temperature_celsius: {}\n"
 
@@ -35,40 +35,6 @@ def fork(tmp_path_factory):
     built(repo, TEMPERATURE.format(82))
     committed(repo, "site: GPUs warn at 82 C")
     return repo
-
-
-def temperature_change(summary: str, old: int, new: int) -> str:
-    """The report of GpuTemperatureHigh's threshold going from old to new (tests/test_review.py's case)."""
-    return (
-        f"{summary}: 3 changes in 1 dashboard and 1 rule group; "
-        f"{2 * RULE_COPIES} noise-only differences (rule copies) not listed\n"
-        "\n"
-        "### Dashboards\n"
-        "\n"
-        "#### GPU cluster (`hpcobs-gpu-cluster`)\n"
-        "\n"
-        f"- panel `Temperature`: thresholds `0 green, {old} red` → `0 green, {new} red`\n"
-        "\n"
-        "### Rule groups\n"
-        "\n"
-        "#### `hpcobs-gpu-alerts-thermal` (`gpu.rules.yaml`)\n"
-        "\n"
-        "- warning alert `GpuTemperatureHigh`:\n"
-        "  - expr:\n"
-        "    ```diff\n"
-        "    @@ -27,7 +27,7 @@\n"
-        "       (\n"
-        "           max by (cluster, node, gpu) (\n"
-        "             label_replace(\n"
-        f'    -          DCGM_FI_DEV_GPU_TEMP{{job="dcgm-exporter"}} > {old},\n'
-        f'    +          DCGM_FI_DEV_GPU_TEMP{{job="dcgm-exporter"}} > {new},\n'
-        '               "node",\n'
-        '               "$1",\n'
-        '               "hostname",\n'
-        "    ```\n"
-        f"  - annotations.description `…temperature (above {old} C where that limit is…` → "
-        f"`…temperature (above {new} C where that limit is…`\n"
-    )
 
 
 def test_a_site_change_is_reported_against_the_site_file_of_the_base(fork, capsys, monkeypatch):
