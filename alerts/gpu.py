@@ -25,6 +25,7 @@ from hpcobs.authoring.context import Context
 from hpcobs.authoring.rules import Alert, Group, Lookup, alerts_of, label
 from hpcobs.authoring.ruletest import Case, Sample, Series, alert
 from hpcobs.authoring.synthetic import (
+    H100_GPU_MAX_OPERATING_CELSIUS,
     JOB_OWNER,
     dcgm,
     dcgm_xid_count,
@@ -786,7 +787,7 @@ def _temperature_high(gpus: _TestGpu) -> Alert:
     )
     temperature = gpus.ctx.sources["dcgm"].exporter.signals_for("temperature")
     hot = _hot(gpus)
-    gpu_max = 87  # GPU Max Operating Temp of an H100 SXM (nvidia-smi -q -d TEMPERATURE)
+    gpu_max = H100_GPU_MAX_OPERATING_CELSIUS
     limit = gpu_max - margin
 
     def reading(celsius: float, own_limit: float | None = gpu_max, **labels: str) -> list[Series]:

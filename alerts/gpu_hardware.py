@@ -15,6 +15,7 @@ from hpcobs.authoring.alert_cases import Proof, counter_timing, standard_cases
 from hpcobs.authoring.context import Context
 from hpcobs.authoring.rules import Alert, Group, label
 from hpcobs.authoring.ruletest import Case, Series
+from hpcobs.authoring.synthetic import H100_MEMORY_MAX_OPERATING_CELSIUS
 from hpcobs.lang.promql import ABOVE_ZERO, label_replace
 from hpcobs.settings import declare
 from hpcobs.settings.names import Team
@@ -293,7 +294,7 @@ def _memory_temperature_high(gpus: _TestGpu) -> Alert:
     throttle_for, margin = gpus.ctx.thresholds.gpu_throttle_for, gpus.ctx.thresholds.gpu_temperature_margin_celsius
     memory = gpus.ctx.sources["dcgm"].exporter.signals_for("memory_temperature")
     hot = _hot(gpus)
-    memory_max = 95  # Memory Max Operating Temp of an H100 SXM (nvidia-smi -q -d TEMPERATURE)
+    memory_max = H100_MEMORY_MAX_OPERATING_CELSIUS
     limit = memory_max - margin
 
     def reading(celsius: float, with_limit: bool = True, **labels: str) -> list[Series]:

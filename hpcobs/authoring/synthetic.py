@@ -19,7 +19,11 @@ from hpcobs.exporters.labels import (
     amd_gpu_labels,
     dcgm_gpu_labels,
 )
-from hpcobs.exporters.labels import REMOTE_HOSTENGINE as REMOTE_HOSTENGINE  # for content's cases (not importable there)
+
+# For content's cases (hpcobs.exporters is not importable there).
+from hpcobs.exporters.labels import H100_GPU_MAX_OPERATING_CELSIUS as H100_GPU_MAX_OPERATING_CELSIUS
+from hpcobs.exporters.labels import H100_MEMORY_MAX_OPERATING_CELSIUS as H100_MEMORY_MAX_OPERATING_CELSIUS
+from hpcobs.exporters.labels import REMOTE_HOSTENGINE as REMOTE_HOSTENGINE
 from hpcobs.lang.promql import si_factor
 
 

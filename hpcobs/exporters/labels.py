@@ -80,3 +80,9 @@ def amd_gpu_labels(node: str, node_index: int, gpu: str | int) -> dict[str, str]
         "serial_number": f"PCB0{node_index:04d}{int(gpu):02d}",
         "hostname": node,
     }
+
+
+# The temperature limits nvidia-smi -q -d TEMPERATURE reports for an H100 SXM, the GPU the simulator and the rule
+# tests model (GPU and Memory Max Operating Temp; DCGM_FI_DEV_GPU_MAX_OP_TEMP and DCGM_FI_DEV_MEM_MAX_OP_TEMP).
+H100_GPU_MAX_OPERATING_CELSIUS = 87
+H100_MEMORY_MAX_OPERATING_CELSIUS = 95

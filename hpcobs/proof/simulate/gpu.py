@@ -11,7 +11,14 @@ import itertools
 from collections.abc import Callable, Iterator
 from functools import cached_property
 
-from hpcobs.exporters.labels import DCGM_EXP_WINDOW_MS, DRIVER, amd_gpu_labels, dcgm_gpu_labels
+from hpcobs.exporters.labels import (
+    DCGM_EXP_WINDOW_MS,
+    DRIVER,
+    H100_GPU_MAX_OPERATING_CELSIUS,
+    H100_MEMORY_MAX_OPERATING_CELSIUS,
+    amd_gpu_labels,
+    dcgm_gpu_labels,
+)
 from hpcobs.proof.simulate.core import Family, accumulate, seeded, to_unit, trailing_count, where, window_mask
 from hpcobs.proof.simulate.model import AMD_VRAM_MIB, GPU_FB_MIB, GPU_FB_RESERVED_MIB, Node
 
@@ -219,13 +226,12 @@ DCGM: dict[str, Callable[[Gpu], list[tuple[dict, list]]]] = {
         lambda g: g.during(
             "hbm_thermal",
             g.during("thermal", g.level(32, 66, 2), lambda v: 87 + (v - int(v))),
-            lambda v: 95 + (v - int(v)),
+            lambda v: H100_MEMORY_MAX_OPERATING_CELSIUS + (v - int(v)),
         )
     ),
-    # The limits nvidia-smi -q -d TEMPERATURE reports for an H100 SXM (GPU / Memory Max Operating Temp); DCGM reads
-    # them from NVML (nvmlDeviceGetTemperatureThreshold), the same every scrape.
-    "gpu_max_op_temperature": one(lambda g: [87] * g.n),
-    "memory_max_op_temperature": one(lambda g: [95] * g.n),
+    # DCGM reads the limits from NVML (nvmlDeviceGetTemperatureThreshold), the same every scrape.
+    "gpu_max_op_temperature": one(lambda g: [H100_GPU_MAX_OPERATING_CELSIUS] * g.n),
+    "memory_max_op_temperature": one(lambda g: [H100_MEMORY_MAX_OPERATING_CELSIUS] * g.n),
     "power": one(_power),
     "energy": one(_energy),
     "pcie_replay": one(lambda g: g.counter(g.rate_in("pcie_replays", 200.0), g.rng.randrange(4))),
