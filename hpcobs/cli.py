@@ -1,5 +1,5 @@
-"""Command line: `python build.py [build|check|diff|deploy] [--config site.yaml] [--out DIR] [--profile]`, and
-`simulate`."""
+"""Command line: `python build.py [build|check|diff|deploy|doctor] [--config site.yaml] [--out DIR] [--profile]`,
+and `simulate`."""
 
 from __future__ import annotations
 
@@ -16,7 +16,7 @@ from hpcobs.build import cache as cache_module
 from hpcobs.build import outdir, pipeline, validate
 from hpcobs.build.cache import Cache
 from hpcobs.build.timing import Timings
-from hpcobs.delivery import deploy, review
+from hpcobs.delivery import deploy, doctor, review
 from hpcobs.errors import UserError
 from hpcobs.paths import ROOT
 from hpcobs.settings import config as config_module
@@ -113,6 +113,17 @@ def parser() -> argparse.ArgumentParser:
             description="Upsert what this build generates into Grafana through its HTTP API: folders and "
             "datasources by uid, dashboards written over the version just read (an edit made in between is refused, "
             "not lost), unchanged ones skipped. See docs/deploy.md.",
+        )
+    )
+    doctor.add_arguments(
+        sub.add_parser(
+            "doctor",
+            parents=[_options(False, ("--config",))],
+            help="what a running Prometheus lacks for these rules, exporter by exporter, with the fix",
+            description="Ask a running Prometheus, for every exporter the config enables, whether its targets are "
+            "scraped and up, carry the cluster label, export the metrics the rules read, and name nodes the way the "
+            "joins need; one line per check, ok or problem with its fix. Exit 0 when all is well, 1 on a problem, "
+            "2 when Prometheus cannot be reached. See docs/doctor.md.",
         )
     )
     _simulate_parser(sub)
@@ -294,7 +305,14 @@ def main(argv: list[str] | None = None) -> int:
 def _run(name: str, args: argparse.Namespace) -> int:
     """The command; its errors as lines on stderr: exit 2 for bad input, 1 when the filesystem refuses."""
     try:
-        commands = {"build": build, "check": check, "simulate": simulate, "diff": review.run, "deploy": deploy.run}
+        commands = {
+            "build": build,
+            "check": check,
+            "simulate": simulate,
+            "diff": review.run,
+            "deploy": deploy.run,
+            "doctor": doctor.run,
+        }
         return commands[name](args)
     except UserError as exc:
         for line in exc.lines:

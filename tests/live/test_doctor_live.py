@@ -1,0 +1,128 @@
+"""`build.py doctor` against a real Prometheus holding simulated clusters: silent and exit 0 on a healthy one, and on
+each broken one exactly the problem it has, with its fix, and exit 1.
+
+One Prometheus serves every case: each dataset is simulated with its own `dataset="..."` matcher added to every
+exporter's selector (the simulator gives every series the labels its selector asks for, like a scrape job's target
+labels), and doctor runs with the site file of the same dataset, or of a site that scrapes it otherwise.
+"""
+
+from datetime import UTC, datetime
+
+import pytest
+import yaml
+
+from hpcobs.cli import main
+from hpcobs.proof.servers import Prometheus
+from hpcobs.proof.simulate import Simulation, write
+from hpcobs.settings import config as config_module
+
+NODES, GPUS, HOURS = 4, 4, 0.5
+START = datetime(2026, 1, 1, tzinfo=UTC)
+
+
+def site(dataset: str, **overrides) -> dict:
+    """A site file whose every exporter selector also asks for dataset="<dataset>"."""
+    exporters = config_module.load().data["exporters"]
+    data: dict = {
+        "exporters": {role: {"selector": f'{e["selector"]}, dataset="{dataset}"'} for role, e in exporters.items()}
+    }
+    for role, settings in overrides.pop("exporters", {}).items():
+        data["exporters"][role].update(settings)
+    return {**data, **overrides}
+
+
+# The datasets loaded: their simulated site (as deployed) and scenario.
+DATASETS = {
+    "healthy": (site("healthy"), "healthy"),
+    # dcgm-exporter against a standalone nv-hostengine (-r localhost:5555): every GPU on hostname localhost.
+    "remote": (site("remote", exporters={"dcgm": {"node_from": "instance"}}), "healthy"),
+    "prolog": (site("prolog"), "prolog_not_writing"),
+}
+
+
+@pytest.fixture(scope="module")
+def cluster(tmp_path_factory):
+    """The Prometheus URL, per dataset the instant to look at (RFC 3339: the fault's, or the window's end) and the
+    nodes its fault is on, and a folder for site files."""
+    folder = tmp_path_factory.mktemp("doctor")
+    instants, nodes, prometheus = {}, {}, Prometheus()
+    for name, (data, scenario) in DATASETS.items():
+        path = folder / f"{name}.yaml"
+        path.write_text(yaml.safe_dump(data))
+        config = config_module.load(path)
+        sim = Simulation(config, nodes=NODES, gpus_per_node=GPUS, hours=HOURS, scenarios=scenario, start=START)
+        # Five minutes into the fault, when the faulty series have been there for a while; else the window's end.
+        faults = [fault for fault in sim.faults.faults if fault.kind == scenario != "healthy"]
+        at = sim.window.start + (faults[0].start + 300 if faults else sim.window.duration - 60)
+        instants[name] = datetime.fromtimestamp(at, UTC).isoformat()
+        nodes[name] = {fault.target["node"] for fault in faults}
+        with open(folder / f"{name}.om", "w") as out:
+            write(sim, "openmetrics", out)
+        prometheus.load_openmetrics(folder / f"{name}.om")
+    with prometheus.start():
+        yield prometheus.url, instants, nodes, folder
+
+
+def doctor(cluster, capsys, dataset: str, site_file: dict | None = None) -> tuple[int, list[tuple[str, str, str]]]:
+    """Exit status and problems (exporter, check, text) of doctor on a dataset, with its own site file or another."""
+    url, instants, _, folder = cluster
+    path = folder / f"doctor-{dataset}-{len(list(folder.iterdir()))}.yaml"
+    path.write_text(yaml.safe_dump(site_file or DATASETS[dataset][0]))
+    status = main(["doctor", "--config", str(path), "--prometheus", url, "--time", instants[dataset]])
+    problems, exporter = [], ""
+    for line in capsys.readouterr().out.splitlines():
+        if not line.startswith(" "):
+            exporter = line.split(" ")[0]
+        elif line.split()[0] == "problem":
+            check, text = line.split(None, 1)[1].split(": ", 1)
+            problems.append((exporter, check, text))
+    return status, problems
+
+
+@pytest.mark.live
+def test_a_healthy_cluster_has_no_problem(cluster, capsys):
+    assert doctor(cluster, capsys, "healthy") == (0, [])
+    # The remote hostengine read from instance, as its site file says, is healthy too.
+    assert doctor(cluster, capsys, "remote") == (0, [])
+
+
+@pytest.mark.live
+def test_every_gpu_on_localhost_asks_for_the_node_from_instance(cluster, capsys):
+    reads_hostname = site("remote")
+    status, problems = doctor(cluster, capsys, "remote", reads_hostname)
+    assert status == 1
+    ((exporter, check, text),) = problems
+    assert (exporter, check) == ("dcgm", "node names")
+    assert f"{NODES} targets report 1 node name(s)" in text and "e.g. localhost" in text, text
+    assert "fix: set exporters.dcgm.node_from: instance" in text
+
+
+@pytest.mark.live
+def test_a_scrape_job_named_otherwise_is_a_missing_exporter(cluster, capsys):
+    renamed = site("healthy", exporters={"slurm": {"selector": 'job="slurm", dataset="healthy"'}})
+    status, problems = doctor(cluster, capsys, "healthy", renamed)
+    assert status == 1
+    ((exporter, check, text),) = problems
+    assert (exporter, check) == ("slurm", "scraped")
+    assert text.startswith('no `up` series matches {job="slurm", dataset="healthy"}'), text
+    assert "fix: add its scrape job (docs/collection.md), or set exporters.slurm.selector" in text
+
+
+@pytest.mark.live
+def test_a_cluster_label_the_scrape_does_not_write(cluster, capsys):
+    status, problems = doctor(cluster, capsys, "healthy", site("healthy", cluster={"label": "site"}))
+    assert status == 1
+    enabled = [role for role, settings in config_module.load().data["exporters"].items() if settings["enabled"]]
+    assert [(exporter, check) for exporter, check, _ in problems] == [(role, "cluster label") for role in enabled]
+    assert all("carry no `site` label" in text and "fix: add site: <cluster name>" in text for *_, text in problems)
+
+
+@pytest.mark.live
+def test_a_node_whose_prolog_writes_nothing(cluster, capsys):
+    status, problems = doctor(cluster, capsys, "prolog")
+    assert status == 1
+    ((exporter, check, text),) = problems
+    (node,) = cluster[2]["prolog"]
+    assert (exporter, check) == ("dcgm", "job mapping")
+    assert f"busy GPUs carry no hpc_job on 1 nodes (e.g. {node})" in text
+    assert "fix: install slurm/prolog and slurm/epilog on those nodes" in text
