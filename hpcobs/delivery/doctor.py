@@ -61,9 +61,12 @@ class Prometheus:
             with urllib.request.urlopen(address, timeout=TIMEOUT) as response:
                 body = json.load(response)
         except urllib.error.HTTPError as exc:
+            refused = _api_error(exc)
             raise UserError(
-                f"doctor error: {self.url} answered HTTP {exc.code} to /api/v1/query: no Prometheus API at that URL; "
-                "pass Prometheus' root URL (with its path prefix, if it has one)"
+                f"doctor error: Prometheus at {self.url} refused a query ({refused}): {expr}"
+                if refused
+                else f"doctor error: {self.url} answered HTTP {exc.code} to /api/v1/query: no Prometheus API at that "
+                "URL; pass Prometheus' root URL (with its path prefix, if it has one)"
             ) from None
         except (urllib.error.URLError, OSError, ValueError) as exc:
             reason = getattr(exc, "reason", exc)
@@ -81,8 +84,19 @@ class Prometheus:
         return ", ".join(values)
 
 
+def _api_error(exc: urllib.error.HTTPError) -> str | None:
+    """The error a Prometheus API answer carries (bad_data, execution, timeout), or None: no Prometheus API there."""
+    try:
+        body = json.load(exc)
+    except ValueError:
+        return None
+    return f"{body.get('errorType')}: {body.get('error')}" if isinstance(body, dict) and "error" in body else None
+
+
 @dataclass(frozen=True)
 class Check:
+    """One thing that can be wrong with an exporter's series as the rules read them."""
+
     name: str
     holds: str  # what the ok line says
     applies: Callable[[Context, str], bool]  # given the exporter's role (its key under exporters:)
