@@ -78,10 +78,14 @@ class Prometheus:
     def count(self, expr: str) -> int:
         return int(sum(value for _, value in self.query(f"count ({expr})")))
 
-    def examples(self, expr: str, label: str) -> str:
-        """A few values of `label` among the series of `expr`, for the problem's line."""
-        values = sorted({labels.get(label, "") for labels, _ in self.query(f"topk({EXAMPLES}, {expr})")})
-        return ", ".join(values)
+    def examples(self, expr: str, label: str, *beside: str) -> str:
+        """A few values of `label` among the series of `expr`, each with its `beside` labels, for the problem's
+        line: "gpu001 (instance gpu001.example.org:9400)"."""
+        values = sorted(
+            " ".join([labels.get(label, ""), *(f"({other} {labels.get(other, '')})" for other in beside)])
+            for labels, _ in self.query(f"topk({EXAMPLES}, {expr})")
+        )
+        return ", ".join(dict.fromkeys(values))
 
 
 def _api_error(exc: urllib.error.HTTPError) -> str | None:
@@ -183,10 +187,13 @@ def _metrics(prometheus: Prometheus, ctx: Context, role: str) -> str | None:
     )
     if not absent:
         return None
+    # The keys that say how this exporter names its metrics, where it has them.
+    naming = [f"exporters.{role}.{key}" for key in ("versions", "metric_names") if key in ctx.config["exporters"][role]]
     return (
         f"the rules read {'; '.join(absent)}, which no series of this exporter has; fix: make the exporter export "
-        "it (dcgm-exporter: the field in its collector CSV; node_exporter: its collector flag; docs/exporters.md), "
-        f"or, where the release you run names it otherwise, list that release in exporters.{role}.versions"
+        "it (dcgm-exporter: the field in its collector CSV; node_exporter: its collector flag; the prolog: "
+        "node_exporter's textfile directory; docs/exporters.md)"
+        + (f", or, where the release you run names it otherwise, set {' or '.join(naming)}" if naming else "")
     )
 
 
@@ -199,9 +206,10 @@ def _gpu_targets(ctx: Context, role: str) -> str:
     return ctx.select(role, signals, ("node", "instance"), op="group")
 
 
-def _shared(targets: str, cluster: str) -> str:
-    """Node names that several scrape targets report."""
-    return f"count by ({cluster}, node) ({targets}) > 1"
+def _shared(series: str, cluster: str) -> str:
+    """Node names that several scrape targets report, among series labelled with node and instance: the number of
+    targets for each."""
+    return f"count by ({cluster}, node) (group by ({cluster}, node, instance) ({series})) > 1"
 
 
 def _names_host_label(ctx: Context, role: str) -> bool:
@@ -235,9 +243,8 @@ def _node_name_instance(prometheus: Prometheus, ctx: Context, role: str) -> str 
     hosts = "/".join(sorted({source.host_label(v) for v in source.versions}))
     return (
         f"{count} targets report a {hosts} that is not their instance's host (e.g. "
-        f"{prometheus.examples(other, 'node')} at {prometheus.examples(other, 'instance')}): ExporterGpuSeriesAbsent "
-        "compares the two; fix: scrape each "
-        f"node with instance <host>:<port>, the host as dcgm-exporter reports it (docs/collection.md), or set "
+        f"{prometheus.examples(other, 'node', 'instance')}): ExporterGpuSeriesAbsent compares the two; fix: scrape "
+        "each node with instance <host>:<port>, the host as dcgm-exporter reports it (docs/collection.md), or set "
         "exporters.dcgm.node_from: instance"
     )
 

@@ -6,17 +6,22 @@ exporter's selector (the simulator gives every series the labels its selector as
 labels), and doctor runs with the site file of the same dataset, or of a site that scrapes it otherwise.
 """
 
+import io
+import re
 from datetime import UTC, datetime
 
 import pytest
 import yaml
 
 from hpcobs.cli import main
+from hpcobs.exporters.sources import Sources
 from hpcobs.proof.servers import Prometheus
 from hpcobs.proof.simulate import Simulation, write
 from hpcobs.settings import config as config_module
 
-NODES, GPUS, HOURS = 4, 4, 0.5
+NODES, GPUS = 4, 4
+# doctor looks at one instant: a healthy cluster needs a few scrapes before it, a fault its whole course.
+HOURS = {"healthy": 0.1, "prolog_not_writing": 0.5}
 START = datetime(2026, 1, 1, tzinfo=UTC)
 
 
@@ -31,12 +36,33 @@ def site(dataset: str, **overrides) -> dict:
     return {**data, **overrides}
 
 
-# The datasets loaded: their simulated site (as deployed) and scenario.
+def as_scraped(sim: Simulation, text: str) -> str:
+    """The series as a scrape config that names its targets by their host names writes them."""
+    return text
+
+
+def fqdn_targets(sim: Simulation, text: str) -> str:
+    """dcgm-exporter's targets scraped by their fully qualified names, while dcgm-exporter reports the short host
+    name (os.Hostname) as its hostname."""
+    port = sim.target("dcgm", "host")["instance"].rpartition(":")[2]
+    return re.sub(rf'instance="([^":]+):{port}"', rf'instance="\1{DOMAIN}:{port}"', text)
+
+
+def without_job_info(sim: Simulation, text: str) -> str:
+    """node_exporter's textfile collector reading another directory than the prolog's: no job-info series."""
+    name = sim.sources["job_info"].name("job_info")
+    return "".join(line for line in text.splitlines(keepends=True) if not line.startswith(f"{name}{{"))
+
+
+DOMAIN = ".cluster.example.org"
+# The datasets loaded: their simulated site (as deployed), scenario and scrape.
 DATASETS = {
-    "healthy": (site("healthy"), "healthy"),
+    "healthy": (site("healthy"), "healthy", as_scraped),
     # dcgm-exporter against a standalone nv-hostengine (-r localhost:5555): every GPU on hostname localhost.
-    "remote": (site("remote", exporters={"dcgm": {"node_from": "instance"}}), "healthy"),
-    "prolog": (site("prolog"), "prolog_not_writing"),
+    "remote": (site("remote", exporters={"dcgm": {"node_from": "instance"}}), "healthy", as_scraped),
+    "fqdn": (site("fqdn"), "healthy", fqdn_targets),
+    "prolog": (site("prolog"), "prolog_not_writing", as_scraped),
+    "textfile": (site("textfile"), "healthy", without_job_info),
 }
 
 
@@ -46,18 +72,21 @@ def cluster(tmp_path_factory):
     nodes its fault is on, and a folder for site files."""
     folder = tmp_path_factory.mktemp("doctor")
     instants, nodes, prometheus = {}, {}, Prometheus()
-    for name, (data, scenario) in DATASETS.items():
+    for name, (data, scenario, scrape) in DATASETS.items():
         path = folder / f"{name}.yaml"
         path.write_text(yaml.safe_dump(data))
         config = config_module.load(path)
-        sim = Simulation(config, nodes=NODES, gpus_per_node=GPUS, hours=HOURS, scenarios=scenario, start=START)
+        sim = Simulation(
+            config, nodes=NODES, gpus_per_node=GPUS, hours=HOURS[scenario], scenarios=scenario, start=START
+        )
         # Five minutes into the fault, when the faulty series have been there for a while; else the window's end.
         faults = [fault for fault in sim.faults.faults if fault.kind == scenario != "healthy"]
         at = sim.window.start + (faults[0].start + 300 if faults else sim.window.duration - 60)
         instants[name] = datetime.fromtimestamp(at, UTC).isoformat()
         nodes[name] = {fault.target["node"] for fault in faults}
-        with open(folder / f"{name}.om", "w") as out:
-            write(sim, "openmetrics", out)
+        written = io.StringIO()
+        write(sim, "openmetrics", written)
+        (folder / f"{name}.om").write_text(scrape(sim, written.getvalue()))
         prometheus.load_openmetrics(folder / f"{name}.om")
     with prometheus.start():
         yield prometheus.url, instants, nodes, folder
@@ -98,6 +127,28 @@ def test_every_gpu_on_localhost_asks_for_the_node_from_instance(cluster, capsys)
 
 
 @pytest.mark.live
+def test_a_hostname_that_is_not_the_instance_host(cluster, capsys):
+    status, problems = doctor(cluster, capsys, "fqdn")
+    assert status == 1
+    ((exporter, check, text),) = problems
+    assert (exporter, check) == ("dcgm", "node = instance")
+    assert f"{NODES} targets report a hostname that is not their instance's host" in text, text
+    assert f"(instance gpu001{DOMAIN}:" in text and "ExporterGpuSeriesAbsent compares the two" in text, text
+    assert "fix: scrape each node with instance <host>:<port>" in text
+
+
+@pytest.mark.live
+def test_gpu_nodes_named_otherwise_than_in_slurm(cluster, capsys):
+    reads_instance = site("fqdn", exporters={"dcgm": {"node_from": "instance"}})
+    status, problems = doctor(cluster, capsys, "fqdn", reads_instance)
+    assert status == 1
+    ((exporter, check, text),) = problems
+    assert (exporter, check) == ("slurm", "node names")
+    assert text.startswith(f"{NODES} GPU nodes are not Slurm node names (e.g. gpu001{DOMAIN}, "), text
+    assert "fix: name each node as slurm.conf's NodeName" in text
+
+
+@pytest.mark.live
 def test_a_scrape_job_named_otherwise_is_a_missing_exporter(cluster, capsys):
     renamed = site("healthy", exporters={"slurm": {"selector": 'job="slurm", dataset="healthy"'}})
     status, problems = doctor(cluster, capsys, "healthy", renamed)
@@ -126,3 +177,14 @@ def test_a_node_whose_prolog_writes_nothing(cluster, capsys):
     assert (exporter, check) == ("dcgm", "job mapping")
     assert f"busy GPUs carry no hpc_job on 1 nodes (e.g. {node})" in text
     assert "fix: install slurm/prolog and slurm/epilog on those nodes" in text
+
+
+@pytest.mark.live
+def test_jobs_without_job_info(cluster, capsys):
+    status, problems = doctor(cluster, capsys, "textfile")
+    assert status == 1
+    assert [(exporter, check) for exporter, check, _ in problems] == [("job_info", "metrics"), ("job_info", "job info")]
+    name = Sources(config_module.load())["job_info"].name("job_info")
+    assert problems[0][2].startswith(f"the rules read {name}, which no series of this exporter has; fix: "), problems
+    assert "jobs on GPUs have no job-info series" in problems[1][2]
+    assert "fix: install slurm/prolog on every GPU node and let node_exporter's textfile collector" in problems[1][2]
