@@ -21,7 +21,7 @@ from hpcobs.settings import config as config_module
 
 NODES, GPUS = 4, 4
 # doctor looks at one instant: a healthy cluster needs a few scrapes before it, a fault its whole course.
-HOURS = {"healthy": 0.1, "prolog_not_writing": 0.5}
+HOURS = {"healthy": 0.1, "prolog_not_writing": 0.5, "exporter_down": 0.5}
 START = datetime(2026, 1, 1, tzinfo=UTC)
 
 
@@ -63,6 +63,7 @@ DATASETS = {
     "fqdn": (site("fqdn"), "healthy", fqdn_targets),
     "prolog": (site("prolog"), "prolog_not_writing", as_scraped),
     "textfile": (site("textfile"), "healthy", without_job_info),
+    "down": (site("down"), "exporter_down", as_scraped),
 }
 
 
@@ -188,3 +189,14 @@ def test_jobs_without_job_info(cluster, capsys):
     assert problems[0][2].startswith(f"the rules read {name}, which no series of this exporter has; fix: "), problems
     assert "jobs on GPUs have no job-info series" in problems[1][2]
     assert "fix: install slurm/prolog on every GPU node and let node_exporter's textfile collector" in problems[1][2]
+
+
+@pytest.mark.live
+def test_a_target_down(cluster, capsys):
+    status, problems = doctor(cluster, capsys, "down")
+    assert status == 1
+    ((exporter, check, text),) = problems
+    (node,) = cluster[2]["down"]
+    assert (exporter, check) == ("dcgm", "targets up")
+    assert text.startswith(f"1 of {NODES} targets down (e.g. {node}:"), text
+    assert "fix: start the exporter on those hosts, or open its port to Prometheus" in text
