@@ -113,6 +113,29 @@ def _every(ctx: Context, role: str) -> bool:
     return True
 
 
+@dataclass(frozen=True)
+class Offenders:
+    """A check that counts what is wrong: the offending series (an expression), the label naming each in the
+    problem's line (and labels shown beside it), and the problem given their number and a few names."""
+
+    expr: str
+    problem: Callable[[int, str], str]
+    label: str
+    beside: tuple[str, ...] = ()
+
+
+def counted(find: Callable[[Context, str], Offenders]) -> Callable[[Prometheus, Context, str], str | None]:
+    """A check's problem function from the offenders it counts: none, no problem."""
+
+    def problem(prometheus: Prometheus, ctx: Context, role: str) -> str | None:
+        offenders = find(ctx, role)
+        if not (count := prometheus.count(offenders.expr)):
+            return None
+        return offenders.problem(count, prometheus.examples(offenders.expr, offenders.label, *offenders.beside))
+
+    return problem
+
+
 # --- every exporter ---------------------------------------------------------------------------------------------
 
 
@@ -127,31 +150,31 @@ def _scraped(prometheus: Prometheus, ctx: Context, role: str) -> str | None:
     )
 
 
-def _targets_up(prometheus: Prometheus, ctx: Context, role: str) -> str | None:
-    up = ctx.up(role)
-    down = f"{up} == 0"
-    if failing := prometheus.count(down):
-        return (
-            f"{failing} of {prometheus.count(up)} targets down (e.g. {prometheus.examples(down, 'instance')}); "
-            "fix: start the exporter on those hosts, or open its port to Prometheus (Prometheus' Targets page shows "
-            "the scrape error)"
-        )
-    return None
-
-
-def _cluster_label(prometheus: Prometheus, ctx: Context, role: str) -> str | None:
-    source = ctx.sources[role]
-    names = [catalogue.up_name(), *sorted({metric.name for metric in source.metrics()})]
-    unlabelled = source.selector(
-        escape.promql_matcher("__name__", "=~", escape.regex_alternation(names)),
-        escape.promql_matcher(ctx.cluster, "=", ""),
+def _targets_down(ctx: Context, role: str) -> Offenders:
+    return Offenders(
+        f"{ctx.up(role)} == 0",
+        lambda count, examples: (
+            f"{count} targets down (e.g. {examples}); fix: start the exporter on those hosts, or "
+            "open its port to Prometheus (Prometheus' Targets page shows the scrape error)"
+        ),
+        "instance",
     )
-    if not (missing := prometheus.count(unlabelled)):
-        return None
-    return (
-        f"{missing} series carry no `{ctx.cluster}` label (e.g. {prometheus.examples(unlabelled, '__name__')}): "
-        f"every record aggregates by it; fix: add {ctx.cluster}: <cluster name> as a target label of this scrape job "
-        f"(docs/collection.md), or set cluster.label to the label your scrape config writes"
+
+
+def _without_cluster_label(ctx: Context, role: str) -> Offenders:
+    source, label = ctx.sources[role], ctx.cluster
+    names = [catalogue.up_name(), *sorted({metric.name for metric in source.metrics()})]
+    return Offenders(
+        source.selector(
+            escape.promql_matcher("__name__", "=~", escape.regex_alternation(names)),
+            escape.promql_matcher(label, "=", ""),
+        ),
+        lambda count, examples: (
+            f"{count} series carry no `{label}` label (e.g. {examples}): every record "
+            f"aggregates by it; fix: add {label}: <cluster name> as a target label of this scrape job "
+            "(docs/collection.md), or set cluster.label to the label your scrape config writes"
+        ),
+        "__name__",
     )
 
 
@@ -216,36 +239,37 @@ def _names_host_label(ctx: Context, role: str) -> bool:
     return ctx.sources[role].node_from_host_label
 
 
-def _node_name_shared(prometheus: Prometheus, ctx: Context, role: str) -> str | None:
-    shared = _shared(_gpu_targets(ctx, role), ctx.cluster)
-    if not (names := prometheus.count(shared)):
-        return None
-    targets = int(sum(value for _, value in prometheus.query(f"sum ({shared})")))
-    return (
-        f"{targets} targets report {names} node name(s) between them (e.g. {prometheus.examples(shared, 'node')}): "
-        "dcgm-exporter runs with -r against a standalone nv-hostengine and names every node after that address, so "
-        "their GPUs merge under one node; fix: set exporters.dcgm.node_from: instance (docs/exporters.md, "
-        '"The node name")'
+def _node_names_shared(ctx: Context, role: str) -> Offenders:
+    return Offenders(
+        _shared(_gpu_targets(ctx, role), ctx.cluster),
+        lambda count, examples: (
+            f"{count} node name(s) each reported by several targets (e.g. {examples}): "
+            "dcgm-exporter runs with -r against a standalone nv-hostengine and names every node after that address, so "
+            "their GPUs merge under one node; fix: set exporters.dcgm.node_from: instance (docs/exporters.md, "
+            '"The node name")'
+        ),
+        "node",
     )
 
 
-def _node_name_instance(prometheus: Prometheus, ctx: Context, role: str) -> str | None:
+def _node_not_instance(ctx: Context, role: str) -> Offenders:
     source = ctx.sources[role]
     targets, cluster = _gpu_targets(ctx, role), ctx.cluster
     from_instance = source.exporter.canonical_labels(source.versions[0], "instance")["node"]
     assert isinstance(from_instance, dict)
     by_instance = promql.label_replace(targets, "node", from_instance["label"], from_instance["regex"])
-    # Shared names are _node_name_shared's problem; the rest name a node other than their instance's host.
+    # Shared names are _node_names_shared's problem; the rest name a node other than their instance's host.
     other = f"({targets} unless on ({cluster}, node, instance) {by_instance})"
-    other = f"{other} unless on ({cluster}, node) ({_shared(targets, cluster)})"
-    if not (count := prometheus.count(other)):
-        return None
     hosts = "/".join(sorted({source.host_label(v) for v in source.versions}))
-    return (
-        f"{count} targets report a {hosts} that is not their instance's host (e.g. "
-        f"{prometheus.examples(other, 'node', 'instance')}): ExporterGpuSeriesAbsent compares the two; fix: scrape "
-        "each node with instance <host>:<port>, the host as dcgm-exporter reports it (docs/collection.md), or set "
-        "exporters.dcgm.node_from: instance"
+    return Offenders(
+        f"{other} unless on ({cluster}, node) ({_shared(targets, cluster)})",
+        lambda count, examples: (
+            f"{count} targets report a {hosts} that is not their instance's host (e.g. {examples}): "
+            "ExporterGpuSeriesAbsent compares the two; fix: scrape each node with instance <host>:<port>, the host as "
+            "dcgm-exporter reports it (docs/collection.md), or set exporters.dcgm.node_from: instance"
+        ),
+        "node",
+        ("instance",),
     )
 
 
@@ -253,7 +277,7 @@ def _node_name_instance(prometheus: Prometheus, ctx: Context, role: str) -> str 
 
 
 def _gpu_nodes(ctx: Context) -> str:
-    """Nodes with GPUs, except names several targets share (_node_name_shared reports those)."""
+    """Nodes with GPUs, except names several targets share (_node_names_shared reports those)."""
     targets = ctx.gpu("utilization", keep=("instance",), op="group")
     return (
         f"group by ({ctx.cluster}, node) ({targets}) unless on ({ctx.cluster}, node) ({_shared(targets, ctx.cluster)})"
@@ -264,21 +288,22 @@ def _with_gpus(ctx: Context, role: str) -> bool:
     return any(ctx.sources[role].enabled for role in GPU_ROLES)
 
 
-def _slurm_node_names(prometheus: Prometheus, ctx: Context, role: str) -> str | None:
+def _gpu_nodes_unknown_to_slurm(ctx: Context, role: str) -> Offenders:
     source = ctx.sources[role]
     host = source.host_label()
     per_node = next(
         m.signal for m in source.exporter.all_metrics() if host in m.labels and not (m.optional or m.sparse)
     )
     listed = ctx.select(role, [per_node], ("node",), op="group")
-    unknown = f"{_gpu_nodes(ctx)} unless on ({ctx.cluster}, node) {listed}"
-    if not (count := prometheus.count(unknown)):
-        return None
-    return (
-        f"{count} GPU nodes are not Slurm node names (e.g. {prometheus.examples(unknown, 'node')}): the GPU exporters "
-        "name nodes otherwise than Slurm (a domain suffix, another host name), and ExporterJobMappingMissing joins "
-        "on the name; fix: name each node as slurm.conf's NodeName in the GPU exporters' node label "
-        "(docs/collection.md, docs/exporters.md, the node name)"
+    return Offenders(
+        f"{_gpu_nodes(ctx)} unless on ({ctx.cluster}, node) {listed}",
+        lambda count, examples: (
+            f"{count} GPU nodes are not Slurm node names (e.g. {examples}): the GPU exporters "
+            "name nodes otherwise than Slurm (a domain suffix, another host name), and ExporterJobMappingMissing joins "
+            "on the name; fix: name each node as slurm.conf's NodeName in the GPU exporters' node label "
+            '(docs/collection.md; docs/exporters.md, "The node name")'
+        ),
+        "node",
     )
 
 
@@ -293,47 +318,55 @@ def _job_labelled(ctx: Context, by: tuple[str, ...]) -> str:
     return ctx.select("dcgm", signals, by, op="group", where={"hpc_job": '!=""'})
 
 
-def _job_mapping(prometheus: Prometheus, ctx: Context, role: str) -> str | None:
+def _busy_gpus_unmapped(ctx: Context, role: str) -> Offenders:
     source = ctx.sources[role]
     signals = source.exporter.signals_for("utilization")
     busy = ctx.select("dcgm", signals, ("node", "gpu"), when=(">", ctx.thresholds.gpu_busy_ratio))
     mapped = _job_labelled(ctx, ("node", "gpu"))
-    unmapped = f"count by ({ctx.cluster}, node) ({busy} unless on ({ctx.cluster}, node, gpu) {mapped})"
-    if not (nodes := prometheus.count(unmapped)):
-        return None
-    return (
-        f"busy GPUs carry no hpc_job on {nodes} nodes (e.g. {prometheus.examples(unmapped, 'node')}): the GPU-to-job "
-        "mapping is not written there, so per-job views miss their jobs; fix: install slurm/prolog and slurm/epilog "
-        "on those nodes (docs/slurm.md) and run dcgm-exporter with --hpc-job-mapping-dir on the prolog's directory"
+    return Offenders(
+        f"count by ({ctx.cluster}, node) ({busy} unless on ({ctx.cluster}, node, gpu) {mapped})",
+        lambda count, examples: (
+            f"busy GPUs carry no hpc_job on {count} nodes (e.g. {examples}): the GPU-to-job mapping is not written "
+            "there, so per-job views miss their jobs; fix: install slurm/prolog and slurm/epilog on those nodes "
+            "(docs/slurm.md) and run dcgm-exporter with --hpc-job-mapping-dir on the prolog's directory"
+        ),
+        "node",
     )
 
 
-def _job_info(prometheus: Prometheus, ctx: Context, role: str) -> str | None:
+def _jobs_without_info(ctx: Context, role: str) -> Offenders:
     info = ctx.select(role, ["job_info"], ("hpc_job",), op="group")
-    missing = f"{_job_labelled(ctx, ('hpc_job',))} unless on ({ctx.cluster}, hpc_job) {info}"
-    if not (jobs := prometheus.count(missing)):
-        return None
-    return (
-        f"{jobs} jobs on GPUs have no job-info series (e.g. {prometheus.examples(missing, 'hpc_job')}): their user, "
-        "account and partition are unknown; fix: install slurm/prolog on every GPU node and let node_exporter's "
-        f"textfile collector read its directory (docs/slurm.md), or the exporter exporters.{role}.source names"
+    return Offenders(
+        f"{_job_labelled(ctx, ('hpc_job',))} unless on ({ctx.cluster}, hpc_job) {info}",
+        lambda count, examples: (
+            f"{count} jobs on GPUs have no job-info series (e.g. {examples}): their user, "
+            "account and partition are unknown; fix: install slurm/prolog on every GPU node and let node_exporter's "
+            f"textfile collector read its directory (docs/slurm.md), or the exporter exporters.{role}.source names"
+        ),
+        "hpc_job",
     )
 
 
 GENERIC = (
     Check("scraped", "Prometheus scrapes it", _every, _scraped, blocking=True),
-    Check("targets up", "every target answers", _every, _targets_up),
-    Check("cluster label", "every series carries the cluster label", _every, _cluster_label),
+    Check("targets up", "every target answers", _every, counted(_targets_down)),
+    Check("cluster label", "every series carries the cluster label", _every, counted(_without_cluster_label)),
     Check("metrics", "every metric the rules read is there", _every, _metrics),
 )
 BY_ROLE: dict[str, tuple[Check, ...]] = {
     "dcgm": (
-        Check("node names", "one node name per target", _names_host_label, _node_name_shared),
-        Check("node = instance", "each node name is its instance's host", _names_host_label, _node_name_instance),
-        Check("job mapping", "busy GPUs carry their job (hpc_job)", _every, _job_mapping),
+        Check("node names", "one node name per target", _names_host_label, counted(_node_names_shared)),
+        Check(
+            "node = instance", "each node name is its instance's host", _names_host_label, counted(_node_not_instance)
+        ),
+        Check("job mapping", "busy GPUs carry their job (hpc_job)", _every, counted(_busy_gpus_unmapped)),
     ),
-    "slurm": (Check("node names", "the GPU nodes are Slurm's node names", _with_gpus, _slurm_node_names),),
-    "job_info": (Check("job info", "every job on GPUs has its job-info series", _on_dcgm, _job_info),),
+    "slurm": (
+        Check("node names", "the GPU nodes are Slurm's node names", _with_gpus, counted(_gpu_nodes_unknown_to_slurm)),
+    ),
+    "job_info": (
+        Check("job info", "every job on GPUs has its job-info series", _on_dcgm, counted(_jobs_without_info)),
+    ),
 }
 
 

@@ -116,48 +116,67 @@ def test_a_healthy_cluster_has_no_problem(cluster, capsys):
     assert doctor(cluster, capsys, "remote") == (0, [])
 
 
-@pytest.mark.live
-def test_every_gpu_on_localhost_asks_for_the_node_from_instance(cluster, capsys):
-    reads_hostname = site("remote")
-    status, problems = doctor(cluster, capsys, "remote", reads_hostname)
-    assert status == 1
-    ((exporter, check, text),) = problems
-    assert (exporter, check) == ("dcgm", "node names")
-    assert f"{NODES} targets report 1 node name(s)" in text and "e.g. localhost" in text, text
-    assert "fix: set exporters.dcgm.node_from: instance" in text
+# One fault each: the dataset, the site file doctor reads (None: the dataset's own), the one problem doctor reports
+# (exporter, check) and what its line says; {node} is the node the simulated fault is on.
+ONE_PROBLEM = {
+    "every GPU on localhost": (
+        "remote",
+        site("remote"),  # dcgm's node read from the hostname, as by default
+        ("dcgm", "node names"),
+        [
+            "1 node name(s) each reported by several targets (e.g. localhost)",
+            "fix: set exporters.dcgm.node_from: instance",
+        ],
+    ),
+    "targets scraped by a name that is not the hostname": (
+        "fqdn",
+        None,
+        ("dcgm", "node = instance"),
+        [
+            f"{NODES} targets report a hostname that is not their instance's host",
+            f"(e.g. gpu001 (instance gpu001{DOMAIN}:",
+            "ExporterGpuSeriesAbsent compares the two; fix: scrape each node with instance <host>:<port>",
+        ],
+    ),
+    "GPU nodes Slurm knows by another name": (
+        "fqdn",
+        site("fqdn", exporters={"dcgm": {"node_from": "instance"}}),
+        ("slurm", "node names"),
+        [f"{NODES} GPU nodes are not Slurm node names (e.g. gpu001{DOMAIN}, ", "fix: name each node as slurm.conf's"],
+    ),
+    "a scrape job named otherwise than the selector": (
+        "healthy",
+        site("healthy", exporters={"slurm": {"selector": 'job="slurm", dataset="healthy"'}}),
+        ("slurm", "scraped"),
+        [
+            'no `up` series matches {job="slurm", dataset="healthy"}',
+            "fix: add its scrape job (docs/collection.md), or set exporters.slurm.selector",
+        ],
+    ),
+    "a target down": (
+        "down",
+        None,
+        ("dcgm", "targets up"),
+        ["1 targets down (e.g. {node}:", "fix: start the exporter on those hosts, or open its port to Prometheus"],
+    ),
+    "a node whose prolog writes nothing": (
+        "prolog",
+        None,
+        ("dcgm", "job mapping"),
+        ["busy GPUs carry no hpc_job on 1 nodes (e.g. {node})", "fix: install slurm/prolog and slurm/epilog"],
+    ),
+}
 
 
 @pytest.mark.live
-def test_a_hostname_that_is_not_the_instance_host(cluster, capsys):
-    status, problems = doctor(cluster, capsys, "fqdn")
+@pytest.mark.parametrize(("dataset", "site_file", "where", "says"), ONE_PROBLEM.values(), ids=ONE_PROBLEM)
+def test_one_fault_is_one_problem_with_its_fix(cluster, capsys, dataset, site_file, where, says):
+    status, problems = doctor(cluster, capsys, dataset, site_file)
     assert status == 1
     ((exporter, check, text),) = problems
-    assert (exporter, check) == ("dcgm", "node = instance")
-    assert f"{NODES} targets report a hostname that is not their instance's host" in text, text
-    assert f"(instance gpu001{DOMAIN}:" in text and "ExporterGpuSeriesAbsent compares the two" in text, text
-    assert "fix: scrape each node with instance <host>:<port>" in text
-
-
-@pytest.mark.live
-def test_gpu_nodes_named_otherwise_than_in_slurm(cluster, capsys):
-    reads_instance = site("fqdn", exporters={"dcgm": {"node_from": "instance"}})
-    status, problems = doctor(cluster, capsys, "fqdn", reads_instance)
-    assert status == 1
-    ((exporter, check, text),) = problems
-    assert (exporter, check) == ("slurm", "node names")
-    assert text.startswith(f"{NODES} GPU nodes are not Slurm node names (e.g. gpu001{DOMAIN}, "), text
-    assert "fix: name each node as slurm.conf's NodeName" in text
-
-
-@pytest.mark.live
-def test_a_scrape_job_named_otherwise_is_a_missing_exporter(cluster, capsys):
-    renamed = site("healthy", exporters={"slurm": {"selector": 'job="slurm", dataset="healthy"'}})
-    status, problems = doctor(cluster, capsys, "healthy", renamed)
-    assert status == 1
-    ((exporter, check, text),) = problems
-    assert (exporter, check) == ("slurm", "scraped")
-    assert text.startswith('no `up` series matches {job="slurm", dataset="healthy"}'), text
-    assert "fix: add its scrape job (docs/collection.md), or set exporters.slurm.selector" in text
+    assert (exporter, check) == where
+    node = next(iter(cluster[2][dataset]), "")
+    assert all(part.replace("{node}", node) in text for part in says), text
 
 
 @pytest.mark.live
@@ -170,17 +189,6 @@ def test_a_cluster_label_the_scrape_does_not_write(cluster, capsys):
 
 
 @pytest.mark.live
-def test_a_node_whose_prolog_writes_nothing(cluster, capsys):
-    status, problems = doctor(cluster, capsys, "prolog")
-    assert status == 1
-    ((exporter, check, text),) = problems
-    (node,) = cluster[2]["prolog"]
-    assert (exporter, check) == ("dcgm", "job mapping")
-    assert f"busy GPUs carry no hpc_job on 1 nodes (e.g. {node})" in text
-    assert "fix: install slurm/prolog and slurm/epilog on those nodes" in text
-
-
-@pytest.mark.live
 def test_jobs_without_job_info(cluster, capsys):
     status, problems = doctor(cluster, capsys, "textfile")
     assert status == 1
@@ -189,14 +197,3 @@ def test_jobs_without_job_info(cluster, capsys):
     assert problems[0][2].startswith(f"the rules read {name}, which no series of this exporter has; fix: "), problems
     assert "jobs on GPUs have no job-info series" in problems[1][2]
     assert "fix: install slurm/prolog on every GPU node and let node_exporter's textfile collector" in problems[1][2]
-
-
-@pytest.mark.live
-def test_a_target_down(cluster, capsys):
-    status, problems = doctor(cluster, capsys, "down")
-    assert status == 1
-    ((exporter, check, text),) = problems
-    (node,) = cluster[2]["down"]
-    assert (exporter, check) == ("dcgm", "targets up")
-    assert text.startswith(f"1 of {NODES} targets down (e.g. {node}:"), text
-    assert "fix: start the exporter on those hosts, or open its port to Prometheus" in text
