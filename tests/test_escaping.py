@@ -469,9 +469,13 @@ def _settings(default: dict) -> list[Setting]:
         framed("runbooks.base_url", ("runbooks", "base_url"), "template", "https://runbooks.example.org/"),
         framed("grafana.url", ("grafana", "url"), "template", "http://grafana.example.org/"),
         *[
-            framed(f"grafana.datasources.{kind}.{key}", ("grafana", "datasources", kind, key), "provisioning", prefix)
+            framed(
+                f"grafana.datasources.{kind}.url",
+                ("grafana", "datasources", kind, "url"),
+                "provisioning",
+                f"http://{kind}.example.org:9000/",
+            )
             for kind in default["grafana"]["datasources"]
-            for key, prefix in (("url", f"http://{kind}.example.org:9000/"), ("name", f"{kind} "))
         ],
         rename("network", f"alertmanager.routes[{network_route}].receiver"),
         rename("default", "alertmanager.default_receiver"),
@@ -667,9 +671,9 @@ def _check_landing(setting: Setting, value: str, build: Build) -> None:
         alerts = [r for r in build.rules.values() if "annotations" in r]
         assert alerts and all(go_template(r["annotations"][annotation])[0].startswith(full + tail) for r in alerts)
     elif setting.lands == "provisioning":
-        kind, key = setting.name.split(".")[2:]
+        kind = setting.name.split(".")[2]
         provisioned = next(d for d in build.provisioning["datasources"] if d["type"] == kind)
-        assert grafana_expand(provisioned[key], {"x": "EXPANDED", "node": "EXPANDED"}) == full
+        assert grafana_expand(provisioned["url"], {"x": "EXPANDED", "node": "EXPANDED"}) == full
     elif setting.name.startswith("receiver name"):
         assert value in [r["name"] for r in receivers]
         assert value in [am["route"]["receiver"], *[r["receiver"] for r in am["route"]["routes"]]]
