@@ -93,8 +93,8 @@ def test_a_metrics_only_site_changes_nothing_but_grafana(metrics_only, generated
     dashboards left still pass Grafana 11.6's schema."""
     outside = {path for path in generated if not path.startswith("grafana/")}
     assert {path: metrics_only[path] for path in outside} == {path: generated[path] for path in outside}
-    for path, text in metrics_only.items():
-        assert validate.schema_errors(path, text) == [], path
+    for path in set(metrics_only) - outside:
+        assert validate.schema_errors(path, metrics_only[path]) == [], path
 
 
 # --- names, the default, by uid ----------------------------------------------------------------------------
