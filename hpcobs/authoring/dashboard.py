@@ -641,9 +641,10 @@ class Provisioned:
 
 
 def _datasource_variable(name: str, label: str, kind: str, datasource: Provisioned) -> Builder[grafana.VariableModel]:
-    """A datasource variable starting on the provisioned datasource by uid (Grafana keeps a datasource variable's
-    value as a uid), not on whichever datasource of its kind is Grafana's default: a renamed or non-default
-    datasource is still the one read."""
+    """A datasource variable starting on the provisioned datasource by uid, not on whichever datasource of its kind
+    is Grafana's default: a renamed or non-default datasource is still the one read. Grafana's dashboards (scenes)
+    offer a datasource variable's options as {label: name, value: uid}: grafana/scenes
+    packages/scenes/src/variables/variants/DataSourceVariable.tsx, getValueOptions (commit 4e24d8d)."""
     current = grafana.VariableOption(text=datasource.name, value=datasource.uid)
     return dashboard_builders.DatasourceVariable(name).label(label).type(kind).current(current)
 
