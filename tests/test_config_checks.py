@@ -667,6 +667,27 @@ def test_datasource_uids_unique(tmp_path):
     ]
 
 
+def test_datasource_names_unique(tmp_path):
+    assert refused(tmp_path, "grafana:\n  datasources:\n    tempo: {name: Loki}\n") == [
+        "config error: SITE: grafana.datasources.tempo.name: 'Loki' is already the name of the loki datasource; give "
+        "each datasource its own name",
+    ]
+
+
+def test_one_default_datasource_and_prometheus_provisioned(tmp_path):
+    """Grafana has one default datasource (a disabled one is not provisioned, so not counted); every dashboard reads
+    Prometheus."""
+    assert refused(tmp_path, "grafana:\n  datasources:\n    loki: {is_default: true}\n") == [
+        "config error: SITE: grafana.datasources.loki.is_default: the prometheus datasource is the default already "
+        "and Grafana has one default; set is_default: false on all but one",
+    ]
+    assert refused(tmp_path, "grafana:\n  datasources:\n    prometheus: {enabled: false}\n") == [
+        "config error: SITE: grafana.datasources.prometheus.enabled: every dashboard reads the Prometheus datasource, "
+        "so it cannot be disabled; point its url (and uid) at the Prometheus that holds the rules' series instead",
+    ]
+    load(tmp_path, "grafana:\n  datasources:\n    loki: {is_default: true, enabled: false}\n")
+
+
 # --- YAML, all at once, before anything is generated --------------------------------------------------------
 
 

@@ -15,11 +15,12 @@ from __future__ import annotations
 import copy
 import dataclasses
 import json
-from collections.abc import Callable, Collection, Sequence
+import re
+from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass
 from functools import cache
 from typing import Any, TypedDict, TypeVar, Unpack
-from urllib.parse import quote
+from urllib.parse import parse_qs, quote, urlsplit
 
 import jsonschema
 from grafana_foundation_sdk.builders import bargauge as bargauge_panel
@@ -44,7 +45,10 @@ from grafana_foundation_sdk.models import text as text_models
 
 from hpcobs.paths import ROOT
 
-SCHEMA_DIR = ROOT / "schemas" / "grafana-v11.6"
+# The oldest Grafana the dashboards are for (docs/output.md#grafana-dashboards): the model they are built with and
+# checked against (schemas/grafana-v<minimum>, the schemas grafana-foundation-sdk is generated from).
+GRAFANA_MINIMUM = "11.6"
+SCHEMA_DIR = ROOT / "schemas" / f"grafana-v{GRAFANA_MINIMUM}"
 GRID_WIDTH = 24
 DATASOURCE_VAR = "datasource"
 LOKI_VAR = "loki"
@@ -505,22 +509,55 @@ def _links_to(url: str, uids: Collection[str]) -> bool:
     return any(url == f"/d/{uid}" or url.startswith(f"/d/{uid}?") for uid in uids)
 
 
-def narrowed(spec: DashboardSpec, reads_off: Callable[[str], bool], removed: Collection[str]) -> DashboardSpec | None:
-    """The dashboard without the Prometheus queries `reads_off` refuses (they read a disabled exporter) and without
-    links to the `removed` dashboards. A panel that had queries and has none left goes, then a row left with no
-    panel; a dashboard left with no Prometheus query is not generated (None). Layout and ids are computed from what
-    is left; the queries kept keep their refIds, which a table's columns are named by."""
+def opens(url: str) -> set[str]:
+    """The datasource kinds a link into Grafana Explore queries (explore_url); none for any other link."""
+    if not url.startswith("/explore?"):
+        return set()
+    panes = json.loads(parse_qs(urlsplit(url).query)["panes"][0])
+    return {query["datasource"]["type"] for pane in panes.values() for query in pane["queries"]}
+
+
+# A link in a text panel's Markdown: [text](url).
+_MARKDOWN_LINK = re.compile(r"\]\(([^)\s]+)\)")
+
+
+@dataclass(frozen=True)
+class Off:
+    """What a build leaves out of the dashboards: the Prometheus queries `reads_off` refuses (they read a disabled
+    exporter), the dashboards `removed` and the datasource kinds not provisioned (grafana.datasources.<kind>)."""
+
+    reads_off: Callable[[str], bool]
+    removed: Collection[str]
+    datasources: Collection[str]
+
+    def query(self, target: Any) -> bool:
+        kind = target.datasource.type_val if target.datasource else None
+        return kind in self.datasources or (kind == "prometheus" and self.reads_off(target.expr or ""))
+
+    def link(self, url: str) -> bool:
+        return _links_to(url, self.removed) or not opens(url).isdisjoint(self.datasources)
+
+    def text(self, model: grafana.Panel) -> bool:
+        content = model.options.content if isinstance(model.options, text_models.Options) else None
+        return any(self.link(url) for url in _MARKDOWN_LINK.findall(content or ""))
+
+
+def narrowed(spec: DashboardSpec, off: Off) -> DashboardSpec | None:
+    """The dashboard without the queries, links and text panels `off` refuses, and without the variables nothing
+    left refers to. A panel that had queries and has none left goes, then a row left with no panel; a dashboard left
+    with no Prometheus query is not generated (None). Layout and ids are computed from what is left; the queries
+    kept keep their refIds, which a table's columns are named by."""
     rows = []
     for row in spec.rows:
         panels = []
         for panel in row.panels:
             model = copy.deepcopy(panel.builder.build())
             targets = model.targets or []
-            kept = [t for t in targets if not (isinstance(t, prometheus_models.Dataquery) and reads_off(t.expr or ""))]
+            kept = [target for target in targets if not off.query(target)]
             defaults = model.field_config.defaults if model.field_config else None
             data_links = (defaults.links if defaults else None) or []
-            linked = [link for link in data_links if not _links_to(link.url or "", removed)]
-            if targets and not kept:
+            linked = [link for link in data_links if not off.link(link.url or "")]
+            if (targets and not kept) or off.text(model):
                 continue
             if len(kept) == len(targets) and len(linked) == len(data_links):
                 panels.append(panel)
@@ -534,8 +571,22 @@ def narrowed(spec: DashboardSpec, reads_off: Callable[[str], bool], removed: Col
     metrics = [t for row in rows for panel in row.panels for t in panel.builder.build().targets or []]
     if not any(isinstance(target, prometheus_models.Dataquery) for target in metrics):
         return None  # log panels alone show the lines around metrics that are no longer collected
-    links = tuple(link for link in spec.links if not _links_to(link.url, removed))
-    return dataclasses.replace(spec, rows=tuple(rows), links=links)
+    links = tuple(link for link in spec.links if not off.link(link.url))
+    narrow = dataclasses.replace(spec, rows=tuple(rows), links=links)
+    return dataclasses.replace(narrow, variables=_referred_to(narrow))
+
+
+def _referred_to(spec: DashboardSpec) -> tuple[Variable, ...]:
+    """The variables that the panels, links, alert matchers or the variables kept refer to ($name or ${name})."""
+    panels = [panel.builder.build() for row in spec.rows for panel in row.panels]
+    text = " ".join([json.dumps(panels, cls=JSONEncoder), *(link.url for link in spec.links), spec.alerts])
+    kept: list[Variable] = []
+    while True:
+        left = [v for v in spec.variables if v not in kept and re.search(rf"\$\{{?{v.name}\b", text)]
+        if not left:
+            return tuple(v for v in spec.variables if v in kept)
+        kept += left
+        text += " ".join(v.query for v in left)
 
 
 def _layout(rows: tuple[Row, ...]) -> list[grafana.Panel | grafana.RowPanel]:
@@ -581,13 +632,30 @@ def _query_variable(variable: Variable) -> Builder[grafana.VariableModel]:
     return builder
 
 
-def _variables(spec: DashboardSpec, uses_loki: bool) -> list[Builder[grafana.VariableModel]]:
+@dataclass(frozen=True)
+class Provisioned:
+    """A datasource as provisioned (hpcobs.targets.provisioning): the one a datasource variable starts on."""
+
+    name: str
+    uid: str
+
+
+def _datasource_variable(name: str, label: str, kind: str, datasource: Provisioned) -> Builder[grafana.VariableModel]:
+    """A datasource variable starting on the provisioned datasource by uid, not on whichever datasource of its kind
+    is Grafana's default: a renamed or non-default datasource is still the one read. Grafana's dashboards (scenes)
+    offer a datasource variable's options as {label: name, value: uid}: grafana/scenes
+    packages/scenes/src/variables/variants/DataSourceVariable.tsx, getValueOptions (commit 4e24d8d)."""
+    current = grafana.VariableOption(text=datasource.name, value=datasource.uid)
+    return dashboard_builders.DatasourceVariable(name).label(label).type(kind).current(current)
+
+
+def _variables(
+    spec: DashboardSpec, uses_loki: bool, datasources: Mapping[str, Provisioned]
+) -> list[Builder[grafana.VariableModel]]:
     """The datasource variables, then the spec's (a textbox's query is its default value)."""
-    out: list[Builder[grafana.VariableModel]] = [
-        dashboard_builders.DatasourceVariable(DATASOURCE_VAR).label("Data source").type("prometheus")
-    ]
+    out = [_datasource_variable(DATASOURCE_VAR, "Data source", "prometheus", datasources["prometheus"])]
     if uses_loki:
-        out.append(dashboard_builders.DatasourceVariable(LOKI_VAR).label("Logs").type("loki"))
+        out.append(_datasource_variable(LOKI_VAR, "Logs", "loki", datasources["loki"]))
     for variable in spec.variables:
         if variable.kind == "textbox":
             default = grafana.VariableOption(text=variable.query, value=variable.query)
@@ -644,8 +712,9 @@ def _links(spec: DashboardSpec) -> list[Builder[grafana.DashboardLink]]:
     return [tagged, *(_link(link) for link in spec.links)]
 
 
-def build(spec: DashboardSpec) -> dict:
-    """The dashboard as Grafana 11.6 JSON (a dict); its panels checked against the per-panel schemas."""
+def build(spec: DashboardSpec, datasources: Mapping[str, Provisioned]) -> dict:
+    """The dashboard as Grafana 11.6 JSON (a dict), on the `datasources` provisioned (by kind); its panels checked
+    against the per-panel schemas."""
     panels = _layout(spec.rows)
     uses_loki = any(panel.datasource is not None and panel.datasource.type_val == "loki" for panel in panels)
     dashboard = (
@@ -657,7 +726,7 @@ def build(spec: DashboardSpec) -> dict:
         .refresh(spec.refresh)
         .timezone("browser")
         .editable()
-        .variables(_variables(spec, uses_loki))
+        .variables(_variables(spec, uses_loki, datasources))
         .annotations(_annotations(spec))
         .links(_links(spec))
         .build()
@@ -666,7 +735,9 @@ def build(spec: DashboardSpec) -> dict:
     data: dict = json.loads(json.dumps(dashboard, cls=JSONEncoder))
     problems = [f"{spec.uid}: {line}" for panel in data["panels"] for line in panel_schema_errors(panel)]
     if problems:
-        raise ValueError("dashboard panels invalid against the Grafana 11.6 panel schemas:\n" + "\n".join(problems))
+        raise ValueError(
+            f"dashboard panels invalid against the Grafana {GRAFANA_MINIMUM} panel schemas:\n" + "\n".join(problems)
+        )
     return data
 
 

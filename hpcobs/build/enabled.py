@@ -11,7 +11,10 @@ one, following the PromQL dependency graph rather than any list kept by hand:
   dashboards left with no query), and links to a dashboard removed go;
 - an inhibition whose source or target alerts are none written goes, and one naming some keeps those written;
 - the Falco rules and the Tetragon policies go with their exporter: Falco's and Tetragon's metrics are how
-  hpcobs sees them run, and nothing else reads them.
+  hpcobs sees them run, and nothing else reads them;
+- a Grafana datasource not provisioned (`grafana.datasources.<kind>.enabled: false`) is off for the dashboards by
+  the same rule: its queries, links into Explore on it and text panels linking there go, then the panels left with
+  no query and the variables nothing left refers to.
 
 The Alertmanager routes a site must write follow: a team that no alert left carries needs none
 (hpcobs.build.pipeline).
@@ -25,10 +28,12 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from hpcobs.authoring.dashboard import DashboardSpec, narrowed
+from hpcobs.authoring.dashboard import DashboardSpec, Off, narrowed
 from hpcobs.authoring.rules import Alert, Group, Record
 from hpcobs.exporters.sources import Sources
 from hpcobs.lang import lint
+from hpcobs.settings.config import Config
+from hpcobs.targets.provisioning import enabled_datasources
 
 # An Alertmanager matcher selecting alerts by name: `alertname="A"` or `alertname=~"A|B"`.
 _ALERTNAME = re.compile(r'alertname=~?"([A-Za-z0-9_|]*)"')
@@ -40,13 +45,15 @@ class Disabled:
 
     names: set[str]
     exporters: frozenset[str]
+    datasources: frozenset[str]  # the Grafana datasource kinds not provisioned
 
     @classmethod
-    def of(cls, sources: Sources) -> Disabled:
+    def of(cls, sources: Sources, config: Config) -> Disabled:
         on = {metric.name for source in sources.enabled() for metric in source.metrics()}
         off = [source for source in sources if not source.enabled]
         names = {metric.name for source in off for metric in source.metrics()} - on
-        return cls(names, frozenset(source.id for source in off))
+        datasources = set(config.get("grafana", "datasources")) - set(enabled_datasources(config))
+        return cls(names, frozenset(source.id for source in off), frozenset(datasources))
 
     def reads_off(self, expr: str) -> bool:
         return not lint.metric_names(expr).isdisjoint(self.names)
@@ -71,11 +78,12 @@ class Disabled:
         return {domain: groups for domain, groups in pruned.items() if groups}
 
     def dashboards(self, specs: Sequence[DashboardSpec]) -> list[DashboardSpec]:
-        """The dashboards without the queries that read what is off, those left with no query not generated, and
-        no link to one of those."""
+        """The dashboards without the queries that read what is off or a datasource not provisioned, those left with
+        no query not generated, and no link to one of those or into such a datasource."""
         removed: set[str] = set()
         while True:
-            kept = [d for spec in specs if spec.uid not in removed and (d := narrowed(spec, self.reads_off, removed))]
+            off = Off(self.reads_off, removed, self.datasources)
+            kept = [d for spec in specs if spec.uid not in removed and (d := narrowed(spec, off))]
             gone = {spec.uid for spec in specs} - {spec.uid for spec in kept}
             if gone == removed:
                 return kept

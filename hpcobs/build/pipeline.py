@@ -44,7 +44,7 @@ def model(config: Config) -> Model:
     (hpcobs.build.enabled); refused when a team whose alerts are built has no route, or when its recording rules
     are over the cardinality budget, so that no command (build, check, diff, deploy) ships such a config."""
     ctx = Context(config)
-    off = enabled.Disabled.of(ctx.sources)
+    off = enabled.Disabled.of(ctx.sources, config)
     groups = off.rule_groups(rule_groups(ctx))
     _within_budget(config, ctx, groups)
     specs = off.dashboards([module.dashboard(ctx) for module in dashboards.MODULES])
@@ -91,7 +91,7 @@ def generate(config: Config) -> dict[str, str]:
 
 def built_rule_groups(ctx: Context) -> dict[str, list[Group]]:
     """Every rule group as the build writes it: without what reads a disabled exporter."""
-    return enabled.Disabled.of(ctx.sources).rule_groups(rule_groups(ctx))
+    return enabled.Disabled.of(ctx.sources, ctx.config).rule_groups(rule_groups(ctx))
 
 
 def estimate(ctx: Context, groups: dict[str, list[Group]]) -> cardinality.Estimate:

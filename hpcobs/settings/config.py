@@ -177,6 +177,8 @@ def _explain(error: jsonschema.ValidationError) -> list[tuple[list[Any], list[An
         quote = "; put it in quotes" if error.validator_value == "string" and scalar else ""
         if error.schema.get("format") == "duration" and isinstance(error.instance, (int, float)):
             quote = "; write it with its unit, e.g. 30s"
+        if error.instance is None and "enabled" in error.schema.get("properties", {}):
+            quote = "; to leave it out, write {enabled: false}"  # an exporter, a datasource: null is not "off"
         return [(path, path, f"{error.instance!r} is not of type {error.validator_value}{quote}")]
     if error.validator == "format":
         if "propertyNames" in error.schema_path:

@@ -331,7 +331,8 @@ def problems(doc: Any) -> list[tuple[KeyPath, str]]:
         *_nccl_warn_burst(doc),
         *_metric_names(doc),
         *_receivers_defined_once(doc),
-        *_datasource_uids(doc),
+        *_datasources_distinct(doc),
+        *_datasources_provisioned(doc),
         *_folder_uid(doc),
         *_shipped_policy_name(doc),
         *_job_info_names_its_scrape_job(doc),
@@ -546,18 +547,43 @@ def _judgeable_route(route: Any) -> bool:
     return True
 
 
-def _datasource_uids(doc: dict) -> Iterator[tuple[KeyPath, str]]:
+def _datasources_distinct(doc: dict) -> Iterator[tuple[KeyPath, str]]:
+    """Grafana finds a datasource by uid and by name: two datasources cannot share either."""
     datasources = _get(doc, "grafana", "datasources")
-    seen: dict[str, str] = {}
-    for kind, settings in datasources.items() if isinstance(datasources, dict) else ():
-        uid = settings.get("uid") if isinstance(settings, dict) else None
-        if isinstance(uid, str) and uid in seen:
-            yield (
-                ["grafana", "datasources", kind, "uid"],
-                f"{uid!r} is already the uid of the {seen[uid]} datasource; give each datasource its own uid",
-            )
-        elif isinstance(uid, str):
-            seen[uid] = kind
+    for key in ("uid", "name"):
+        seen: dict[str, str] = {}
+        for kind, settings in datasources.items() if isinstance(datasources, dict) else ():
+            value = settings.get(key) if isinstance(settings, dict) else None
+            if isinstance(value, str) and value in seen:
+                yield (
+                    ["grafana", "datasources", kind, key],
+                    f"{value!r} is already the {key} of the {seen[value]} datasource; "
+                    f"give each datasource its own {key}",
+                )
+            elif isinstance(value, str):
+                seen[value] = kind
+
+
+def _datasources_provisioned(doc: dict) -> Iterator[tuple[KeyPath, str]]:
+    """Every dashboard reads Prometheus, so it cannot be left out; Grafana has one default datasource at most."""
+    if _get(doc, "grafana", "datasources", "prometheus", "enabled") is False:
+        yield (
+            ["grafana", "datasources", "prometheus", "enabled"],
+            "every dashboard reads the Prometheus datasource, so it cannot be disabled; point its url (and uid) at the "
+            "Prometheus that holds the rules' series instead",
+        )
+    datasources = _get(doc, "grafana", "datasources")
+    defaults = [
+        kind
+        for kind, settings in (datasources.items() if isinstance(datasources, dict) else ())
+        if isinstance(settings, dict) and settings.get("enabled") is True and settings.get("is_default") is True
+    ]
+    for kind in defaults[1:]:
+        yield (
+            ["grafana", "datasources", kind, "is_default"],
+            f"the {defaults[0]} datasource is the default already and Grafana has one default; set is_default: false "
+            "on all but one",
+        )
 
 
 def _folder_uid(doc: dict) -> Iterator[tuple[KeyPath, str]]:

@@ -7,6 +7,7 @@ from hpcobs.authoring import dashboard
 from hpcobs.lang.render import json_text
 from hpcobs.settings.config import Config
 from hpcobs.targets.base import Check, Model, Target
+from hpcobs.targets.provisioning import enabled_datasources
 
 DASHBOARDS_DIR = "grafana/dashboards"
 
@@ -18,7 +19,11 @@ def folder_dir(config: Config) -> str:
 
 def files(model: Model) -> dict[str, str]:
     folder = folder_dir(model.config)
-    return {f"{folder}{spec.uid}.json": json_text(dashboard.build(spec)) for spec in model.dashboards}
+    datasources = {
+        kind: dashboard.Provisioned(settings["name"], settings["uid"])
+        for kind, settings in enabled_datasources(model.config).items()
+    }
+    return {f"{folder}{spec.uid}.json": json_text(dashboard.build(spec, datasources)) for spec in model.dashboards}
 
 
 TARGET = Target(

@@ -33,43 +33,40 @@ def dashboards_provider() -> dict:
     }
 
 
+def enabled_datasources(config: Config) -> dict[str, dict]:
+    """The settings of the datasources provisioned, by kind (prometheus, loki, tempo, alertmanager): those the site
+    did not disable (`grafana.datasources.<kind>.enabled`)."""
+    return {kind: settings for kind, settings in config.get("grafana", "datasources").items() if settings["enabled"]}
+
+
+def _json_data(kind: str, config: Config, provisioned: dict[str, dict]) -> dict:
+    """What Grafana needs to know of each kind: the scrape interval for Prometheus' step, the implementation of
+    Alertmanager, and for Tempo the Loki datasource a trace's logs open in (none without Loki)."""
+    if kind == "prometheus":
+        return {"timeInterval": config["scrape_interval"], "httpMethod": "POST"}
+    if kind == "tempo" and "loki" in provisioned:
+        return {"tracesToLogsV2": {"datasourceUid": grafana_provisioning(provisioned["loki"]["uid"])}}
+    if kind == "alertmanager":
+        return {"implementation": "prometheus"}
+    return {}
+
+
 def datasources(config: Config) -> dict:
-    """The datasources; Grafana expands $ENV in provisioning values, so config strings are escaped."""
-    ds = {
-        kind: {key: grafana_provisioning(value) for key, value in settings.items()}
-        for kind, settings in config.get("grafana", "datasources").items()
-    }
-    return {
-        "apiVersion": 1,
-        "datasources": [
-            {
-                "name": "Prometheus",
-                "type": "prometheus",
-                "uid": ds["prometheus"]["uid"],
-                "access": "proxy",
-                "url": ds["prometheus"]["url"],
-                "isDefault": True,
-                "jsonData": {"timeInterval": config["scrape_interval"], "httpMethod": "POST"},
-            },
-            {"name": "Loki", "type": "loki", "uid": ds["loki"]["uid"], "access": "proxy", "url": ds["loki"]["url"]},
-            {
-                "name": "Tempo",
-                "type": "tempo",
-                "uid": ds["tempo"]["uid"],
-                "access": "proxy",
-                "url": ds["tempo"]["url"],
-                "jsonData": {"tracesToLogsV2": {"datasourceUid": ds["loki"]["uid"]}},
-            },
-            {
-                "name": "Alertmanager",
-                "type": "alertmanager",
-                "uid": ds["alertmanager"]["uid"],
-                "access": "proxy",
-                "url": ds["alertmanager"]["url"],
-                "jsonData": {"implementation": "prometheus"},
-            },
-        ],
-    }
+    """The datasources enabled; Grafana expands $ENV in provisioning values, so config strings are escaped."""
+    provisioned = enabled_datasources(config)
+    listed = []
+    for kind, settings in provisioned.items():
+        datasource = {
+            "name": grafana_provisioning(settings["name"]),
+            "type": kind,
+            "uid": grafana_provisioning(settings["uid"]),
+            "access": "proxy",
+            "url": grafana_provisioning(settings["url"]),
+            "isDefault": settings["is_default"],
+        }
+        json_data = _json_data(kind, config, provisioned)
+        listed.append({**datasource, "jsonData": json_data} if json_data else datasource)
+    return {"apiVersion": 1, "datasources": listed}
 
 
 def files(model: Model) -> dict[str, str]:
