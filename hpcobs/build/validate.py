@@ -113,6 +113,7 @@ def schema_errors(path: str, text: str, cache: Cache | None = None) -> list[str]
 _TOOLS: dict[Tool, Callable[..., tools.Command]] = {
     "promtool check rules": tools.rules_check,
     "promtool test rules": tools.rules_test,
+    "promtool check config": tools.prometheus_config_check,
     "amtool check-config": tools.config_check,
 }
 # Tools run on a folder at a time (a domain of rule tests): starting promtool costs about as much as a small test.
