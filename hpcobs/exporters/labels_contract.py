@@ -43,11 +43,12 @@ class Carried:
 
 
 def job_name(source: Source) -> str | None:
-    """The scrape job a selector reads, when the selector is exactly one job="..." matcher: any other matcher is
-    a label no scrape job writes by itself."""
-    matchers = source.matchers
-    if len(matchers) == 1 and matchers[0].label == "job" and matchers[0].op == "=":
-        return matchers[0].value
+    """The scrape job a selector reads, when a scrape job alone produces what it selects: one job="..." matcher,
+    and any other matcher accepting a series without its label (`env!~"test.*"`); a regex on job, or a label no
+    scrape job writes, is for the site's own scrape config."""
+    named = [matcher.value for matcher in source.matchers if matcher.label == "job" and matcher.op == "="]
+    if len(named) == 1 and source.scrape_labels() == {"job": named[0]}:
+        return named[0]
     return None
 
 

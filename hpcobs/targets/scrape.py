@@ -69,27 +69,30 @@ def jobs(config: Config) -> list[Job]:
             problems.append(
                 (
                     ["exporters", carried.role, "selector"],
-                    f'{selector!r} is not one job="..." matcher, so no scrape job of out/prometheus/scrape/ can '
-                    'produce it; write job="<its scrape job>", or set scrape.enabled: false and scrape it yourself',
+                    f'{selector!r} names no single job="...", so no scrape job of out/prometheus/scrape/ produces '
+                    'the series it selects; write job="<its scrape job>", or set scrape.enabled: false and scrape '
+                    "it yourself",
                 )
             )
         else:
             by_name.setdefault(carried.job, []).append(carried)
     out = []
     for name, members in by_name.items():
-        places = {(member.runs_on, ports[member.served_by]) for member in members}
-        if len(places) > 1:
-            others = ", ".join(f"exporters.{member.role}" for member in members[:-1])
+        first, *others = members
+        places = {member.role: (member.runs_on, ports[member.served_by]) for member in members}
+        odd = next((member for member in others if places[member.role] != places[first.role]), None)
+        if odd is not None:
             problems.append(
                 (
-                    ["exporters", members[-1].role, "selector"],
-                    f"job={name!r} is also the job of {others}, which runs elsewhere or listens on another port, so "
-                    "one scrape job cannot reach both; give each its own job in its selector",
+                    ["exporters", odd.role, "selector"],
+                    f"job={name!r} is also the job of exporters.{first.role}, scraped on each {places[first.role][0]} "
+                    f"at port {places[first.role][1]}, but this exporter runs on the {places[odd.role][0]} at port "
+                    f"{places[odd.role][1]}: one scrape job cannot reach both; give each its own job in its selector",
                 )
             )
             continue
-        ((runs_on, port),) = places
-        out.append(Job(name, tuple(member.role for member in members), runs_on, port, members[0].served_by))
+        runs_on, port = places[first.role]
+        out.append(Job(name, tuple(member.role for member in members), runs_on, port, first.served_by))
     if problems:
         raise config_module.refusal(config, problems)
     return out
