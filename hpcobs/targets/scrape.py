@@ -234,7 +234,10 @@ TARGET = Target(
     name="Prometheus scrape config",
     paths=(f"{SCRAPE_DIR}/",),
     files=files,
-    checks=(Check(ending=".yml", tool="promtool check config"),),
+    checks=(
+        Check(".yml", "schemastore/prometheus.json", "promtool check config"),
+        Check(".json", "schemastore/prometheus.json#file-sd"),
+    ),
     diff="files",
     docs="output.md#prometheus-scrape-config",
 )
