@@ -8,11 +8,10 @@ the cluster label and the node, and the alerts that compare the node's names acr
 
 from __future__ import annotations
 
-import http.server
+import contextlib
 import json
 import shutil
 import subprocess
-import threading
 import time
 from collections import defaultdict
 from pathlib import Path
@@ -24,7 +23,7 @@ from hpcobs.authoring.context import Context
 from hpcobs.authoring.rules import Alert
 from hpcobs.build import pipeline
 from hpcobs.lang.render import load_yaml
-from hpcobs.proof.servers import Prometheus, free_port
+from hpcobs.proof.servers import ExpositionServer, Prometheus, free_port
 from hpcobs.proof.simulate import Simulation
 from hpcobs.settings import config as config_module
 from hpcobs.targets import scrape
@@ -40,42 +39,20 @@ WAIT = 30.0
 JOB_INFO = "hpcobs_slurm_job_info"
 
 
-class StandIn:
-    """One loopback HTTP server for every stand-in target: /<job>/<instance> serves that target's simulated series,
-    the next sample at each scrape (the last one once the window is over)."""
+class StandIn(ExpositionServer):
+    """Every stand-in target on one server: /<job>/<instance> serves that target's simulated series, the next sample
+    at each scrape (the last one once the window is over); a target without series answers empty, as an idle
+    exporter does."""
 
     def __init__(self, series: dict[str, list[tuple[str, list]]], first: int) -> None:
         self.series, self.scrapes = defaultdict(list, series), defaultdict(lambda: first)
-        stand_in = self
-
-        class Handler(http.server.BaseHTTPRequestHandler):
-            def do_GET(self) -> None:
-                body = stand_in.exposition(self.path).encode()
-                self.send_response(200)  # a target without simulated series answers empty, as an idle exporter
-                self.send_header("Content-Type", "text/plain; version=0.0.4")
-                self.end_headers()
-                self.wfile.write(body)
-
-            def log_message(self, *args) -> None:
-                pass
-
-        self.server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self.thread = threading.Thread(target=self.server.serve_forever, daemon=True)
-        self.thread.start()
-
-    @property
-    def address(self) -> str:
-        return f"127.0.0.1:{self.server.server_address[1]}"
+        super().__init__(self.exposition)
 
     def exposition(self, path: str) -> str:
         at = self.scrapes[path]
         self.scrapes[path] += 1
         lines = [f"{prefix} {values[min(at, len(values) - 1)]}" for prefix, values in self.series[path]]
         return "\n".join(line for line in lines if not line.endswith(" None")) + "\n"
-
-    def stop(self) -> None:
-        self.server.shutdown()
-        self.server.server_close()
 
 
 def exposition_prefix(name: str, labels: dict[str, str]) -> str:
@@ -127,7 +104,8 @@ def collected(tmp_path_factory):
                     job_info[labels["instance"]].append(f"{exposition_prefix(family.name, own)} 1")
                 continue
             served[f"/{labels['job']}/{labels['instance']}"].append((exposition_prefix(family.name, own), values))
-    stand_in = StandIn(served, first)
+    stack = contextlib.ExitStack()
+    stand_in = stack.enter_context(StandIn(served, first))
 
     out = folder / "out"
     for path, text in pipeline.generate(config).items():
@@ -180,16 +158,14 @@ def collected(tmp_path_factory):
             group["interval"] = FAST
         rules.write_text(yaml.safe_dump(groups))
     prometheus = GeneratedPrometheus(prometheus_yml)
-    try:
+    with stack:
+        stack.callback(shutil.rmtree, folder / "textfiles", ignore_errors=True)
+        for process in processes:
+            stack.callback(process.wait, timeout=10)
+            stack.callback(process.terminate)
+        stack.callback(prometheus.stop)
         prometheus.start()
         yield config, names, prometheus, time.monotonic() - began
-    finally:
-        prometheus.stop()
-        stand_in.stop()
-        for process in processes:
-            process.terminate()
-            process.wait(timeout=10)
-        shutil.rmtree(folder / "textfiles", ignore_errors=True)
 
 
 def settled(prometheus: Prometheus, expr: str, done) -> list:
