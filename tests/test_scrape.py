@@ -90,13 +90,13 @@ def test_the_site_files_nodes_reach_every_per_node_job_and_the_controller_the_sl
     config = site(
         tmp_path,
         'cluster: {name: "a$1b"}\n'
-        "scrape: {nodes: ['gpu[001-002]', gpu003], nodes_file: lists/nodes.txt, controller: slurmctld}\n",
+        "scrape: {nodes: [gpu003, 'gpu[001-002]'], nodes_file: lists/nodes.txt, controller: slurmctld}\n",
     )
     files = scrape_files(config)
     dcgm = json.loads(files["prometheus/scrape/targets/dcgm.json"])
     assert dcgm == [
-        {"targets": ["gpu001:9400", "gpu002:9400", "gpu003:9400", "gpu004:9400"]},
-    ], "gpu003 is listed first by name, and keeps that entry"
+        {"targets": ["gpu003:9400", "gpu001:9400", "gpu002:9400", "gpu004:9400"]},
+    ], "gpu003 is listed first by name, and keeps that entry and its place"
     assert json.loads(files["prometheus/scrape/targets/slurm_sckyzo.json"]) == [{"targets": ["slurmctld:9341"]}]
     jobs = load_yaml(files["prometheus/scrape/scrape_configs.yml"])["scrape_configs"]
     # The cluster name is written as is: relabelling would expand $1.

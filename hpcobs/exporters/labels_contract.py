@@ -26,7 +26,6 @@ ON_CONTROLLER = frozenset({"slurm_sckyzo", "slurm_native", "slurm_jontk"})
 # the node's main node_exporter, NCCL Inspector's dumps by the node_exporter of the jobs' own directories
 # (docs/contracts.md).
 SERVED_BY = {"job_info": "node_exporter", "nccl_inspector": "training"}
-SCRAPE_ADDED = ("job", "instance")
 
 
 @dataclass(frozen=True)

@@ -149,7 +149,10 @@ def nodes(config: Config) -> list[Node]:
     listed = [Node(name, name) for expression in config.get("scrape", "nodes") for name in hostlist.expand(expression)]
     if "nodes_file" in config["scrape"]:
         listed += _nodes_file(config)
-    return list({node.name: node for node in reversed(listed)}.values())[::-1]
+    first: dict[str, Node] = {}
+    for node in listed:
+        first.setdefault(node.name, node)
+    return list(first.values())
 
 
 def _nodes_file(config: Config) -> list[Node]:
