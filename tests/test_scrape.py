@@ -48,7 +48,8 @@ def test_each_enabled_exporter_has_the_job_its_selector_names():
     # NCCL Inspector and the training contract are served by one node_exporter: one job, its port.
     assert jobs["training"].roles == ("nccl_inspector", "training")
     assert jobs["node"].roles == ("node_exporter", "job_info")
-    assert jobs["slurm-exporter"].runs_on == "controller"
+    assert [place.runs_on for place in jobs["slurm-exporter"].places] == ["controller"]
+    assert [place.served_by for place in jobs["training"].places] == ["training"]
     # The ports the simulator's targets carry are the config's defaults.
     ports = config.get("scrape", "ports")
     assert ports == {exporter: EXPORTER_PORTS[exporter] for exporter in ports}
@@ -130,12 +131,6 @@ def test_promtool_accepts_the_generated_config_with_its_rules_and_targets(tmp_pa
     [
         ("exporters: {dcgm: {selector: 'job=~\"dcgm.*\"'}}", "exporters.dcgm.selector", "names no single job"),
         ('exporters: {dcgm: {selector: \'job="dcgm", env="prod"\'}}', "exporters.dcgm.selector", "single job"),
-        (
-            "exporters: {slurm: {selector: 'job=\"node\"'}}",
-            "exporters.slurm.selector",
-            "job='node' is also the job of exporters.node_exporter, scraped on each node at port 9100, but this "
-            "exporter runs on the controller at port 9341",
-        ),
     ],
 )
 def test_a_selector_no_scrape_job_produces_is_refused_with_the_fix(tmp_path, text, key, problem):
@@ -145,6 +140,17 @@ def test_a_selector_no_scrape_job_produces_is_refused_with_the_fix(tmp_path, tex
     [line] = refused.value.lines
     assert line.startswith(f"config error: {tmp_path / 'site.yaml'}: {key}: ") and problem in line, line
     assert scrape_files(site(tmp_path, text + "\nscrape: {enabled: false}\n")) == {}
+
+
+def test_a_job_served_in_two_places_reads_both_target_files(tmp_path):
+    """jontk/slurm-exporter's job info under the main node_exporter's job: node_exporter on each node, jontk's
+    exporter once, on the controller."""
+    config = site(tmp_path, "exporters: {job_info: {source: jontk}}\nscrape: {nodes: [gpu001], controller: ctl}\n")
+    files = scrape_files(config)
+    [node] = [job for job in load_yaml(files[scrape.SCRAPE_CONFIGS])["scrape_configs"] if job["job_name"] == "node"]
+    assert node["file_sd_configs"] == [{"files": ["targets/node_exporter.json", "targets/slurm_jontk.json"]}]
+    assert json.loads(files["prometheus/scrape/targets/slurm_jontk.json"]) == [{"targets": ["ctl:8080"]}]
+    assert json.loads(files["prometheus/scrape/targets/node_exporter.json"]) == [{"targets": ["gpu001:9100"]}]
 
 
 def test_a_node_list_it_cannot_read_names_the_file_and_the_key(tmp_path):

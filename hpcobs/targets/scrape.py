@@ -45,21 +45,28 @@ class Node:
 
 
 @dataclass(frozen=True)
-class Job:
-    name: str
-    roles: tuple[str, ...]  # the config's exporters whose series it scrapes
+class Place:
+    """Where a scrape job finds one exporter process: on each node or on the controller, at its port."""
+
+    served_by: str  # the catalogue entry of the process scraped, which names its target file
     runs_on: str  # "node" or "controller" (labels_contract.Carried.runs_on)
     port: int
-    served_by: str  # the catalogue entry of the process scraped, which names its target file
 
     @property
     def targets_file(self) -> str:
         return f"{TARGETS_DIR}/{self.served_by}.json"
 
 
+@dataclass(frozen=True)
+class Job:
+    name: str
+    roles: tuple[str, ...]  # the config's exporters whose series it scrapes
+    places: tuple[Place, ...]  # one per process serving them: node_exporter on each node, jontk's on the controller
+
+
 def jobs(config: Config) -> list[Job]:
     """The scrape jobs of the enabled exporters; refused, as a config error naming the selector, where a selector
-    is no single job="..." or two exporters that run in different places or on different ports share a job."""
+    is no single job="..."."""
     ports = config.get("scrape", "ports")
     by_name: dict[str, list[Carried]] = {}
     problems = []
@@ -76,26 +83,16 @@ def jobs(config: Config) -> list[Job]:
             )
         else:
             by_name.setdefault(carried.job, []).append(carried)
-    out = []
-    for name, members in by_name.items():
-        first, *others = members
-        places = {member.role: (member.runs_on, ports[member.served_by]) for member in members}
-        odd = next((member for member in others if places[member.role] != places[first.role]), None)
-        if odd is not None:
-            problems.append(
-                (
-                    ["exporters", odd.role, "selector"],
-                    f"job={name!r} is also the job of exporters.{first.role}, scraped on each {places[first.role][0]} "
-                    f"at port {places[first.role][1]}, but this exporter runs on the {places[odd.role][0]} at port "
-                    f"{places[odd.role][1]}: one scrape job cannot reach both; give each its own job in its selector",
-                )
-            )
-            continue
-        runs_on, port = places[first.role]
-        out.append(Job(name, tuple(member.role for member in members), runs_on, port, first.served_by))
     if problems:
         raise config_module.refusal(config, problems)
-    return out
+    return [
+        Job(
+            name,
+            tuple(member.role for member in members),
+            tuple(dict.fromkeys(Place(m.served_by, m.runs_on, ports[m.served_by]) for m in members)),
+        )
+        for name, members in by_name.items()
+    ]
 
 
 def parse_nodes(text: str) -> list[Node]:
@@ -196,7 +193,7 @@ def scrape_config(config: Config, job: Job) -> dict:
         "job_name": job.name,
         # The rules' rate windows are four scrape intervals: a site pasting the job keeps the interval they assume.
         "scrape_interval": config["scrape_interval"],
-        "file_sd_configs": [{"files": [job.targets_file]}],
+        "file_sd_configs": [{"files": [place.targets_file for place in job.places]}],
         # A relabel replacement expands $1 and ${name} like label_replace's: the cluster name is written as is.
         "relabel_configs": [
             {
@@ -212,6 +209,7 @@ def files(model: Model) -> dict[str, str]:
     if not config.get("scrape", "enabled"):
         return {}
     scrape_jobs = jobs(config)
+    places = dict.fromkeys(place for job in scrape_jobs for place in job.places)
     listed = nodes(config)
     controller = config["scrape"].get("controller")
     on_controller = [Node(controller, controller)] if controller else []
@@ -225,10 +223,10 @@ def files(model: Model) -> dict[str, str]:
         SCRAPE_CONFIGS: yaml_text({"scrape_configs": configs}, GENERATED + MERGE_HINT),
         PROMETHEUS_YML: yaml_text(prometheus, GENERATED),
         **{
-            f"{SCRAPE_DIR}/{job.targets_file}": json_text(
-                target_groups(listed if job.runs_on == "node" else on_controller, job.port)
+            f"{SCRAPE_DIR}/{place.targets_file}": json_text(
+                target_groups(listed if place.runs_on == "node" else on_controller, place.port)
             )
-            for job in scrape_jobs
+            for place in places
         },
     }
 

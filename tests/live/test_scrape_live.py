@@ -113,13 +113,13 @@ def collected(tmp_path_factory):
             (out / path).parent.mkdir(parents=True, exist_ok=True)
             (out / path).write_text(text)
     node_exporters, processes = {}, []
-    node_job = next(job for job in scrape.jobs(config) if "node_exporter" in job.roles)
+    owners = {Path(place.targets_file).name: job for job in scrape.jobs(config) for place in job.places}
     for target_file in (out / scrape.SCRAPE_DIR / scrape.TARGETS_DIR).glob("*.json"):
         moved = []
         for group in json.loads(target_file.read_text()):
             for target in group["targets"]:
                 labels = {"instance": target, **group.get("labels", {})}
-                if target_file.name == Path(node_job.targets_file).name:
+                if target_file.name == "node_exporter.json":
                     if target not in node_exporters:
                         textfiles = folder / "textfiles" / target.replace(":", "_")
                         textfiles.mkdir(parents=True)
@@ -141,8 +141,7 @@ def collected(tmp_path_factory):
                         )
                     moved.append({"targets": [node_exporters[target]], "labels": labels})
                 else:
-                    job = next(j for j in scrape.jobs(config) if j.targets_file == f"targets/{target_file.name}")
-                    path = f"/{job.name}/{labels['instance']}"
+                    path = f"/{owners[target_file.name].name}/{labels['instance']}"
                     moved.append({"targets": [stand_in.address], "labels": {**labels, "__metrics_path__": path}})
         target_file.write_text(json.dumps(moved))
     # Scrapes and evaluations each second; the rule files as built otherwise.
@@ -193,9 +192,10 @@ def test_the_generated_jobs_scrape_every_target_with_the_labels_the_rules_read(c
     cluster = config.get("cluster", "label")
     jobs = scrape.jobs(config)
     expected = {
-        (job.name, f"{host}:{job.port}")
+        (job.name, f"{host}:{place.port}")
         for job in jobs
-        for host in (names if job.runs_on == "node" else [config.get("scrape", "controller")])
+        for place in job.places
+        for host in (names if place.runs_on == "node" else [config.get("scrape", "controller")])
     }
     up = settled(prometheus, "up == 1", lambda result: len(result) == len(expected))
     assert {(s.labels["job"], s.labels["instance"]) for s in up} == expected
