@@ -25,6 +25,7 @@ from hpcobs.delivery import semantic_diff
 from hpcobs.delivery.semantic_diff import Side, compare_dashboards, queries
 from hpcobs.lang.render import GENERATED, load_yaml, yaml_text
 from hpcobs.settings import config as config_module
+from hpcobs.targets.dashboards import DASHBOARDS_DIR
 from hpcobs.targets.prometheus import RULES_DIR
 from hpcobs.targets.registry import TARGETS
 from tests.conftest import ROOT
@@ -255,7 +256,7 @@ def test_a_pure_reformat_shows_no_change(generated, capsys, tmp_path):
 
     reformatted = dict(generated)
     for path, text in generated.items():
-        if path.endswith(".json"):
+        if path.startswith(f"{DASHBOARDS_DIR}/"):
             dashboard = json.loads(text)
             for panel in dashboard["panels"]:
                 for target in panel.get("targets", []):

@@ -132,6 +132,19 @@ def rules_test(*files: Path | str, cwd: Path | None = None) -> Command:
     return Command(PROMTOOL, ("test", "rules"), names, cwd, tuple(inputs), cost)
 
 
+def prometheus_config_check(file: Path | str, cwd: Path | None = None) -> Command:
+    """promtool check config reads the config, its rule files and its file_sd files (globs relative to it)."""
+    name = str(file)
+    spec = _yaml(cwd, name)
+    try:
+        sd_files = [path for job in spec["scrape_configs"] for sd in job["file_sd_configs"] for path in sd["files"]]
+        rules, sd = _globbed(cwd, name, spec.get("rule_files", [])), _globbed(cwd, name, sd_files)
+    except (KeyError, TypeError, AttributeError):  # not the shape promtool reads: it fails, never cached
+        rules = sd = None
+    inputs = None if rules is None or sd is None else (name, *rules, *sd)
+    return Command(PROMTOOL, ("check", "config"), (name,), cwd, inputs)
+
+
 def config_check(file: Path | str, cwd: Path | None = None) -> Command:
     """amtool check-config reads the config and its templates (globs relative to it), not the *_file secrets."""
     name = str(file)

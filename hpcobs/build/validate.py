@@ -44,6 +44,9 @@ def schema(relative: str) -> dict:
         }
     if variant == "closed":
         return _closed(loaded)
+    if variant == "file-sd":
+        # A file_sd target file holds what a scrape job's static_configs holds (Prometheus' file_sd_config).
+        return {"definitions": loaded["definitions"], "$ref": "#/definitions/static_configs"}
     if variant == "closed-named":
         # A CRD's schema leaves metadata to the API server, which refuses a name that is not a DNS-1123 subdomain.
         name = {"type": "string", "maxLength": 253, "pattern": OBJECT_NAME}
@@ -113,6 +116,7 @@ def schema_errors(path: str, text: str, cache: Cache | None = None) -> list[str]
 _TOOLS: dict[Tool, Callable[..., tools.Command]] = {
     "promtool check rules": tools.rules_check,
     "promtool test rules": tools.rules_test,
+    "promtool check config": tools.prometheus_config_check,
     "amtool check-config": tools.config_check,
 }
 # Tools run on a folder at a time (a domain of rule tests): starting promtool costs about as much as a small test.

@@ -2,10 +2,10 @@
 
 FORMATS checks single values against the grammar of the language they end up in; config/schema.json names
 the grammar of each key with `"format"` (duration, re2, label-name, promql-selector, text, path-segment,
-http-url, base-url, webhook-url, secret-file, email, email-list, host-port; sensor-path, cidr and cgroup-fragment
-from hpcobs.security.names; dcgm-release, a dcgm-exporter family or release, from the catalogue). problems() checks what
-relates several keys or needs the catalogue, and numbers YAML can make non-finite; conflicts() what keys get wrong
-together, which the file setting any of them can fix.
+http-url, base-url, webhook-url, secret-file, email, email-list, host-port, host-name, hostlist; sensor-path, cidr
+and cgroup-fragment from hpcobs.security.names; dcgm-release, a dcgm-exporter family or release, from the
+catalogue). problems() checks what relates several keys or needs the catalogue, and numbers YAML can make
+non-finite; conflicts() what keys get wrong together, which the file setting any of them can fix.
 
 Every failure reads "problem; fix" for one key path; hpcobs.settings.config names the file that set the key (for a
 conflict, the last file that sets any of its keys).
@@ -28,7 +28,7 @@ import jsonschema
 
 from hpcobs.exporters import catalogue, releases
 from hpcobs.exporters.sources import GPU_ROLES
-from hpcobs.lang import escape, promql, promregex, sensor_values
+from hpcobs.lang import escape, hostlist, promql, promregex, sensor_values
 from hpcobs.lang.selectors import Matcher, parse_selector, scrape_labels
 from hpcobs.settings.names import INHIBIT_ONLY_RECEIVER, DashboardUid, Team
 
@@ -293,6 +293,19 @@ def _host_port(text: str) -> None:
         raise ValueError(
             f"{text!r} is not host:port; write e.g. mail-relay.example.org:25 (port 1-65535, [::1]:25 for IPv6)"
         )
+
+
+@_format("host-name")
+def host_name(text: str) -> None:
+    """A host name as DNS and Slurm write it: it becomes part of a scrape target and of `instance`."""
+    if not _HOST_NAME.fullmatch(text):
+        raise ValueError(f"{text!r} is not a host name; write letters, digits, '-' and '.' (e.g. gpu001)")
+
+
+@_format("hostlist")
+def _hostlist(text: str) -> None:
+    for name in hostlist.expand(text):
+        host_name(name)
 
 
 def _sensor_format(name: str, problem: Callable[[str], str | None]) -> None:

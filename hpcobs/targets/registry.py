@@ -13,6 +13,7 @@ from hpcobs.targets import (
     promtest,
     provisioning,
     rule_targets,
+    scrape,
     tetragon,
 )
 from hpcobs.targets.base import Target
@@ -20,6 +21,7 @@ from hpcobs.targets.base import Target
 TARGETS: list[Target] = [
     prometheus.TARGET,
     promtest.TARGET,
+    scrape.TARGET,
     rule_targets.KUBERNETES,
     rule_targets.MIMIR,
     alertmanager.TARGET,

@@ -14,7 +14,6 @@ and account. The test skips, with slurmd's reason, only where slurmd cannot star
 from __future__ import annotations
 
 import ctypes
-import http.server
 import os
 import re
 import shlex
@@ -23,7 +22,6 @@ import signal
 import socket
 import subprocess
 import tempfile
-import threading
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -35,7 +33,7 @@ from hpcobs.authoring.context import Context
 from hpcobs.build import pipeline
 from hpcobs.exporters.labels import dcgm_gpu_labels
 from hpcobs.exporters.sources import Sources
-from hpcobs.proof.servers import Prometheus, free_port
+from hpcobs.proof.servers import ExpositionServer, Prometheus, free_port
 from hpcobs.targets.prometheus import RULES_DIR
 from tests.conftest import MEASUREMENT, ROOT
 
@@ -402,7 +400,7 @@ def test_the_sweep_keeps_running_jobs_and_empties_what_ended_jobs_left(slurm):
     slurm.wait_ended(running, "COMPLETED")
 
 
-class DcgmStandIn:
+class DcgmStandIn(ExpositionServer):
     """Serves GPU series the way dcgm-exporter does with `--hpc-job-mapping-dir`: on every scrape it reads the
     directory, and a GPU whose file holds N job ids gets N copies of its series, one per `hpc_job`
     (internal/pkg/transformation/hpc.go); a GPU without ids gets one series without `hpc_job`."""
@@ -411,25 +409,7 @@ class DcgmStandIn:
 
     def __init__(self, mapping: Path, node: str, source, version: str) -> None:
         self.mapping, self.node, self.source, self.version = mapping, node, source, version
-        stand_in = self
-
-        class Handler(http.server.BaseHTTPRequestHandler):
-            def do_GET(self) -> None:
-                body = stand_in.exposition().encode()
-                self.send_response(200)
-                self.send_header("Content-Type", "text/plain; version=0.0.4")
-                self.end_headers()
-                self.wfile.write(body)
-
-            def log_message(self, *args) -> None:
-                pass
-
-        self.server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self.thread = threading.Thread(target=self.server.serve_forever, daemon=True)
-
-    @property
-    def address(self) -> str:
-        return f"127.0.0.1:{self.server.server_address[1]}"
+        super().__init__(lambda path: self.exposition())
 
     def exposition(self) -> str:
         name = self.source.name("gpu_utilization", self.version)
@@ -446,14 +426,6 @@ class DcgmStandIn:
                 text = ",".join(f'{key}="{value}"' for key, value in with_job.items())
                 lines.append(f"{name}{{{text}}} {50 + gpu}")
         return "\n".join(lines) + "\n"
-
-    def __enter__(self) -> DcgmStandIn:
-        self.thread.start()
-        return self
-
-    def __exit__(self, *exc_info) -> None:
-        self.server.shutdown()
-        self.server.server_close()
 
 
 class ScrapingPrometheus(Prometheus):
