@@ -134,12 +134,14 @@ def test_promtool_accepts_the_generated_config_with_its_rules_and_targets(tmp_pa
     ],
 )
 def test_a_selector_no_scrape_job_produces_is_refused_with_the_fix(tmp_path, text, key, problem):
-    config = site(tmp_path, text + "\n")
+    asked = site(tmp_path, text + "\nscrape: {nodes: [gpu001]}\n")
     with pytest.raises(UserError) as refused:
-        scrape.jobs(config)
+        scrape_files(asked)
     [line] = refused.value.lines
     assert line.startswith(f"config error: {tmp_path / 'site.yaml'}: {key}: ") and problem in line, line
     assert scrape_files(site(tmp_path, text + "\nscrape: {enabled: false}\n")) == {}
+    # A site that sets no scrape: block keeps its own scrape config: its build is not refused, nothing is generated.
+    assert scrape_files(site(tmp_path, text + "\n")) == {}
 
 
 def test_a_job_served_in_two_places_reads_both_target_files(tmp_path):

@@ -66,7 +66,7 @@ class Job:
 
 def jobs(config: Config) -> list[Job]:
     """The scrape jobs of the enabled exporters; refused, as a config error naming the selector, where a selector
-    is no single job="..."."""
+    is no single job="..." (files() asks only when the site set up its scrape side or every selector names one)."""
     ports = config.get("scrape", "ports")
     by_name: dict[str, list[Carried]] = {}
     problems = []
@@ -93,6 +93,10 @@ def jobs(config: Config) -> list[Job]:
         )
         for name, members in by_name.items()
     ]
+
+
+def _every_selector_names_a_job(config: Config) -> bool:
+    return all(carried.job is not None for carried in contract(config["exporters"], Sources(config)))
 
 
 def parse_nodes(text: str) -> list[Node]:
@@ -206,7 +210,9 @@ def scrape_config(config: Config, job: Job) -> dict:
 
 def files(model: Model) -> dict[str, str]:
     config = model.config
-    if not config.get("scrape", "enabled"):
+    if not config.get("scrape", "enabled") or not (config.site_sets("scrape") or _every_selector_names_a_job(config)):
+        # A site that selects its exporters by regex scrapes them its own way: without a scrape: block of its own it
+        # has asked for no scrape side, so none is generated rather than its build refused.
         return {}
     scrape_jobs = jobs(config)
     places = dict.fromkeys(place for job in scrape_jobs for place in job.places)
