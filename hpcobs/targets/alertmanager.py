@@ -165,7 +165,12 @@ TARGET = Target(
     name="Alertmanager",
     paths=(PATH, SUBTREE_PATH, templates.PATH),
     files=files,
-    checks=(Check(ending=PATH, schema="schemastore/prometheus-alertmanager.json", tool="amtool check-config"),),
+    checks=(
+        Check(ending=PATH, schema="schemastore/prometheus-alertmanager.json", tool="amtool check-config"),
+        # Rendered with amtool's example data: alertmanager.yml's check-config only parses them (and the subtree has
+        # no check of its own: tests/test_alertmanager.py merges it into a site's config and checks that).
+        Check(ending=templates.PATH, tool="amtool template render"),
+    ),
     diff="alertmanager",
     docs="output.md#alertmanager",
 )
