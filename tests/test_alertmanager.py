@@ -324,6 +324,14 @@ def test_regex_matchers_timing_and_time_intervals_reach_alertmanager(tmp_path):
             {"time_intervals": {"night": [{"location": "Mars/Olympus"}]}},
             "alertmanager.time_intervals.night[0].location: 'Mars/Olympus' is not an IANA time zone",
         ),
+        (
+            {"time_intervals": {"night": [{"times": [{"start_time": "22:00", "end_time": "06:00"}]}]}},
+            "alertmanager.time_intervals.night[0].times[0]: start_time 22:00 is not before end_time 06:00",
+        ),
+        (
+            {"time_intervals": {"summer": [{"months": ["august:june"]}]}},
+            "alertmanager.time_intervals.summer[0].months[0]: the range 'august:june' runs backwards",
+        ),
         ({"emit": "partial"}, "alertmanager.emit: 'partial' is not one of ['full', 'subtree']"),
     ],
 )

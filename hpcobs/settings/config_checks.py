@@ -387,6 +387,7 @@ def problems(doc: Any) -> list[tuple[KeyPath, str]]:
         *_metric_names(doc),
         *_receivers_defined_once(doc),
         *_routes_match_something(doc),
+        *_time_interval_ranges(doc),
         *_datasource_uids(doc),
         *_folder_uid(doc),
         *_shipped_policy_name(doc),
@@ -576,6 +577,57 @@ def _routes_match_something(doc: dict) -> Iterator[tuple[KeyPath, str]]:
                 "the route matches nothing and would catch every alert; add match: {label: value}, "
                 "match_re: {label: regex} or matchers: ['label=~\"regex\"']",
             )
+
+
+# What Alertmanager's time intervals order (timeinterval: a range whose start is after its end is refused).
+_WEEKDAYS = ("sunday", "monday", "tuesday", "wednesday", "thursday", "friday", "saturday")
+_MONTHS = (
+    "january",
+    "february",
+    "march",
+    "april",
+    "may",
+    "june",
+    "july",
+    "august",
+    "september",
+    "october",
+    "november",
+    "december",
+)
+_ORDERED: dict[str, Callable[[str], int]] = {
+    "weekdays": lambda part: _WEEKDAYS.index(part),
+    "months": lambda part: int(part) - 1 if part.isdigit() else _MONTHS.index(part),
+    "years": int,
+}
+
+
+def _time_interval_ranges(doc: dict) -> Iterator[tuple[KeyPath, str]]:
+    """Ranges run forwards (the schema has checked each part's spelling): a time of day ends after it starts, a
+    `start:end` range of weekdays, months or years starts first. A window over midnight or New Year is two items."""
+    intervals = _get(doc, "alertmanager", "time_intervals")
+    for name, specs in intervals.items() if isinstance(intervals, dict) else []:
+        for index, spec in enumerate(specs if isinstance(specs, list) else []):
+            where = ["alertmanager", "time_intervals", name, index]
+            for position, times in enumerate(spec.get("times", []) if isinstance(spec, dict) else []):
+                start, end = (times.get(k) if isinstance(times, dict) else None for k in ("start_time", "end_time"))
+                if isinstance(start, str) and isinstance(end, str) and start >= end:
+                    yield (
+                        [*where, "times", position],
+                        f"start_time {start} is not before end_time {end}; split a window over midnight in two "
+                        "(e.g. 22:00-24:00 and 00:00-06:00)",
+                    )
+            for key, order in _ORDERED.items():
+                for position, text in enumerate(spec.get(key, []) if isinstance(spec, dict) else []):
+                    try:
+                        first, last = (order(part) for part in str(text).split(":"))
+                    except ValueError:
+                        continue  # one value, or a spelling the schema refuses
+                    if first > last:
+                        yield (
+                            [*where, key, position],
+                            f"the range {text!r} runs backwards; write it start:end in order",
+                        )
 
 
 def _time_intervals_referred_to(doc: dict) -> Iterator[tuple[KeyPath, list[KeyPath], str]]:
