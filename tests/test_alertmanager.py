@@ -1,7 +1,9 @@
 """Alertmanager config: SchemaStore shape, amtool check-config, a routing table through amtool, and inhibitions
 that name real alerts and labels they carry (tests/live/test_alertmanager_live.py proves them in Alertmanager)."""
 
+import copy
 import re
+from pathlib import Path
 
 import pytest
 import yaml
@@ -184,3 +186,254 @@ def test_inhibitions_name_real_alerts_that_carry_the_equal_labels(generated, con
             assert name in carried, f"{name} in {rule} is not a generated alert"
         for name in sources + (targets if selected else []):
             assert set(rule["equal"]) <= carried[name], f"{name} lacks {set(rule['equal']) - carried[name]} of {rule}"
+
+
+# --- Notification templates, site routes and time intervals, the subtree, every alert routed (issue 27) ----------
+
+TEMPLATES = "alertmanager/templates/hpcobs.tmpl"
+SUBTREE = "alertmanager/hpcobs-subtree.yml"
+
+
+def site_build(tmp_path, alertmanager: dict) -> tuple[dict[str, str], Path]:
+    """Build with a site file setting these alertmanager keys; the files and the out/ they are written to."""
+    site = tmp_path / "site.yaml"
+    site.write_text(yaml.safe_dump({"alertmanager": alertmanager}))
+    files = pipeline.generate(config_module.load(site))
+    outdir.write_tree(tmp_path / "out", files)
+    return files, tmp_path / "out"
+
+
+def site_errors(tmp_path, alertmanager: dict) -> list[str]:
+    site = tmp_path / "site.yaml"
+    site.write_text(yaml.safe_dump({"alertmanager": alertmanager}))
+    with pytest.raises(UserError) as caught:
+        config_module.load(site)
+    return caught.value.lines
+
+
+def test_every_receiver_notifies_with_the_shipped_templates(generated):
+    """Slack, PagerDuty and e-mail show the shipped templates' title and list; alertmanager.yml loads the file the
+    build ships next to it (a relative path: Alertmanager resolves it from the config file's directory)."""
+    config = yaml.safe_load(generated[AM])
+    assert config["templates"] == ["templates/hpcobs.tmpl"] and TEMPLATES in generated
+    kinds = {"slack_configs": ("title", "text"), "pagerduty_configs": ("description",), "email_configs": ("html",)}
+    for receiver in config["receivers"]:
+        for kind, fields in kinds.items():
+            for block in receiver.get(kind, []):
+                for field in fields:
+                    assert block[field].startswith('{{ template "hpcobs.'), (receiver["name"], field)
+    defined = set(re.findall(r'define "([^"]+)"', generated[TEMPLATES]))
+    used = set(re.findall(r'template "([^"]+)"', generated[AM] + generated[TEMPLATES]))
+    assert used <= defined
+
+
+def test_the_templates_dir_and_the_sites_templates_are_loaded(tmp_path):
+    files, _ = site_build(tmp_path, {"templates_dir": "/etc/alertmanager/templates", "templates": ["/srv/am/*.tmpl"]})
+    assert yaml.safe_load(files[AM])["templates"] == ["/etc/alertmanager/templates/hpcobs.tmpl", "/srv/am/*.tmpl"]
+
+
+RICH_SITE = {
+    "time_intervals": {
+        "maintenance": [{"weekdays": ["saturday"], "times": [{"start_time": "02:00", "end_time": "06:00"}]}],
+        "working-hours": [
+            {
+                "weekdays": ["monday:friday"],
+                "times": [{"start_time": "08:00", "end_time": "18:00"}],
+                "location": "Europe/Berlin",
+            }
+        ],
+    },
+    "routes": [
+        {
+            "receiver": "gpu-ops-pager",
+            "match": {"team": "gpu-ops"},
+            "match_re": {"node": "gpu0[0-4].*"},
+            "matchers": ['severity!="info"'],
+            "continue": True,
+            "group_wait": "10s",
+            "repeat_interval": "1h",
+            "mute_time_intervals": ["maintenance"],
+        },
+        {
+            "receiver": "gpu-ops",
+            "match_re": {"team": "gpu-ops|ml-platform"},
+            "group_by": ["cluster", "alertname"],
+            "group_interval": "10m",
+            "active_time_intervals": ["working-hours"],
+        },
+        *(
+            {"receiver": "default", "match": {"team": team.value}}
+            for team in Team
+            if team not in (Team.NONE, Team.GPU_OPS, Team.ML_PLATFORM)
+        ),
+    ],
+}
+
+
+def test_regex_matchers_timing_and_time_intervals_reach_alertmanager(tmp_path):
+    files, out = site_build(tmp_path, RICH_SITE)
+    assert tools.check_config(out / AM).ok
+    config = yaml.safe_load(files[AM])
+    first, second = config["route"]["routes"][1:3]
+    assert first["matchers"] == ['team="gpu-ops"', 'node=~"gpu0[0-4].*"', 'severity!="info"']
+    assert (first["group_wait"], first["repeat_interval"]) == ("10s", "1h")
+    assert first["mute_time_intervals"] == ["maintenance"]
+    assert (second["group_interval"], second["active_time_intervals"]) == ("10m", ["working-hours"])
+    assert [interval["name"] for interval in config["time_intervals"]] == ["maintenance", "working-hours"]
+    node = {"alertname": "GpuFellOffBus", "team": "gpu-ops", "severity": "critical"}
+    assert tools.routes_test(out / AM, {**node, "node": "gpu03b"}, ["gpu-ops-pager", "gpu-ops"]).ok
+    assert tools.routes_test(out / AM, {**node, "node": "gpu05"}, ["gpu-ops"]).ok
+
+
+@pytest.mark.parametrize(
+    "change, error",
+    [
+        (
+            {
+                "routes": [
+                    {"receiver": "default", "match": {"team": "gpu-ops"}, "mute_time_intervals": ["maintenence"]}
+                ],
+                "time_intervals": {"maintenance": [{"weekdays": ["saturday"]}]},
+            },
+            "alertmanager.routes[0].mute_time_intervals[0]: time interval 'maintenence' is not defined; did you mean "
+            "'maintenance'?",
+        ),
+        (
+            {"routes": [{"receiver": "default", "match_re": {"node": "gpu(?=0)"}}]},
+            "alertmanager.routes[0].match_re.node",
+        ),
+        (
+            {"routes": [{"receiver": "default", "matchers": ['node=~"a", team="b"']}]},
+            'alertmanager.routes[0].matchers[0]: \'node=~"a", team="b"\' is 2 matchers; write one per item',
+        ),
+        (
+            {"routes": [{"receiver": "default", "match": {"team": "x"}, "group_wait": "soon"}]},
+            "alertmanager.routes[0].group_wait",
+        ),
+        ({"routes": [{"receiver": "default"}]}, "alertmanager.routes[0]: the route matches nothing"),
+        (
+            {"time_intervals": {"night": [{"weekdays": ["Saturday"]}]}},
+            "alertmanager.time_intervals.night[0].weekdays[0]: 'Saturday' is not a weekday or a range of them in lower "
+            "case",
+        ),
+        (
+            {"time_intervals": {"night": [{"times": [{"start_time": "22:00", "end_time": "25:00"}]}]}},
+            "alertmanager.time_intervals.night[0].times[0].end_time: '25:00' is not a time of day HH:MM",
+        ),
+        (
+            {"time_intervals": {"night": [{"location": "Mars/Olympus"}]}},
+            "alertmanager.time_intervals.night[0].location: 'Mars/Olympus' is not an IANA time zone",
+        ),
+        (
+            {"time_intervals": {"night": [{"times": [{"start_time": "22:00", "end_time": "06:00"}]}]}},
+            "alertmanager.time_intervals.night[0].times[0]: start_time 22:00 is not before end_time 06:00",
+        ),
+        (
+            {"time_intervals": {"summer": [{"months": ["august:june"]}]}},
+            "alertmanager.time_intervals.summer[0].months[0]: the range 'august:june' runs backwards",
+        ),
+        ({"emit": "partial"}, "alertmanager.emit: 'partial' is not one of ['full', 'subtree']"),
+    ],
+)
+def test_routes_and_time_intervals_are_validated(tmp_path, change, error):
+    lines = site_errors(tmp_path, change)
+    assert len(lines) == 1 and error in lines[0], lines
+
+
+def test_a_team_routed_by_regex_counts_as_routed(tmp_path):
+    """unrouted_teams reads match_re and matchers too: no team of RICH_SITE is reported unrouted."""
+    files, _ = site_build(tmp_path, RICH_SITE)
+    assert AM in files
+    missing = {**RICH_SITE, "routes": RICH_SITE["routes"][:1] + RICH_SITE["routes"][2:]}
+    assert any("no route for team 'ml-platform'" in line for line in build_errors(tmp_path, missing))
+
+
+def build_errors(tmp_path, alertmanager: dict) -> list[str]:
+    with pytest.raises(UserError) as caught:
+        site_build(tmp_path, alertmanager)
+    return caught.value.lines
+
+
+# A site's own Alertmanager config, as a site has it before adopting hpcobs: its own receivers and routes.
+SITE_ALERTMANAGER = {
+    "route": {
+        "receiver": "site-default",
+        "group_by": ["alertname"],
+        "routes": [{"receiver": "site-dba", "matchers": ['team="databases"']}],
+    },
+    "receivers": [{"name": "site-default"}, {"name": "site-dba"}],
+}
+
+
+def merge_subtree(site: dict, subtree: dict) -> dict:
+    """What docs/output.md#alertmanager tells a site to do: hpcobs's route first under the root route, the rest
+    appended to the site's lists."""
+    merged = copy.deepcopy(site)
+    merged["route"]["routes"].insert(0, subtree["route"])
+    for key in ("receivers", "inhibit_rules", "time_intervals", "templates"):
+        merged[key] = merged.get(key, []) + subtree.get(key, [])
+    return merged
+
+
+def test_the_subtree_merges_under_a_sites_own_config(tmp_path):
+    files, out = site_build(tmp_path, {"emit": "subtree"})
+    assert AM not in files and SUBTREE in files
+    merged = out / "alertmanager" / "merged.yml"
+    merged.write_text(yaml.safe_dump(merge_subtree(SITE_ALERTMANAGER, yaml.safe_load(files[SUBTREE]))))
+    result = tools.check_config(merged)
+    assert result.ok and "1 templates" in result.output, result.output
+    gpu = {"alertname": "GpuFellOffBus", "team": "gpu-ops", "severity": "critical", "cluster": "c", "node": "n"}
+    assert tools.routes_test(merged, gpu, ["gpu-ops-pager", "gpu-ops"]).ok
+    assert tools.routes_test(merged, {"alertname": "SlurmNodesDown", "team": "slurm-admins"}, ["slurm-admins"]).ok
+    assert tools.routes_test(merged, {"alertname": "PostgresDown", "team": "databases"}, ["site-dba"]).ok
+    assert tools.routes_test(merged, {"alertname": "DiskFull", "team": "web"}, ["site-default"]).ok
+
+
+@pytest.fixture(scope="module")
+def produced(generated) -> list[dict[str, str]]:
+    """Every alert the Prometheus and Loki rules produce, as the labels routes read: its name and the rule's labels
+    (team and severity; fixed when the rules are built, never a template)."""
+    found = []
+    for path, text in generated.items():
+        if path.startswith(("prometheus/rules/", "loki/rules/")):
+            for group in yaml.load(text, Loader=yaml.CSafeLoader)["groups"]:
+                found += [{"alertname": r["alert"], **r.get("labels", {})} for r in group["rules"] if "alert" in r]
+    assert not [labels for labels in found if "{{" in str(labels)]
+    return found
+
+
+FELL_THROUGH = "unrouted-sentinel"
+
+
+def fallen_through(am_text: str, tmp_path: Path, alerts: list[dict[str, str]]) -> list[dict[str, str]]:
+    """The alerts no route of the config takes: its root receiver replaced by a sentinel (so a route the site
+    points at the default receiver on purpose still counts as a route). Routing reads only the labels the routes'
+    matchers name, so amtool routes each distinct set of those once (a dozen runs, not one per alert)."""
+    config = yaml.safe_load(am_text)
+    config["route"]["receiver"] = FELL_THROUGH
+    config["receivers"].append({"name": FELL_THROUGH})
+    config.pop("templates")
+    probe = tmp_path / "probe.yml"
+    probe.write_text(yaml.safe_dump(config))
+    read = {re.match(r"\w+", m)[0] for route in config["route"]["routes"] for m in route["matchers"]}
+    projected = {alert: tuple((k, v) for k, v in alert if k in read) for alert in map(key, alerts)}
+    distinct = sorted(set(projected.values()))
+    with tools.pool() as pool:
+        fell = dict(zip(distinct, pool.map(lambda s: tools.routes_test(probe, dict(s), [FELL_THROUGH]).ok, distinct)))
+    return [dict(alert) for alert, routed_by in projected.items() if fell[routed_by]]
+
+
+def key(labels: dict[str, str]) -> tuple[tuple[str, str], ...]:
+    return tuple(sorted(labels.items()))
+
+
+def test_every_alert_the_rules_produce_reaches_a_teams_route(generated, produced, tmp_path):
+    assert {"alertname": "SlurmJobEnded", "severity": "info", "team": "none"} in produced
+    assert fallen_through(generated[AM], tmp_path, produced) == []
+
+
+def test_an_alert_whose_team_lost_its_route_is_reported(generated, produced, tmp_path):
+    config = yaml.safe_load(generated[AM])
+    config["route"]["routes"] = [r for r in config["route"]["routes"] if r["receiver"] != "network"]
+    fell = fallen_through(yaml.safe_dump(config), tmp_path, produced)
+    assert fell and {a["team"] for a in fell} == {"network"}

@@ -153,6 +153,18 @@ def config_check(file: Path | str, cwd: Path | None = None) -> Command:
     return Command(AMTOOL, ("check-config",), (name,), cwd, None if templates is None else (name, *templates))
 
 
+def template_render(file: Path | str, cwd: Path | None = None) -> Command:
+    """amtool template render executes every template the file defines with amtool's example notification data:
+    a parse error, an unknown function or a wrong argument fails it (check-config only parses)."""
+    name = str(file)
+    try:
+        defined = re.findall(r'{{-? *define "([^"]+)"', Path(cwd or ".", name).read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError):
+        defined = []
+    text = "".join(f'{{{{ template "{template}" . }}}}' for template in defined)
+    return Command(AMTOOL, ("template", "render"), (f"--template.glob={name}", f"--template.text={text}"), cwd, (name,))
+
+
 def _yaml(cwd: Path | None, name: str):
     try:
         return load_yaml(Path(cwd or ".", name).read_text(encoding="utf-8"))

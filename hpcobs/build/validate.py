@@ -118,6 +118,7 @@ _TOOLS: dict[Tool, Callable[..., tools.Command]] = {
     "promtool test rules": tools.rules_test,
     "promtool check config": tools.prometheus_config_check,
     "amtool check-config": tools.config_check,
+    "amtool template render": tools.template_render,
 }
 # Tools run on a folder at a time (a domain of rule tests): starting promtool costs about as much as a small test.
 _PER_FOLDER: set[Tool] = {"promtool test rules"}

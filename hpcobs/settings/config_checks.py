@@ -2,10 +2,11 @@
 
 FORMATS checks single values against the grammar of the language they end up in; config/schema.json names
 the grammar of each key with `"format"` (duration, re2, label-name, promql-selector, text, path-segment,
-http-url, base-url, webhook-url, secret-file, email, email-list, host-port, host-name, hostlist; sensor-path, cidr
-and cgroup-fragment from hpcobs.security.names; dcgm-release, a dcgm-exporter family or release, from the
-catalogue). problems() checks what relates several keys or needs the catalogue, and numbers YAML can make
-non-finite; conflicts() what keys get wrong together, which the file setting any of them can fix.
+http-url, base-url, webhook-url, secret-file, email, email-list, host-port, host-name, hostlist, alert-matcher,
+template-path, time-zone; sensor-path, cidr and cgroup-fragment from hpcobs.security.names; dcgm-release, a
+dcgm-exporter family or release, from the catalogue). problems() checks what relates several keys or needs the
+catalogue, and numbers YAML can make non-finite; conflicts() what keys get wrong together, which the file setting any
+of them can fix.
 
 Every failure reads "problem; fix" for one key path; hpcobs.settings.config names the file that set the key (for a
 conflict, the last file that sets any of its keys).
@@ -20,6 +21,7 @@ import math
 import re
 import string
 import unicodedata
+import zoneinfo
 from collections.abc import Callable, Collection, Iterator
 from typing import Any
 from urllib.parse import unquote, urlsplit
@@ -308,6 +310,59 @@ def _hostlist(text: str) -> None:
         host_name(name)
 
 
+@_format("alert-matcher")
+def _alert_matcher(text: str) -> None:
+    """One Alertmanager matcher (`node=~"gpu0[0-4].*"`), read as PromQL reads it: a label name, an operator and a
+    quoted value, a regex checked as RE2 (Alertmanager's Go regexp)."""
+    _no_control_character(text, "the matcher")
+    matchers = _alert_matchers(text)
+    if len(matchers) != 1:
+        raise ValueError(f'{text!r} is {len(matchers)} matchers; write one per item (e.g. node=~"gpu0[0-4].*")')
+    _label_name(matchers[0].label)
+    if matchers[0].op in ("=~", "!~"):
+        _re2(matchers[0].value)
+
+
+# An Alertmanager matcher may accept a missing label (severity!="info"), which PromQL refuses as a whole selector:
+# it is read beside one that cannot, then that one is dropped.
+_ANCHOR = Matcher("hpcobs_anchor", "=", "1")
+
+
+def _alert_matchers(text: str) -> tuple[Matcher, ...]:
+    try:
+        return parse_selector(f"{_ANCHOR}, {text}")[1:]
+    except ValueError as exc:
+        raise ValueError(str(exc).replace(f"{_ANCHOR}, ", "")) from None
+
+
+@_format("template-path")
+def _template_path(text: str) -> None:
+    """A template file or directory of alertmanager.yml's `templates` (a glob Alertmanager resolves relative to the
+    config file's directory when not absolute)."""
+    _text(text)
+    if text.endswith("/") and text != "/":
+        raise ValueError(f"{text!r} ends with '/'; write the path without it")
+
+
+@_format("time-zone")
+def _time_zone(text: str) -> None:
+    """A time interval's `location`: a name of the IANA database Alertmanager loads (Go's time.LoadLocation)."""
+    if text not in ("UTC", "Local"):
+        try:
+            zoneinfo.ZoneInfo(text)
+        except (ValueError, zoneinfo.ZoneInfoNotFoundError):
+            raise ValueError(f"{text!r} is not an IANA time zone; write e.g. Europe/Berlin, UTC or Local") from None
+
+
+def route_matchers(route: dict) -> list[Matcher]:
+    """A route's matchers, in the order the site wrote them: `match` (equality), `match_re` (regex), `matchers`."""
+    return [
+        *(Matcher(label, "=", value) for label, value in sorted(route.get("match", {}).items())),
+        *(Matcher(label, "=~", value) for label, value in sorted(route.get("match_re", {}).items())),
+        *(_alert_matchers(text)[0] for text in route.get("matchers", [])),
+    ]
+
+
 def _sensor_format(name: str, problem: Callable[[str], str | None]) -> None:
     """A grammar of hpcobs.security.names: site values that reach Falco conditions, Tetragon selectors and
     bpftrace arguments, checked there by the same functions."""
@@ -346,6 +401,8 @@ def problems(doc: Any) -> list[tuple[KeyPath, str]]:
         *_receivers_defined_once(doc),
         *_datasources_distinct(doc),
         *_datasources_provisioned(doc),
+        *_routes_match_something(doc),
+        *_time_interval_ranges(doc),
         *_folder_uid(doc),
         *_shipped_policy_name(doc),
         *_job_info_names_its_scrape_job(doc),
@@ -356,7 +413,12 @@ def conflicts(doc: Any) -> list[tuple[KeyPath, list[KeyPath], str]]:
     """What keys get wrong together: (key reported, the other keys, "problem; fix") each."""
     if not isinstance(doc, dict):
         return []
-    return [*_receivers_referred_to(doc), *_job_info_apart_from_job_written(doc), *_a_gpu_exporter(doc)]
+    return [
+        *_receivers_referred_to(doc),
+        *_time_intervals_referred_to(doc),
+        *_job_info_apart_from_job_written(doc),
+        *_a_gpu_exporter(doc),
+    ]
 
 
 def _non_finite_numbers(node: Any, path: KeyPath) -> Iterator[tuple[KeyPath, str]]:
@@ -511,6 +573,99 @@ def _receivers_referred_to(doc: dict) -> Iterator[tuple[KeyPath, list[KeyPath], 
             yield path, [["alertmanager", "receivers"]], f"receiver {name!r} is not defined; {hint}"
 
 
+_ROUTE_MATCHES = ("match", "match_re", "matchers")
+_INTERVAL_REFERENCES = ("mute_time_intervals", "active_time_intervals")
+
+
+def _routes(doc: dict) -> list[tuple[int, dict]]:
+    routes = _get(doc, "alertmanager", "routes")
+    return [(index, r) for index, r in enumerate(routes if isinstance(routes, list) else []) if isinstance(r, dict)]
+
+
+def _routes_match_something(doc: dict) -> Iterator[tuple[KeyPath, str]]:
+    """A route without matchers would catch every alert and end the list there."""
+    for index, route in _routes(doc):
+        if not any(route.get(key) for key in _ROUTE_MATCHES):
+            yield (
+                ["alertmanager", "routes", index],
+                "the route matches nothing and would catch every alert; add match: {label: value}, "
+                "match_re: {label: regex} or matchers: ['label=~\"regex\"']",
+            )
+
+
+# What Alertmanager's time intervals order (timeinterval: a range whose start is after its end is refused).
+_WEEKDAYS = ("sunday", "monday", "tuesday", "wednesday", "thursday", "friday", "saturday")
+_MONTHS = (
+    "january",
+    "february",
+    "march",
+    "april",
+    "may",
+    "june",
+    "july",
+    "august",
+    "september",
+    "october",
+    "november",
+    "december",
+)
+_ORDERED: dict[str, Callable[[str], int]] = {
+    "weekdays": lambda part: _WEEKDAYS.index(part),
+    "months": lambda part: int(part) - 1 if part.isdigit() else _MONTHS.index(part),
+    "years": int,
+}
+
+
+def _time_interval_ranges(doc: dict) -> Iterator[tuple[KeyPath, str]]:
+    """Ranges run forwards (the schema has checked each part's spelling): a time of day ends after it starts, a
+    `start:end` range of weekdays, months or years starts first. A window over midnight or New Year is two items."""
+    intervals = _get(doc, "alertmanager", "time_intervals")
+    for name, specs in intervals.items() if isinstance(intervals, dict) else []:
+        for index, spec in enumerate(specs if isinstance(specs, list) else []):
+            where = ["alertmanager", "time_intervals", name, index]
+            for position, times in enumerate(spec.get("times", []) if isinstance(spec, dict) else []):
+                start, end = (times.get(k) if isinstance(times, dict) else None for k in ("start_time", "end_time"))
+                if isinstance(start, str) and isinstance(end, str) and start >= end:
+                    yield (
+                        [*where, "times", position],
+                        f"start_time {start} is not before end_time {end}; split a window over midnight in two "
+                        "(e.g. 22:00-24:00 and 00:00-06:00)",
+                    )
+            for key, order in _ORDERED.items():
+                for position, text in enumerate(spec.get(key, []) if isinstance(spec, dict) else []):
+                    try:
+                        first, last = (order(part) for part in str(text).split(":"))
+                    except ValueError:
+                        continue  # one value, or a spelling the schema refuses
+                    if first > last:
+                        yield (
+                            [*where, key, position],
+                            f"the range {text!r} runs backwards; write it start:end in order",
+                        )
+
+
+def _time_intervals_referred_to(doc: dict) -> Iterator[tuple[KeyPath, list[KeyPath], str]]:
+    """A route mutes or activates itself only by intervals alertmanager.time_intervals defines."""
+    defined = _get(doc, "alertmanager", "time_intervals")
+    defined = sorted(defined) if isinstance(defined, dict) else []
+    for index, route in _routes(doc):
+        for key in _INTERVAL_REFERENCES:
+            names = route.get(key)
+            for position, name in enumerate(names if isinstance(names, list) else []):
+                if isinstance(name, str) and name not in defined:
+                    guess = difflib.get_close_matches(name, defined, n=1)
+                    hint = (
+                        f"did you mean {guess[0]!r}?"
+                        if guess
+                        else f"define it under alertmanager.time_intervals ({', '.join(defined) or 'none defined'})"
+                    )
+                    yield (
+                        ["alertmanager", "routes", index, key, position],
+                        [["alertmanager", "time_intervals"]],
+                        f"time interval {name!r} is not defined; {hint}",
+                    )
+
+
 def _receiver_names(doc: dict) -> list[str] | None:
     """The receivers' names in order; None when the schema refuses the list (references cannot be judged)."""
     receivers = _get(doc, "alertmanager", "receivers")
@@ -530,9 +685,10 @@ def unrouted_teams(doc: dict, teams: Collection[str]) -> list[tuple[KeyPath, str
     routes = _get(doc, "alertmanager", "routes")
     if not isinstance(routes, list) or not routes:
         return []
-    if not all(_judgeable_route(route) for route in routes):
+    judged = [_judgeable_route(route) for route in routes]
+    if None in judged:
         return []  # the schema refuses the routes; a team's route cannot be told apart from a broken one
-    routed = {route["match"].get("team") for route in routes}
+    routed = {team for team in Team for on_team in judged if on_team and all(_selects(m, team) for m in on_team)}
     return [
         (
             ["alertmanager", "routes"],
@@ -540,24 +696,33 @@ def unrouted_teams(doc: dict, teams: Collection[str]) -> list[tuple[KeyPath, str
             f"{{receiver: ..., match: {{team: {team.value}}}}}",
         )
         for team in Team
-        if team is not Team.NONE and team.value in teams and team.value not in routed
+        if team is not Team.NONE and team.value in teams and team not in routed
     ]
 
 
-def _judgeable_route(route: Any) -> bool:
-    """A route whose match the schema accepts: a non-empty mapping of label names to text."""
-    match = route.get("match") if isinstance(route, dict) else None
-    if not isinstance(match, dict) or not match:
-        return False
+def _judgeable_route(route: Any) -> list[Matcher] | None:
+    """The route's matchers on `team` (none: the route is not a team's); None when the schema refuses the route."""
+    if not isinstance(route, dict):
+        return None
     try:
-        for label, value in match.items():
-            if not isinstance(label, str) or not isinstance(value, str):
-                return False
+        for label, value in route.get("match", {}).items():
             _label_name(label)
             _text(value)
-    except ValueError:
-        return False
-    return True
+        for label, value in route.get("match_re", {}).items():
+            _label_name(label)
+            _re2(value)
+        for text in route.get("matchers", []):
+            _alert_matcher(text)
+    except (AttributeError, TypeError, ValueError):
+        return None
+    return [m for m in route_matchers(route) if m.label == "team"]
+
+
+def _selects(matcher: Matcher, value: str) -> bool:
+    """Whether Alertmanager's matcher selects the label value (its regexes are anchored; RE2 as checked)."""
+    if matcher.op in ("=", "!="):
+        return (matcher.value == value) == (matcher.op == "=")
+    return bool(re.fullmatch(matcher.value, value)) == (matcher.op == "=~")
 
 
 def _datasources_distinct(doc: dict) -> Iterator[tuple[KeyPath, str]]:

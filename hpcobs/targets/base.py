@@ -19,7 +19,13 @@ if TYPE_CHECKING:
     from hpcobs.settings.config import Config
 
 # The tools hpcobs.build.validate runs on a file, by the name its messages give them.
-Tool = Literal["promtool check rules", "promtool test rules", "promtool check config", "amtool check-config"]
+Tool = Literal[
+    "promtool check rules",
+    "promtool test rules",
+    "promtool check config",
+    "amtool check-config",
+    "amtool template render",
+]
 # Where `build.py diff` compares a target's files (hpcobs.delivery.semantic_diff, docs/review.md): a section of
 # their own, "files" leaf by leaf, or "rule copies", counted and never read (they follow the rule files).
 DiffSection = Literal["dashboards", "rules", "alertmanager", "provisioning", "files", "rule copies"]

@@ -1,11 +1,21 @@
-"""Inhibitions proven against a real Alertmanager on loopback: post alerts, read back which are inhibited."""
+"""A real Alertmanager on loopback with the generated config and notification templates: inhibitions (post alerts,
+read back which are inhibited), and notifications (every receiver pointed at a loopback HTTP server, which records
+what Alertmanager sends: the rendered templates, and nothing from a route muted by a time interval)."""
 
+import json
+import shutil
+import threading
 import time
+import urllib.request
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import NamedTuple
 
 import pytest
+import yaml
 
-from hpcobs.proof.servers import Alertmanager
+from hpcobs.build import outdir, pipeline
+from hpcobs.proof.servers import HTTP_TIMEOUT, Alertmanager
+from hpcobs.settings import config as config_module
 
 AM = "alertmanager/alertmanager.yml"
 CLUSTER = {"cluster": "gpu-prod"}
@@ -165,23 +175,109 @@ def key(labels: dict) -> tuple:
     return tuple(sorted(labels.items()))
 
 
+class Received(ThreadingHTTPServer):
+    """A loopback HTTP server standing in for Slack, PagerDuty and the webhook: it records every POST (path, JSON)."""
+
+    def __init__(self) -> None:
+        self.posts: list[tuple[str, dict]] = []
+        received = self
+
+        class Handler(BaseHTTPRequestHandler):
+            def do_POST(self) -> None:
+                body = self.rfile.read(int(self.headers["Content-Length"]))
+                received.posts.append((self.path, json.loads(body)))
+                self.send_response(200)
+                self.end_headers()
+                self.wfile.write(b"ok")
+
+            def log_message(self, *args) -> None:
+                pass
+
+        super().__init__(("127.0.0.1", 0), Handler)
+        threading.Thread(target=self.serve_forever, daemon=True).start()
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.server_address[1]}"
+
+
+# The live config: the default site's routes, each notifying a second after its first alert, and the network team's
+# muted by a time interval that always holds (a maintenance window at "now").
+MUTED_TEAM = "network"
+ALWAYS = {"always": [{"times": [{"start_time": "00:00", "end_time": "24:00"}]}]}
+
+
+def live_site(routes: list[dict]) -> dict:
+    return {
+        "alertmanager": {
+            "time_intervals": ALWAYS,
+            "routes": [
+                {
+                    **route,
+                    "group_wait": "1s",
+                    **({"mute_time_intervals": ["always"]} if route["receiver"] == MUTED_TEAM else {}),
+                }
+                for route in routes
+            ],
+        }
+    }
+
+
+def to_loopback(config: dict, url: str, secrets) -> dict:
+    """Every integration of the generated config pointed at the loopback server, one path per receiver; the secret
+    files a deployment provides written with placeholders (PagerDuty's `url` is Alertmanager's own override)."""
+    key, token = secrets / "routing-key", secrets / "token"
+    key.write_text("0123456789abcdef0123456789abcdef")
+    token.write_text("token")
+    for receiver in config["receivers"]:
+        name = receiver["name"]
+        for block in receiver.get("slack_configs", []):
+            block["api_url_file"] = str(secrets / f"slack-{name}")
+            (secrets / f"slack-{name}").write_text(f"{url}/slack/{name}")
+        for block in receiver.get("pagerduty_configs", []):
+            block |= {"url": f"{url}/pagerduty/{name}", "routing_key_file": str(key)}
+        for block in receiver.get("webhook_configs", []):
+            block |= {"url": f"{url}/webhook/{name}"}
+            block["http_config"]["authorization"]["credentials_file"] = str(token)
+    return config
+
+
 @pytest.fixture(scope="module")
-def inhibited(generated_tree):
+def receiver():
+    server = Received()
+    yield server
+    server.shutdown()
+
+
+@pytest.fixture(scope="module")
+def server(tmp_path_factory, receiver):
+    """One Alertmanager for the module, with the generated config of live_site and its templates."""
+    root = tmp_path_factory.mktemp("alertmanager")
+    site = root / "site.yaml"
+    site.write_text(yaml.safe_dump(live_site(config_module.load().get("alertmanager", "routes"))))
+    files = pipeline.generate(config_module.load(site))
+    outdir.write_tree(root / "out", files)
+    live = root / "out" / AM
+    live.write_text(yaml.safe_dump(to_loopback(yaml.safe_load(files[AM]), receiver.url, root)))
+    shutil.rmtree(root / "out" / "prometheus")
+    started = Alertmanager(live).start()
+    yield started
+    started.stop()
+
+
+@pytest.fixture(scope="module")
+def inhibited(server):
     """{alert labels: inhibited?} for every alert of INHIBITIONS, posted together to one real Alertmanager."""
     expected = {key(a): inhibited for case in INHIBITIONS for a, inhibited in case.expected()}
-    server = Alertmanager(generated_tree / AM).start()
-    try:
-        server.post([a for case in INHIBITIONS for a, _ in case.expected()])
-        # The inhibitor sees new alerts a moment after the API does: wait until every case holds (each case's
-        # inhibited symptom proves its cause has been seen), then hand the last reading to the assertions.
-        deadline = time.monotonic() + 20
-        while True:
-            state = {key(a["labels"]): bool(a["status"]["inhibitedBy"]) for a in server.alerts()}
-            if state == expected or time.monotonic() > deadline:
-                return state
-            time.sleep(0.2)
-    finally:
-        server.stop()
+    server.post([a for case in INHIBITIONS for a, _ in case.expected()])
+    # The inhibitor sees new alerts a moment after the API does: wait until every case holds (each case's
+    # inhibited symptom proves its cause has been seen), then hand the last reading to the assertions.
+    deadline = time.monotonic() + 20
+    while True:
+        state = {key(a["labels"]): bool(a["status"]["inhibitedBy"]) for a in server.alerts()}
+        if state == expected or time.monotonic() > deadline:
+            return state
+        time.sleep(0.2)
 
 
 def test_cases_are_independent():
@@ -197,3 +293,91 @@ def test_cases_are_independent():
 @pytest.mark.parametrize("case", INHIBITIONS, ids=[case.id for case in INHIBITIONS])
 def test_inhibitions(inhibited, case):
     assert {key(a): inhibited.get(key(a)) for a, _ in case.expected()} == {key(a): want for a, want in case.expected()}
+
+
+# Notifications: alerts of a cluster of their own (no inhibition case touches it), with the annotations the rules give.
+NOTIFY = {"cluster": "notify-test"}
+
+
+def annotated(name: str, team: str, severity: str, **labels) -> dict:
+    return {
+        "labels": {"alertname": name, "team": team, "severity": severity, **NOTIFY, **labels},
+        "annotations": {
+            "summary": f"{name} summary",
+            "description": f"{name} on {labels.get('node', 'the cluster')}",
+            "runbook_url": f"https://runbooks.example.org/{name}.md",
+            "dashboard_url": f"https://grafana.example.org/d/{name}",
+        },
+    }
+
+
+NOTIFIED = [
+    annotated("GpuThermalSlowdown", "gpu-ops", "warning", node="n30", gpu="0"),
+    annotated("GpuThermalSlowdown", "gpu-ops", "warning", node="n30", gpu="1"),
+    annotated("GpuFellOffBus", "gpu-ops", "critical", node="n31", gpu="2"),
+    annotated("TrainingHang", "job-owner", "critical", hpc_job="901"),
+    annotated("IbPortNotActive", MUTED_TEAM, "critical", node="n32"),
+]
+
+
+@pytest.fixture(scope="module")
+def notifications(server, receiver):
+    """{path: [payload, ...]} of what Alertmanager sent for NOTIFIED, once the unmuted receivers all got theirs."""
+    request = urllib.request.Request(
+        server.url + "/api/v2/alerts",
+        data=json.dumps(NOTIFIED).encode(),
+        method="POST",
+        headers={"Content-Type": "application/json"},
+    )
+    urllib.request.urlopen(request, timeout=HTTP_TIMEOUT).read()
+    expected = {"/slack/gpu-ops", "/pagerduty/gpu-ops-pager", "/webhook/job-owner"}
+
+    def ours() -> dict[str, list[dict]]:
+        found: dict[str, list[dict]] = {}
+        for path, body in list(receiver.posts):
+            if NOTIFY["cluster"] in json.dumps(body):
+                found.setdefault(path, []).append(body)
+        return found
+
+    deadline = time.monotonic() + 30
+    while not expected <= set(ours()) and time.monotonic() < deadline:
+        time.sleep(0.2)
+    time.sleep(2)  # the muted route's group is due by now too (group_wait 1s): it must stay silent
+    return ours()
+
+
+@pytest.mark.live
+def test_slack_shows_the_group_and_each_alerts_summary_and_links(notifications):
+    thermal = [
+        attachment
+        for body in notifications["/slack/gpu-ops"]
+        for attachment in body["attachments"]
+        if "GpuThermalSlowdown" in attachment["title"]
+    ]
+    assert thermal, notifications["/slack/gpu-ops"]
+    assert thermal[0]["title"] == "[FIRING:2] GpuThermalSlowdown notify-test n30"
+    for gpu in ("0", "1"):  # both alerts of the group listed
+        assert f"GpuThermalSlowdown summary, node n30, GPU {gpu}\n" in thermal[0]["text"]
+    assert "Runbook: https://runbooks.example.org/GpuThermalSlowdown.md" in thermal[0]["text"]
+    assert "Dashboard: https://grafana.example.org/d/GpuThermalSlowdown" in thermal[0]["text"]
+
+
+@pytest.mark.live
+def test_pagerduty_and_the_webhook_get_the_alerts(notifications):
+    paged = notifications["/pagerduty/gpu-ops-pager"][0]
+    assert paged["payload"]["summary"] == "[FIRING:1] GpuFellOffBus notify-test n31"
+    assert "Runbook: https://runbooks.example.org/GpuFellOffBus.md" in paged["payload"]["custom_details"]["alerts"]
+    # The webhook's payload is Alertmanager's fixed JSON: every label and annotation, nothing templated.
+    hook = notifications["/webhook/job-owner"][0]
+    assert hook["alerts"][0]["annotations"]["runbook_url"] == "https://runbooks.example.org/TrainingHang.md"
+
+
+@pytest.mark.live
+def test_a_route_muted_by_a_time_interval_sends_nothing(server, notifications):
+    assert f"/slack/{MUTED_TEAM}" not in notifications
+    muted = [
+        a
+        for a in server.alerts()
+        if a["labels"]["alertname"] == "IbPortNotActive" and a["labels"] | NOTIFY == a["labels"]
+    ]
+    assert muted and muted[0]["status"]["state"] == "active"
