@@ -585,7 +585,7 @@ def _routes(doc: dict) -> list[tuple[int, dict]]:
 def _routes_match_something(doc: dict) -> Iterator[tuple[KeyPath, str]]:
     """A route without matchers would catch every alert and end the list there."""
     for index, route in _routes(doc):
-        if not any(route.get(key) for key in _ROUTE_MATCHES):
+        if not any(key in route for key in _ROUTE_MATCHES):  # an empty one the schema refuses
             yield (
                 ["alertmanager", "routes", index],
                 "the route matches nothing and would catch every alert; add match: {label: value}, "
