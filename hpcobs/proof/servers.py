@@ -238,7 +238,8 @@ class Server:
 
 class Prometheus(Server):
     """Prometheus with no scrape targets serving backfilled blocks; `rule_files` are loaded (listed by
-    /api/v1/rules) but evaluated live at wall-clock time only: history comes from `backfill_rules`.
+    /api/v1/rules) but evaluated live at wall-clock time only: history comes from `backfill_rules`. Given a
+    started `alertmanager`, its live alerts are sent there (the `alerting:` block).
 
     Prometheus loads blocks from its storage dir at start, and otherwise only on its own block reload
     (once a minute), so `add_blocks` restarts a running server to make new history visible at once.
