@@ -31,7 +31,7 @@ from pathlib import Path
 import yaml
 
 from hpcobs.authoring.context import Context
-from hpcobs.authoring.rules import Alert
+from hpcobs.authoring.rules import Alert, Group
 from hpcobs.build import pipeline, tools
 from hpcobs.errors import UserError
 from hpcobs.lang.promql import duration_seconds
@@ -70,12 +70,16 @@ def simulate_arguments(duration: str) -> list[str]:
     return ["--nodes", str(NODES), "--hours", f"{seconds / 3600:g}", "--scenario", scenarios]
 
 
-def expected_alerts(config: Config) -> set[str]:
-    """The alerts the faults fire within FIRES_WITHIN of the start, as the build writes them."""
-    alerts = [r for gs in pipeline.built_rule_groups(Context(config)).values() for g in gs for r in g.rules]
+def rule_groups(config: Config) -> list[Group]:
+    """Every rule group as the build writes it for the config."""
+    return [g for gs in pipeline.built_rule_groups(Context(config)).values() for g in gs]
+
+
+def expected_alerts(groups: list[Group]) -> set[str]:
+    """The alerts the faults fire within FIRES_WITHIN of the start."""
     return {
         a.alert
-        for a in alerts
+        for a in (r for g in groups for r in g.rules)
         if isinstance(a, Alert)
         and set(a.fired_by) & FAULTS.keys()
         and duration_seconds(a.for_ or "0s") <= duration_seconds(FIRES_WITHIN)
@@ -83,8 +87,9 @@ def expected_alerts(config: Config) -> set[str]:
 
 
 def run(config: Config, options: Options) -> int:
-    """Start, report, wait for SIGINT/SIGTERM (cli turns them into an exception) or return at once with
-    `wait=False`; the servers stop and every temp dir goes on the way out, whatever ends it."""
+    """Start, report once the alerts have settled, then follow the notifications until SIGINT/SIGTERM (cli turns
+    them into an exception), or return with `wait=False`: 0 when settled. The servers stop and every temp dir
+    goes on the way out, whatever ends it."""
     preflight(options.duration)
     rule_files = sorted((options.out / "prometheus" / "rules").glob("*.yaml"))
     alertmanager_yml = options.out / "alertmanager" / "alertmanager.yml"
@@ -98,12 +103,12 @@ def run(config: Config, options: Options) -> int:
             prometheus.load_openmetrics(scratch / HISTORY)
             prometheus.start()
             # Records over the history too, for the dashboards and for the rules that read records over a range.
-            groups = [g for gs in pipeline.built_rule_groups(Context(config)).values() for g in gs]
+            groups = rule_groups(config)
             window = sim.window
             end = window.start + window.duration - window.step
             prometheus.backfill_rules(workload.recording_layer_files(groups, scratch), window.start, end, window.step)
             _print_urls(prometheus, alertmanager, options.out)
-            expected = expected_alerts(config)
+            expected = expected_alerts(groups)
             state = _settle(prometheus, alertmanager, sink, expected)
             _print_state(state, expected)
             if not options.wait:
