@@ -1,5 +1,5 @@
 """Command line: `python build.py [build|check|diff|deploy|doctor] [--config site.yaml] [--out DIR] [--profile]`,
-and `simulate`."""
+`simulate` and `demo`."""
 
 from __future__ import annotations
 
@@ -127,6 +127,7 @@ def parser() -> argparse.ArgumentParser:
         )
     )
     _simulate_parser(sub)
+    _demo_parser(sub)
     return main
 
 
@@ -140,6 +141,25 @@ def _simulate_parser(sub) -> None:
         help="write a simulated cluster's raw series (OpenMetrics, VictoriaMetrics or promtool input)",
     )
     entry.add_argument("simulate_arguments", nargs="*")
+
+
+def _demo_parser(sub) -> None:
+    demo = sub.add_parser(
+        "demo",
+        parents=[_options(False)],
+        help="run out/'s rules and Alertmanager config on a simulated cluster, on loopback, until Ctrl-C",
+        description="Build out/ for --config if it is stale, simulate a cluster whose window ends now with a GPU "
+        "fallen off the bus, a double-bit ECC error and a straggler, and start a real Prometheus (the generated "
+        "rules, the history backfilled) and Alertmanager (the generated config, every receiver rewritten to a "
+        "loopback webhook: nothing is sent out). Prints the URLs, the alerts firing and the notifications, then "
+        "waits; Ctrl-C or SIGTERM stops both and removes their files. See docs/simulator.md.",
+    )
+    demo.add_argument("--duration", default="1h", help="history to simulate and backfill, 40m..24h (default 1h)")
+    demo.add_argument(
+        "--no-wait", action="store_true", help="exit once the alerts fired and were notified (for tests and CI)"
+    )
+    demo.add_argument("--prometheus-port", type=int, metavar="PORT", help="default: a free loopback port")
+    demo.add_argument("--alertmanager-port", type=int, metavar="PORT", help="default: a free loopback port")
 
 
 def build(args: argparse.Namespace) -> int:
@@ -239,6 +259,18 @@ def simulate(args: argparse.Namespace) -> int:
     return 0
 
 
+def demo(args: argparse.Namespace) -> int:
+    from hpcobs.proof import demo as demo_module
+
+    demo_module.preflight(args.duration)
+    config = config_module.load(args.config)
+    out = Path(args.out)
+    if outdir.differences(out, pipeline.generate(config)):
+        build(args)
+    options = demo_module.Options(out, args.duration, not args.no_wait, args.prometheus_port, args.alertmanager_port)
+    return demo_module.run(config, options)
+
+
 class _ProgressBar:
     """A one-line bar on stderr, redrawn per metric family; silent when stderr is not a terminal."""
 
@@ -309,6 +341,7 @@ def _run(name: str, args: argparse.Namespace) -> int:
             "build": build,
             "check": check,
             "simulate": simulate,
+            "demo": demo,
             "diff": review.run,
             "deploy": deploy.run,
             "doctor": doctor.run,

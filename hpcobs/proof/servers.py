@@ -272,7 +272,8 @@ class Server:
 
 class Prometheus(Server):
     """Prometheus with no scrape targets serving backfilled blocks; `rule_files` are loaded (listed by
-    /api/v1/rules) but evaluated live at wall-clock time only: history comes from `backfill_rules`.
+    /api/v1/rules) but evaluated live at wall-clock time only: history comes from `backfill_rules`. Given a
+    started `alertmanager`, its live alerts are sent there (the `alerting:` block).
 
     Prometheus loads blocks from its storage dir at start, and otherwise only on its own block reload
     (once a minute), so `add_blocks` restarts a running server to make new history visible at once.
@@ -294,9 +295,11 @@ class Prometheus(Server):
         evaluation_interval: str = "30s",
         retention: str = "10y",
         lookback_delta: str = "5m",
+        alertmanager: Alertmanager | None = None,
     ) -> None:
         super().__init__()
         self.rule_files = [Path(f).resolve() for f in rule_files]
+        self.alertmanager = alertmanager  # where live alerts are sent, if anywhere
         self.evaluation_interval = evaluation_interval
         self.retention = retention
         self.lookback_delta = lookback_delta
@@ -378,21 +381,26 @@ class Prometheus(Server):
                     out.write("# EOF\n")
                 self.load_openmetrics(openmetrics)
 
+    def alerts(self) -> list[dict]:
+        """The alerting rules' active alerts (/api/v1/alerts): labels, state (pending or firing), activeAt."""
+        self._require_running("list alerts")
+        with urllib.request.urlopen(self.url + "/api/v1/alerts", timeout=HTTP_TIMEOUT) as response:
+            return json.loads(response.read())["data"]["alerts"]
+
     def _scratch_dir(self) -> tempfile.TemporaryDirectory:
         """Inside the work dir, so blocks move into storage by rename, not copy."""
         return tempfile.TemporaryDirectory(prefix="blocks-", dir=self.workdir)
 
     def _arguments(self) -> list[str]:
         config = self.workdir / "prometheus.yml"
-        config.write_text(
-            yaml.safe_dump(
-                {
-                    "global": {"evaluation_interval": self.evaluation_interval},
-                    "rule_files": [str(f) for f in self.rule_files],
-                },
-                sort_keys=False,
-            )
-        )
+        settings: dict = {
+            "global": {"evaluation_interval": self.evaluation_interval},
+            "rule_files": [str(f) for f in self.rule_files],
+        }
+        if self.alertmanager is not None:
+            target = f"127.0.0.1:{self.alertmanager.port}"
+            settings["alerting"] = {"alertmanagers": [{"static_configs": [{"targets": [target]}]}]}
+        config.write_text(yaml.safe_dump(settings, sort_keys=False))
         return [
             f"--config.file={config}",
             f"--storage.tsdb.path={self.storage_dir}",
