@@ -91,7 +91,8 @@ def test_the_site_files_nodes_reach_every_per_node_job_and_the_controller_the_sl
     config = site(
         tmp_path,
         'cluster: {name: "a$1b"}\n'
-        "scrape: {nodes: [gpu003, 'gpu[001-002]'], nodes_file: lists/nodes.txt, controller: slurmctld}\n",
+        "scrape: {nodes: [gpu003, 'gpu[001-002]'], nodes_file: lists/nodes.txt, controller: slurmctld,\n"
+        "         alertmanagers: ['am1.example.org:9093', 'am2.example.org:9093']}\n",
     )
     files = scrape_files(config)
     dcgm = json.loads(files["prometheus/scrape/targets/dcgm.json"])
@@ -102,6 +103,11 @@ def test_the_site_files_nodes_reach_every_per_node_job_and_the_controller_the_sl
     jobs = load_yaml(files["prometheus/scrape/scrape_configs.yml"])["scrape_configs"]
     # The cluster name is written as is: relabelling would expand $1.
     assert {str(job["relabel_configs"]) for job in jobs} == {str([{"replacement": "a$$1b", "target_label": "cluster"}])}
+    # The complete prometheus.yml sends its alerts to the site's Alertmanagers.
+    alerting = load_yaml(files["prometheus/scrape/prometheus.yml"])["alerting"]
+    assert alerting == {
+        "alertmanagers": [{"static_configs": [{"targets": ["am1.example.org:9093", "am2.example.org:9093"]}]}]
+    }
 
 
 def test_the_default_build_lists_no_invented_node():

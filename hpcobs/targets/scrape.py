@@ -222,6 +222,7 @@ def files(model: Model) -> dict[str, str]:
     configs = [scrape_config(config, job) for job in scrape_jobs]
     prometheus = {
         "global": {"scrape_interval": config["scrape_interval"], "evaluation_interval": config["evaluation_interval"]},
+        "alerting": {"alertmanagers": [{"static_configs": [{"targets": list(config.get("scrape", "alertmanagers"))}]}]},
         "rule_files": [posixpath.join(posixpath.relpath(RULES_DIR, SCRAPE_DIR), "*.rules.yaml")],
         "scrape_configs": configs,
     }
