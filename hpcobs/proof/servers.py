@@ -273,7 +273,8 @@ class Server:
 class Prometheus(Server):
     """Prometheus with no scrape targets serving backfilled blocks; `rule_files` are loaded (listed by
     /api/v1/rules) but evaluated live at wall-clock time only: history comes from `backfill_rules`. Given a
-    started `alertmanager`, its live alerts are sent there (the `alerting:` block).
+    started `alertmanager`, its live alerts are sent there (the `alerting:` block). Given a `config_file`, it runs on
+    that prometheus.yml instead (out/prometheus/scrape/'s, a site's), scrape jobs and all.
 
     Prometheus loads blocks from its storage dir at start, and otherwise only on its own block reload
     (once a minute), so `add_blocks` restarts a running server to make new history visible at once.
@@ -296,8 +297,10 @@ class Prometheus(Server):
         retention: str = "10y",
         lookback_delta: str = "5m",
         alertmanager: Alertmanager | None = None,
+        config_file: Path | None = None,
     ) -> None:
         super().__init__()
+        self.config_file = config_file
         self.rule_files = [Path(f).resolve() for f in rule_files]
         self.alertmanager = alertmanager  # where live alerts are sent, if anywhere
         self.evaluation_interval = evaluation_interval
@@ -392,6 +395,16 @@ class Prometheus(Server):
         return tempfile.TemporaryDirectory(prefix="blocks-", dir=self.workdir)
 
     def _arguments(self) -> list[str]:
+        return [
+            f"--config.file={self.config_file or self._own_config()}",
+            f"--storage.tsdb.path={self.storage_dir}",
+            f"--web.listen-address=127.0.0.1:{self.port}",
+            f"--storage.tsdb.retention.time={self.retention}",
+            f"--query.lookback-delta={self.lookback_delta}",
+            "--web.enable-admin-api",
+        ]
+
+    def _own_config(self) -> Path:
         config = self.workdir / "prometheus.yml"
         settings: dict = {
             "global": {"evaluation_interval": self.evaluation_interval},
@@ -401,14 +414,7 @@ class Prometheus(Server):
             target = f"127.0.0.1:{self.alertmanager.port}"
             settings["alerting"] = {"alertmanagers": [{"static_configs": [{"targets": [target]}]}]}
         config.write_text(yaml.safe_dump(settings, sort_keys=False))
-        return [
-            f"--config.file={config}",
-            f"--storage.tsdb.path={self.storage_dir}",
-            f"--web.listen-address=127.0.0.1:{self.port}",
-            f"--storage.tsdb.retention.time={self.retention}",
-            f"--query.lookback-delta={self.lookback_delta}",
-            "--web.enable-admin-api",
-        ]
+        return config
 
     def _query(self, path: str, params: dict) -> tuple[dict, QueryCost]:
         return super()._query(path, {**params, "stats": "all"})

@@ -60,17 +60,6 @@ def exposition_prefix(name: str, labels: dict[str, str]) -> str:
     return f"{name}{{{text}}}"
 
 
-class GeneratedPrometheus(Prometheus):
-    """Prometheus started on the generated prometheus.yml instead of the test servers' own."""
-
-    def __init__(self, config_file: Path) -> None:
-        super().__init__()
-        self.config_file = config_file
-
-    def _arguments(self) -> list[str]:
-        return [f"--config.file={self.config_file}", *super()._arguments()[1:]]
-
-
 def busiest_step(sim: Simulation, room: int) -> int:
     """The scrape of the window with the most running jobs, leaving `room` scrapes after it."""
     window = sim.window
@@ -156,7 +145,7 @@ def collected(tmp_path_factory):
         for group in groups["groups"]:
             group["interval"] = FAST
         rules.write_text(yaml.safe_dump(groups))
-    prometheus = GeneratedPrometheus(prometheus_yml)
+    prometheus = Prometheus(config_file=prometheus_yml)
     with stack:
         stack.callback(shutil.rmtree, folder / "textfiles", ignore_errors=True)
         for process in processes:
