@@ -6,12 +6,17 @@ simulation), backfill it into a real Prometheus that loads out/'s rule files and
 which runs out/'s config with every notifying receiver rewritten to a webhook sink in this process: nothing
 leaves the machine (no Slack, PagerDuty or SMTP), and notifications can be counted.
 
+The cluster lives on past the start: it is simulated LIVE beyond now, the past is backfilled, and the rest is
+served at its time by loopback stand-ins of the exporters (servers.StandIn) that Prometheus scrapes through out/'s
+generated scrape jobs (out/prometheus/scrape/prometheus.yml: job names, relabelling, interval), only each target
+moved to loopback with its `instance` kept, and listed in the job's file_sd file while the simulation has it (a
+training job's exporter exists only while the job runs). So the series never go stale and the faults stay firing
+for as long as the demo runs, or as the scenario says: GpuFellOffBus's GPU stops reporting as dcgm-exporter's does.
+
 Alerts reach Alertmanager only from live evaluation, so an alert shows after its `for:` (and the route's
-`group_wait`) has passed from the start: promtool's rule backfill writes no ALERTS_FOR_STATE, and Prometheus
-restores `for:` state only for rules whose `for:` is at least `--rules.alert.for-grace-period` (docs/simulator.md,
-"Try it locally"). The faults' alerts with a `for:` of at most FIRES_WITHIN are the ones the demo waits for.
-Nothing is scraped: the window's last samples stay visible for Prometheus's lookback (5 minutes), then every
-series goes stale and the alerts resolve.
+`group_wait`) has passed from the start: promtool's rule backfill writes no ALERTS_FOR_STATE (docs/simulator.md,
+"Try it locally"). The demo settles at the first notification, once the faults' alerts that fire on the first
+evaluation (no `for:`) are firing; the others follow as notifications.
 """
 
 from __future__ import annotations
@@ -21,10 +26,11 @@ import shutil
 import tempfile
 import threading
 import time
-from collections import Counter
+from collections import Counter, defaultdict
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
+from datetime import UTC, datetime
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
@@ -36,8 +42,11 @@ from hpcobs.build import pipeline, tools
 from hpcobs.errors import UserError
 from hpcobs.lang.promql import duration_seconds
 from hpcobs.proof import servers, workload
-from hpcobs.proof.simulate import Simulation, arguments, write
+from hpcobs.proof.simulate import UP, Simulation, arguments
+from hpcobs.proof.simulate.core import Family, Window
+from hpcobs.proof.simulate.formats import write_openmetrics
 from hpcobs.settings.config import Config
+from hpcobs.targets import scrape
 
 # The simulated cluster: `simulate` arguments, the faults' starts counted back from the window's end. A double-bit
 # ECC error (Xid 48, row remap pending, health FAIL) and a GPU that fell off the bus fire within a minute or two of
@@ -48,8 +57,9 @@ NODES = 4
 FAULTS = {"xid79": "1m", "dbe": "10m", "straggler": "30m"}
 MIN_DURATION = "40m"  # the straggler's start, plus the ten minutes of history before it
 MAX_DURATION = "24h"
-FIRES_WITHIN = "1m"  # an alert with a longer `for:` does not fire before the window leaves the lookback
-SETTLE_TIMEOUT = 240.0  # `for: 1m` fires within 90 s of the first evaluation; the routes' group_wait is 30 s
+LIVE = "4h"  # simulated past the start and served live; after it every target repeats its last scrape
+FIRES_WITHIN = "0s"  # the alerts settling waits for: those firing on the first evaluation
+SETTLE_TIMEOUT = 120.0  # the first evaluation comes within 30 s of the start; the routes' group_wait is 30 s
 POLL = 2.0
 HISTORY = "cluster.om"
 
@@ -76,7 +86,7 @@ def rule_groups(config: Config) -> list[Group]:
 
 
 def expected_alerts(groups: list[Group]) -> set[str]:
-    """The alerts the faults fire within FIRES_WITHIN of the start."""
+    """The alerts the faults fire within FIRES_WITHIN of the start: on the first evaluation."""
     return {
         a.alert
         for a in (r for g in groups for r in g.rules)
@@ -95,29 +105,31 @@ def run(config: Config, options: Options) -> int:
     alertmanager_yml = options.out / "alertmanager" / "alertmanager.yml"
     with _scratch() as scratch, _Sink() as sink:
         alertmanager = servers.Alertmanager(_loopback_config(alertmanager_yml, sink, scratch))
-        prometheus = servers.Prometheus(rule_files, alertmanager=alertmanager)
-        prometheus.port, alertmanager.port = options.prometheus_port, options.alertmanager_port
-        try:
-            sim = _simulate(config, options.duration, scratch)
-            alertmanager.start()
-            prometheus.load_openmetrics(scratch / HISTORY)
-            prometheus.start()
-            # Records over the history too, for the dashboards and for the rules that read records over a range.
-            groups = rule_groups(config)
-            window = sim.window
-            end = window.start + window.duration - window.step
-            prometheus.backfill_rules(workload.recording_layer_files(groups, scratch), window.start, end, window.step)
-            _print_urls(prometheus, alertmanager, options.out)
-            expected = expected_alerts(groups)
-            state = _settle(prometheus, alertmanager, sink, expected)
-            _print_state(state, expected)
-            if not options.wait:
-                return 0 if state.settled else 1
-            print("Ctrl-C stops both servers and removes their files. Notifications as they come:", flush=True)
-            _follow(sink, state.notified)
-        finally:
-            prometheus.stop()
-            alertmanager.stop()
+        past, live = _simulate(config, options.duration)
+        with _Exporters(live, scratch) as exporters:
+            scrape_configs = exporters.scrape_configs(options.out / scrape.PROMETHEUS_YML)
+            prometheus = servers.Prometheus(rule_files, alertmanager=alertmanager, scrape_configs=scrape_configs)
+            prometheus.port, alertmanager.port = options.prometheus_port, options.alertmanager_port
+            try:
+                _write_history(past, live, scratch / HISTORY)
+                alertmanager.start()
+                prometheus.load_openmetrics(scratch / HISTORY)
+                prometheus.start()
+                # Records over the history too, for the dashboards and for the rules that read records over a range.
+                groups = rule_groups(config)
+                end = past.start + past.duration - past.step
+                prometheus.backfill_rules(workload.recording_layer_files(groups, scratch), past.start, end, past.step)
+                _print_urls(prometheus, alertmanager, options.out)
+                expected = expected_alerts(groups)
+                state = _settle(prometheus, alertmanager, sink, expected, config.get("cluster", "label"))
+                _print_state(state, expected)
+                if not options.wait:
+                    return 0 if state.settled else 1
+                print("Ctrl-C stops both servers and removes their files. Notifications as they come:", flush=True)
+                _follow(sink, state.notified)
+            finally:
+                prometheus.stop()
+                alertmanager.stop()
     return 0
 
 
@@ -144,16 +156,97 @@ def _scratch() -> Iterator[Path]:
         shutil.rmtree(folder, ignore_errors=True)
 
 
-def _simulate(config: Config, duration: str, folder: Path) -> Simulation:
-    """The cluster, written to HISTORY as `simulate` writes it with the demo's arguments: its window ends at the
-    last whole scrape."""
-    history = folder / HISTORY
-    argv = [*simulate_arguments(duration), "--out", str(history)]
+def _simulate(config: Config, duration: str) -> tuple[Window, Simulation]:
+    """The cluster of `simulate`'s demo arguments (its window ends at the last whole scrape before now), simulated
+    on for LIVE: the window to backfill, and the whole simulation."""
+    argv = [*simulate_arguments(duration), "--out", "-"]  # checked() wants an output; the demo writes its own
     request = arguments.checked(arguments.parser("build.py demo").parse_args(argv))
-    sim = arguments.simulation(request, config)
-    with open(history, "w", encoding="utf-8") as out:
-        write(sim, "openmetrics", out)
-    return sim
+    step = duration_seconds(config["scrape_interval"])
+    start = arguments.window_start(request, step, datetime.now(UTC))
+    hours = request.hours + duration_seconds(LIVE) / 3600
+    sim = Simulation(config, nodes=request.nodes, hours=hours, scenarios=request.specs, seed=request.seed, start=start)
+    return Window(sim.window.start, step, round(request.hours * 3600 / step)), sim
+
+
+def _write_history(past: Window, sim: Simulation, path: Path) -> None:
+    """The simulation's samples within `past`, in OpenMetrics for promtool."""
+    families = (
+        Family(f.name, f.type, f.help, ((labels, values[: past.steps]) for labels, values in f.series))
+        for f in sim.families()
+    )
+    with open(path, "w", encoding="utf-8") as out:
+        write_openmetrics(families, out, past)
+
+
+class _Exporters:
+    """The simulated exporters from now on: one StandIn serving each target at /<job>/<instance> the sample of the
+    current scrape, and a file_sd file per job listing the targets the simulation has at that scrape (rewritten
+    each scrape when the list changes; Prometheus watches the files)."""
+
+    def __init__(self, sim: Simulation, folder: Path) -> None:
+        self.window, self.folder = sim.window, folder
+        self.cluster = sim.cluster_label
+        series: dict[str, list[tuple[str, list]]] = defaultdict(list)
+        self.up: dict[tuple[str, str], list] = {}
+        for family in sim.families():
+            for labels, values in family.series:
+                target = (labels["job"], labels["instance"])
+                if family.name == UP:
+                    self.up[target] = values
+                else:
+                    own = {k: v for k, v in labels.items() if k not in ("job", "instance", self.cluster)}
+                    series[_path(*target)].append((servers.exposition_prefix(family.name, own), values))
+        up = {_path(*target): values for target, values in self.up.items()}
+        self.server = servers.StandIn(series, lambda _: self.now(), up)
+        self.stop = threading.Event()
+        self.listed: dict[str, list] = {}
+
+    def now(self) -> int:
+        """The index of the window's latest scrape at or before now."""
+        return max(0, int(time.time() - self.window.start)) // self.window.step
+
+    def scrape_configs(self, prometheus_yml: Path) -> list[dict]:
+        """out/'s generated scrape jobs, each reading its file_sd file here."""
+        jobs = yaml.safe_load(prometheus_yml.read_text(encoding="utf-8"))["scrape_configs"]
+        for job in jobs:
+            job["file_sd_configs"] = [{"files": [str(self._targets_file(job["job_name"]))]}]
+        self._list_targets({job["job_name"] for job in jobs})
+        return jobs
+
+    def _targets_file(self, job: str) -> Path:
+        return self.folder / f"{job}.targets.json"
+
+    def _list_targets(self, jobs: set[str]) -> None:
+        at = self.now()
+        for job in sorted(jobs):
+            present = [
+                {"targets": [self.server.address], "labels": {"instance": instance, "__metrics_path__": path}}
+                for (name, instance), values in sorted(self.up.items())
+                if name == job and values[min(at, len(values) - 1)] is not None
+                for path in [_path(name, instance)]
+            ]
+            if self.listed.get(job) != present:
+                scratch = self._targets_file(job).with_suffix(".tmp")
+                scratch.write_text(json.dumps(present), encoding="utf-8")
+                scratch.replace(self._targets_file(job))  # whole, never half-written, when Prometheus reads it
+                self.listed[job] = present
+
+    def _follow(self) -> None:
+        while not self.stop.wait(self.window.step):
+            self._list_targets(set(self.listed))
+
+    def __enter__(self) -> _Exporters:
+        self.server.__enter__()
+        threading.Thread(target=self._follow, daemon=True).start()
+        return self
+
+    def __exit__(self, *exc_info) -> None:
+        self.stop.set()
+        self.server.__exit__(*exc_info)
+
+
+def _path(job: str, instance: str) -> str:
+    return f"/{job}/{instance}"
 
 
 def _loopback_config(source: Path, sink: _Sink, folder: Path) -> Path:
@@ -216,27 +309,46 @@ class _State:
     firing: list[dict]  # Prometheus's firing alerts' labels
     pending: set[str]
     active: list[dict]  # Alertmanager's alerts with their receivers and status
+    scraped: dict[tuple[str, str], tuple[int, int]]  # (job, cluster label) -> (targets up, targets)
     notified: Counter[tuple[str, str]]
     settled: bool
 
 
 def _settle(
-    prometheus: servers.Prometheus, alertmanager: servers.Alertmanager, sink: _Sink, expected: set[str]
+    prometheus: servers.Prometheus, alertmanager: servers.Alertmanager, sink: _Sink, expected: set[str], cluster: str
 ) -> _State:
-    """Poll until every expected alert fires in Prometheus and has reached Alertmanager, and the sink has had a
+    """Poll until every expected alert fires in Prometheus and has reached Alertmanager, the sink has had a
     notification (the first comes a route's group_wait after its group's first alert; the later ones follow while
-    the demo waits), or SETTLE_TIMEOUT passes."""
+    the demo waits) and every target is up (the first scrape of each comes within its interval), or SETTLE_TIMEOUT
+    passes."""
     deadline = time.monotonic() + SETTLE_TIMEOUT
     while True:
         alerts = prometheus.alerts()
         firing = [a["labels"] for a in alerts if a["state"] == "firing"]
         active = alertmanager.alerts()
         received = {a["labels"]["alertname"] for a in active}
-        settled = expected <= {a["alertname"] for a in firing} and expected <= received and bool(sink.snapshot())
+        scraped = _scraped(prometheus.targets(), cluster)
+        every_target_up = all(up == total for up, total in scraped.values())
+        settled = (
+            expected <= {a["alertname"] for a in firing}
+            and expected <= received
+            and bool(sink.snapshot())
+            and every_target_up
+        )
         if settled or time.monotonic() > deadline:
             pending = {a["labels"]["alertname"] for a in alerts if a["state"] == "pending"}
-            return _State(firing, pending, active, sink.snapshot(), settled)
+            return _State(firing, pending, active, scraped, sink.snapshot(), settled)
         time.sleep(POLL)
+
+
+def _scraped(targets: list[dict], cluster: str) -> dict[tuple[str, str], tuple[int, int]]:
+    """Targets up and in all, by job and cluster label."""
+    counts: dict[tuple[str, str], list[int]] = defaultdict(lambda: [0, 0])
+    for target in targets:
+        count = counts[target["labels"]["job"], target["labels"].get(cluster, "")]
+        count[0] += target["health"] == "up"
+        count[1] += 1
+    return {key: (up, total) for key, (up, total) in counts.items()}
 
 
 def _follow(sink: _Sink, printed: Counter[tuple[str, str]]) -> None:
@@ -274,6 +386,9 @@ def _print_state(state: _State, expected: set[str]) -> None:
     suppressed = sorted({a["labels"]["alertname"] for a in state.active if a["status"]["state"] == "suppressed"})
     if suppressed:
         print(f"Inhibited in Alertmanager: {', '.join(suppressed)}")
+    print(f"Scraped live by out/'s scrape jobs ({len(state.scraped)}):")
+    for (job, cluster), (up, total) in sorted(state.scraped.items()):
+        print(f"  {job:20} {up}/{total} up  {cluster}")
     print(f"Notifications received by the loopback webhook ({sum(state.notified.values())}):")
     _print_notifications(state.notified)
     if not state.settled:

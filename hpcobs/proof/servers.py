@@ -19,6 +19,7 @@ import time
 import urllib.error
 import urllib.parse
 import urllib.request
+from collections import defaultdict
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
@@ -74,14 +75,16 @@ def free_port() -> int:
 
 
 class ExpositionServer:
-    """A loopback HTTP server answering every GET with `body(path)` in the Prometheus text format, status 200: the
-    stand-in of an exporter a test cannot run, scraped by a real Prometheus."""
+    """A loopback HTTP server answering every GET with `body(path)` in the Prometheus text format, status 200, or
+    503 where `body` gives None (a scrape that fails: `up` 0): the stand-in of an exporter a test cannot run,
+    scraped by a real Prometheus."""
 
-    def __init__(self, body: Callable[[str], str]) -> None:
+    def __init__(self, body: Callable[[str], str | None]) -> None:
         class Handler(http.server.BaseHTTPRequestHandler):
             def do_GET(self) -> None:
-                text = body(self.path).encode()
-                self.send_response(200)
+                answer = body(self.path)
+                text = b"" if answer is None else answer.encode()
+                self.send_response(503 if answer is None else 200)
                 self.send_header("Content-Type", "text/plain; version=0.0.4")
                 self.end_headers()
                 self.wfile.write(text)
@@ -103,6 +106,36 @@ class ExpositionServer:
     def __exit__(self, *exc_info) -> None:
         self.server.shutdown()
         self.server.server_close()
+
+
+class StandIn(ExpositionServer):
+    """Simulated exporters on one server: /<job>/<instance> serves that target's series (exposition prefixes, without
+    the labels the scrape adds, and their values) at the scrape `at(path)` gives, the last one past the end; a
+    missing value is left out, as the exporter drops a series it no longer has; a target without series answers
+    empty, as an idle exporter does, and one whose `up` is 0 at that scrape answers 503."""
+
+    def __init__(
+        self,
+        series: dict[str, list[tuple[str, list]]],
+        at: Callable[[str], int],
+        up: dict[str, list] | None = None,
+    ) -> None:
+        self.series, self.at, self.up = defaultdict(list, series), at, up or {}
+        super().__init__(self.exposition)
+
+    def exposition(self, path: str) -> str | None:
+        at = self.at(path)
+        up = self.up.get(path)
+        if up is not None and up[min(at, len(up) - 1)] == 0:
+            return None
+        lines = [f"{prefix} {values[min(at, len(values) - 1)]}" for prefix, values in self.series[path]]
+        return "\n".join(line for line in lines if not line.endswith(" None")) + "\n"
+
+
+def exposition_prefix(name: str, labels: Labels) -> str:
+    """`name{labels}` in the text format, empty labels left out (the exporter does not write them)."""
+    text = ",".join(f"{key}={json.dumps(value)}" for key, value in sorted(labels.items()) if value != "")
+    return f"{name}{{{text}}}"
 
 
 class Server:
@@ -389,6 +422,12 @@ class Prometheus(Server):
         self._require_running("list alerts")
         with urllib.request.urlopen(self.url + "/api/v1/alerts", timeout=HTTP_TIMEOUT) as response:
             return json.loads(response.read())["data"]["alerts"]
+
+    def targets(self) -> list[dict]:
+        """The scrape targets (/api/v1/targets' activeTargets): labels after relabelling, health, lastScrape."""
+        self._require_running("list targets")
+        with urllib.request.urlopen(self.url + "/api/v1/targets?state=active", timeout=HTTP_TIMEOUT) as response:
+            return json.loads(response.read())["data"]["activeTargets"]
 
     def _scratch_dir(self) -> tempfile.TemporaryDirectory:
         """Inside the work dir, so blocks move into storage by rename, not copy."""

@@ -23,7 +23,7 @@ from hpcobs.authoring.context import Context
 from hpcobs.authoring.rules import Alert
 from hpcobs.build import pipeline
 from hpcobs.lang.render import load_yaml
-from hpcobs.proof.servers import ExpositionServer, Prometheus, free_port
+from hpcobs.proof.servers import Prometheus, StandIn, exposition_prefix, free_port
 from hpcobs.proof.simulate import Simulation
 from hpcobs.settings import config as config_module
 from hpcobs.targets import scrape
@@ -39,25 +39,15 @@ WAIT = 30.0
 JOB_INFO = "hpcobs_slurm_job_info"
 
 
-class StandIn(ExpositionServer):
-    """Every stand-in target on one server: /<job>/<instance> serves that target's simulated series, the next sample
-    at each scrape (the last one once the window is over); a target without series answers empty, as an idle
-    exporter does."""
+def stand_in(series: dict[str, list[tuple[str, list]]], first: int) -> StandIn:
+    """Every stand-in target on one server, the next sample at each scrape from `first` on."""
+    scrapes: defaultdict[str, int] = defaultdict(lambda: first)
 
-    def __init__(self, series: dict[str, list[tuple[str, list]]], first: int) -> None:
-        self.series, self.scrapes = defaultdict(list, series), defaultdict(lambda: first)
-        super().__init__(self.exposition)
+    def at(path: str) -> int:
+        scrapes[path] += 1
+        return scrapes[path] - 1
 
-    def exposition(self, path: str) -> str:
-        at = self.scrapes[path]
-        self.scrapes[path] += 1
-        lines = [f"{prefix} {values[min(at, len(values) - 1)]}" for prefix, values in self.series[path]]
-        return "\n".join(line for line in lines if not line.endswith(" None")) + "\n"
-
-
-def exposition_prefix(name: str, labels: dict[str, str]) -> str:
-    text = ",".join(f"{key}={json.dumps(value)}" for key, value in sorted(labels.items()) if value != "")
-    return f"{name}{{{text}}}"
+    return StandIn(series, at)
 
 
 def busiest_step(sim: Simulation, room: int) -> int:
@@ -94,7 +84,7 @@ def collected(tmp_path_factory):
                 continue
             served[f"/{labels['job']}/{labels['instance']}"].append((exposition_prefix(family.name, own), values))
     stack = contextlib.ExitStack()
-    stand_in = stack.enter_context(StandIn(served, first))
+    server = stack.enter_context(stand_in(served, first))
 
     out = folder / "out"
     for path, text in pipeline.generate(config).items():
@@ -131,7 +121,7 @@ def collected(tmp_path_factory):
                     moved.append({"targets": [node_exporters[target]], "labels": labels})
                 else:
                     path = f"/{owners[target_file.name].name}/{labels['instance']}"
-                    moved.append({"targets": [stand_in.address], "labels": {**labels, "__metrics_path__": path}})
+                    moved.append({"targets": [server.address], "labels": {**labels, "__metrics_path__": path}})
         target_file.write_text(json.dumps(moved))
     # Scrapes and evaluations each second; the rule files as built otherwise.
     prometheus_yml = out / scrape.PROMETHEUS_YML
