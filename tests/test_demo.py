@@ -1,15 +1,24 @@
-"""`build.py demo` refuses in one line before it builds or starts anything, and never notifies outside loopback.
+"""`build.py demo` refuses in one line before it builds or starts anything, never notifies outside loopback, and
+keeps its cluster alive: only the past is backfilled, and each exporter serves the simulated sample due at the
+time it is scraped, listed in the generated scrape jobs' target files while the simulation has it.
 
 The demo itself runs live in tests/live/test_demo_live.py."""
 
+import json
 import subprocess
+import time
+import urllib.request
+from pathlib import Path
 
 import pytest
 import yaml
 
 from hpcobs import cli
 from hpcobs.build import tools
+from hpcobs.lang.promql import duration_seconds
 from hpcobs.proof import demo
+from hpcobs.proof.servers import exposition_prefix
+from hpcobs.targets import scrape
 from tests.conftest import ROOT
 
 ALERTMANAGER_YML = ROOT / "out" / "alertmanager" / "alertmanager.yml"
@@ -64,3 +73,64 @@ def test_every_notifying_receiver_posts_to_the_loopback_sink_only(tmp_path):
     assert rewritten["route"] == original["route"] and rewritten["inhibit_rules"] == original["inhibit_rules"]
     done = subprocess.run([tools.find(tools.AMTOOL), "check-config", str(copy)], capture_output=True, text=True)
     assert done.returncode == 0, done.stdout + done.stderr
+
+
+@pytest.fixture(scope="module")
+def live(config, tmp_path_factory):
+    """The demo's cluster (the default --duration), its backfilled history and its exporters as a demo serves them."""
+    past, sim = demo._simulate(config, "1h")
+    families = demo._families(sim)
+    folder = tmp_path_factory.mktemp("demo")
+    demo._write_history(past, families, folder / demo.HISTORY)
+    with demo._Exporters(sim.window, families, sim.cluster_label, folder) as exporters:
+        yield past, sim, families, folder, exporters
+
+
+def test_the_cluster_is_simulated_on_past_now_and_only_the_past_is_backfilled(live):
+    past, sim, _, folder, _ = live
+    now = time.time()
+    assert sim.window.start == past.start and sim.window.step == past.step
+    assert 0 <= now - (past.start + past.duration - past.step) < 2 * past.step  # the past ends at the last scrape
+    assert sim.window.duration - past.duration == duration_seconds(demo.LIVE)
+    stamps = {float(line.rsplit(" ", 1)[1]) for line in (folder / demo.HISTORY).open() if not line.startswith("#")}
+    assert min(stamps) == past.start and max(stamps) == past.start + past.duration - past.step
+
+
+@pytest.mark.parametrize("minutes", [1, 10, 60 * 24])  # the last is past LIVE: each target repeats its last scrape
+def test_each_target_serves_the_simulated_sample_of_the_scrape_due_now(live, monkeypatch, minutes):
+    past, sim, families, _, exporters = live
+    at = past.start + past.duration + minutes * 60
+    monkeypatch.setattr(demo.time, "time", lambda: at)
+    scrape = min(sim.window.steps - 1, (at - sim.window.start) // sim.window.step)
+    cluster = sim.cluster_label
+    expected: dict[str, set[str]] = {}
+    for family in families:
+        for labels, values in family.series:
+            path = f"/{labels['job']}/{labels['instance']}"
+            own = {k: v for k, v in labels.items() if k not in ("job", "instance", cluster)}
+            if family.name != "up" and values[scrape] is not None:
+                expected.setdefault(path, set()).add(f"{exposition_prefix(family.name, own)} {values[scrape]}")
+    assert any(p.startswith("/dcgm-exporter/") for p in expected)
+    for path, lines in expected.items():
+        with urllib.request.urlopen(f"http://{exporters.server.address}{path}") as response:
+            assert set(response.read().decode().splitlines()) == lines, path
+
+
+def test_the_generated_scrape_jobs_read_targets_listing_the_exporters_the_cluster_has_now(live, generated):
+    past, _, families, _, exporters = live
+    jobs = exporters.scrape_configs(ROOT / "out" / scrape.PROMETHEUS_YML)
+    as_built = yaml.safe_load(generated[scrape.PROMETHEUS_YML])["scrape_configs"]
+    assert [{k: v for k, v in j.items() if k != "file_sd_configs"} for j in jobs] == [
+        {k: v for k, v in j.items() if k != "file_sd_configs"} for j in as_built
+    ]
+    now = (past.duration - past.step) // past.step
+    for job in jobs:
+        (file,) = job["file_sd_configs"][0]["files"]
+        listed = {g["labels"]["instance"] for g in json.loads(Path(file).read_text())}
+        present = {
+            labels["instance"]
+            for labels, values in next(f for f in families if f.name == "up").series
+            if labels["job"] == job["job_name"] and values[now] is not None
+        }
+        assert listed == present, job["job_name"]
+    assert any(listed for listed in exporters.listed.values())

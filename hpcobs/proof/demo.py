@@ -57,7 +57,9 @@ NODES = 4
 FAULTS = {"xid79": "1m", "dbe": "10m", "straggler": "30m"}
 MIN_DURATION = "40m"  # the straggler's start, plus the ten minutes of history before it
 MAX_DURATION = "24h"
-LIVE = "4h"  # simulated past the start and served live; after it every target repeats its last scrape
+LIVE = (
+    "2h"  # simulated past the start (seconds to simulate) and served live; after it each target repeats its last scrape
+)
 FIRES_WITHIN = "0s"  # the alerts settling waits for: those firing on the first evaluation
 SETTLE_TIMEOUT = 120.0  # the first evaluation comes within 30 s of the start; the routes' group_wait is 30 s
 POLL = 2.0
@@ -106,12 +108,13 @@ def run(config: Config, options: Options) -> int:
     with _scratch() as scratch, _Sink() as sink:
         alertmanager = servers.Alertmanager(_loopback_config(alertmanager_yml, sink, scratch))
         past, live = _simulate(config, options.duration)
-        with _Exporters(live, scratch) as exporters:
+        families = _families(live)
+        with _Exporters(live.window, families, live.cluster_label, scratch) as exporters:
             scrape_configs = exporters.scrape_configs(options.out / scrape.PROMETHEUS_YML)
             prometheus = servers.Prometheus(rule_files, alertmanager=alertmanager, scrape_configs=scrape_configs)
             prometheus.port, alertmanager.port = options.prometheus_port, options.alertmanager_port
             try:
-                _write_history(past, live, scratch / HISTORY)
+                _write_history(past, families, scratch / HISTORY)
                 alertmanager.start()
                 prometheus.load_openmetrics(scratch / HISTORY)
                 prometheus.start()
@@ -168,14 +171,23 @@ def _simulate(config: Config, duration: str) -> tuple[Window, Simulation]:
     return Window(sim.window.start, step, round(request.hours * 3600 / step)), sim
 
 
-def _write_history(past: Window, sim: Simulation, path: Path) -> None:
-    """The simulation's samples within `past`, in OpenMetrics for promtool."""
-    families = (
-        Family(f.name, f.type, f.help, ((labels, values[: past.steps]) for labels, values in f.series))
-        for f in sim.families()
-    )
+def _families(sim: Simulation) -> list[Family]:
+    """Every family with its series in lists: generating them is most of the simulation's cost, and both the
+    history and the live exporters read them."""
+    return [Family(f.name, f.type, f.help, list(f.series)) for f in sim.families()]
+
+
+def _write_history(past: Window, families: list[Family], path: Path) -> None:
+    """The samples within `past`, in OpenMetrics for promtool."""
     with open(path, "w", encoding="utf-8") as out:
-        write_openmetrics(families, out, past)
+        write_openmetrics(
+            (
+                Family(f.name, f.type, f.help, [(labels, values[: past.steps]) for labels, values in f.series])
+                for f in families
+            ),
+            out,
+            past,
+        )
 
 
 class _Exporters:
@@ -183,18 +195,17 @@ class _Exporters:
     current scrape, and a file_sd file per job listing the targets the simulation has at that scrape (rewritten
     each scrape when the list changes; Prometheus watches the files)."""
 
-    def __init__(self, sim: Simulation, folder: Path) -> None:
-        self.window, self.folder = sim.window, folder
-        self.cluster = sim.cluster_label
+    def __init__(self, window: Window, families: list[Family], cluster: str, folder: Path) -> None:
+        self.window, self.folder = window, folder
         series: dict[str, list[tuple[str, list]]] = defaultdict(list)
         self.up: dict[tuple[str, str], list] = {}
-        for family in sim.families():
+        for family in families:
             for labels, values in family.series:
                 target = (labels["job"], labels["instance"])
                 if family.name == UP:
                     self.up[target] = values
                 else:
-                    own = {k: v for k, v in labels.items() if k not in ("job", "instance", self.cluster)}
+                    own = {k: v for k, v in labels.items() if k not in ("job", "instance", cluster)}
                     series[_path(*target)].append((servers.exposition_prefix(family.name, own), values))
         up = {_path(*target): values for target, values in self.up.items()}
         self.server = servers.StandIn(series, lambda _: self.now(), up)

@@ -1,6 +1,8 @@
-"""`python build.py demo` works first time: both servers come up on loopback, the faults' alerts fire in Prometheus,
-Alertmanager notifies the loopback webhook of those it does not inhibit, no exporter looks absent, and nothing is
-left behind: no server process, no temp dir, after `--no-wait` returns or after a waiting demo gets SIGINT.
+"""`python build.py demo` works first time: both servers come up on loopback, Prometheus scrapes the live cluster
+through every generated scrape job, the fault's alert that needs no `for:` fires, Alertmanager notifies the loopback
+webhook, no exporter looks absent, and nothing is left behind: no server process, no temp dir, after `--no-wait`
+returns (at the first notification) or after a waiting demo gets SIGINT (as soon as its servers are up: it needs
+no alert). That the live exporters serve the simulation's sample due at each scrape is tests/test_demo.py's.
 
 Each run is the command as a user types it, with TMPDIR pointed at a test folder so that what it leaves there is
 seen. docs/simulator.md's by-hand recipe simulates the same cluster (tests/live/test_local_trial_live.py)."""
@@ -15,8 +17,10 @@ import urllib.request
 from itertools import takewhile
 
 import pytest
+import yaml
 
 from hpcobs.proof import demo
+from hpcobs.targets import scrape
 from tests.conftest import ROOT
 
 URL = re.compile(r"^(Prometheus|Alertmanager) +(http://127\.0\.0\.1:\d+)", re.M)
@@ -64,6 +68,14 @@ def test_the_faults_fire_and_are_notified_on_loopback(config, no_wait):
     assert "ExporterGpuSeriesAbsent" not in out, out
     notified = section(out, "Notifications received by the loopback webhook")
     assert notified and {name for _, name, _ in notified} <= firing, out
+    # Prometheus scrapes the stand-ins through every generated scrape job, with the cluster label they add.
+    jobs = {
+        job["job_name"] for job in yaml.safe_load((ROOT / "out" / scrape.PROMETHEUS_YML).read_text())["scrape_configs"]
+    }
+    scraped = section(out, "Scraped live by out/'s scrape jobs")
+    assert {job for job, _, _, _ in scraped} == jobs, out
+    assert all(up.split("/")[0] == up.split("/")[1] for _, up, _, _ in scraped), out
+    assert {cluster for _, _, _, cluster in scraped} == {config.get("cluster", "name")}, out
 
 
 def test_no_wait_leaves_no_process_and_no_temp_dir(no_wait):
