@@ -1,10 +1,11 @@
 """`python build.py demo`: the generated rules and Alertmanager config running on a simulated cluster, on loopback.
 
 One command does what docs/simulator.md's "Try it locally" spells out step by step: simulate a cluster whose
-window ends now with faults late in it (`simulate`'s own arguments, so the recipe and the demo run the same
-simulation), backfill it into a real Prometheus that loads out/'s rule files and sends to a real Alertmanager,
-which runs out/'s config with every notifying receiver rewritten to a webhook sink in this process: nothing
-leaves the machine (no Slack, PagerDuty or SMTP), and notifications can be counted.
+window ends now with faults late in it (`simulate`'s own arguments, so the recipe and the demo simulate the same
+cluster and faults; the demo runs it on past now), backfill it into a real Prometheus that loads out/'s rule
+files and sends to a real Alertmanager, which runs out/'s config with every notifying receiver rewritten to a
+webhook sink in this process: nothing leaves the machine (no Slack, PagerDuty or SMTP), and notifications can be
+counted.
 
 The cluster lives on past the start: it is simulated LIVE beyond now, the past is backfilled, and the rest is
 served at its time by loopback stand-ins of the exporters (servers.StandIn) that Prometheus scrapes through out/'s
@@ -57,9 +58,7 @@ NODES = 4
 FAULTS = {"xid79": "1m", "dbe": "10m", "straggler": "30m"}
 MIN_DURATION = "40m"  # the straggler's start, plus the ten minutes of history before it
 MAX_DURATION = "24h"
-LIVE = (
-    "2h"  # simulated past the start (seconds to simulate) and served live; after it each target repeats its last scrape
-)
+LIVE = "2h"  # simulated past the start (seconds) and served live; then each target repeats its last scrape
 FIRES_WITHIN = "0s"  # the alerts settling waits for: those firing on the first evaluation
 SETTLE_TIMEOUT = 120.0  # the first evaluation comes within 30 s of the start; the routes' group_wait is 30 s
 POLL = 2.0
