@@ -1,6 +1,6 @@
 """`build.py demo` refuses in one line before it builds or starts anything, never notifies outside loopback, and
 keeps its cluster alive: only the past is backfilled, and each exporter serves the simulated sample due at the
-time it is scraped, listed in the generated scrape jobs' target files while the simulation has it.
+time it is scraped, listed in the target files of out/'s prometheus.yml (run as generated) while the simulation has it.
 
 The demo itself runs live in tests/live/test_demo_live.py."""
 
@@ -16,7 +16,7 @@ import yaml
 from hpcobs import cli
 from hpcobs.build import tools
 from hpcobs.lang.promql import duration_seconds
-from hpcobs.proof import demo
+from hpcobs.proof import demo, servers
 from hpcobs.proof.servers import exposition_prefix
 from hpcobs.targets import scrape
 from tests.conftest import ROOT
@@ -116,21 +116,27 @@ def test_each_target_serves_the_simulated_sample_of_the_scrape_due_now(live, mon
             assert set(response.read().decode().splitlines()) == lines, path
 
 
-def test_the_generated_scrape_jobs_read_targets_listing_the_exporters_the_cluster_has_now(live, generated):
+def test_prometheus_runs_on_the_generated_config_with_targets_listing_the_exporters_the_cluster_has_now(
+    live, generated, tmp_path
+):
     past, _, families, _, exporters = live
-    jobs = exporters.scrape_configs(ROOT / "out" / scrape.PROMETHEUS_YML)
-    as_built = yaml.safe_load(generated[scrape.PROMETHEUS_YML])["scrape_configs"]
-    assert [{k: v for k, v in j.items() if k != "file_sd_configs"} for j in jobs] == [
-        {k: v for k, v in j.items() if k != "file_sd_configs"} for j in as_built
+    alertmanager = servers.Alertmanager(tmp_path / "alertmanager.yml")
+    alertmanager.port = 9093
+    exporters.write_config(ROOT / "out" / scrape.PROMETHEUS_YML, alertmanager, tmp_path / "prometheus.yml")
+    running = yaml.safe_load((tmp_path / "prometheus.yml").read_text())
+    as_built = yaml.safe_load(generated[scrape.PROMETHEUS_YML])
+    moved = ("file_sd_configs",)
+    assert [{k: v for k, v in j.items() if k not in moved} for j in running["scrape_configs"]] == [
+        {k: v for k, v in j.items() if k not in moved} for j in as_built["scrape_configs"]
     ]
+    assert running["global"] == as_built["global"]
+    assert running["rule_files"] == [str(ROOT / "out" / scrape.SCRAPE_DIR / p) for p in as_built["rule_files"]]
+    assert running["alerting"]["alertmanagers"] == [{"static_configs": [{"targets": ["127.0.0.1:9093"]}]}]
     now = (past.duration - past.step) // past.step
-    for job in jobs:
+    up = next(f for f in families if f.name == "up").series
+    for job in running["scrape_configs"]:
         (file,) = job["file_sd_configs"][0]["files"]
         listed = {g["labels"]["instance"] for g in json.loads(Path(file).read_text())}
-        present = {
-            labels["instance"]
-            for labels, values in next(f for f in families if f.name == "up").series
-            if labels["job"] == job["job_name"] and values[now] is not None
-        }
+        present = {t["instance"] for t, values in up if t["job"] == job["job_name"] and values[now] is not None}
         assert listed == present, job["job_name"]
     assert any(listed for listed in exporters.listed.values())

@@ -8,8 +8,8 @@ webhook sink in this process: nothing leaves the machine (no Slack, PagerDuty or
 counted.
 
 The cluster lives on past the start: it is simulated LIVE beyond now, the past is backfilled, and the rest is
-served at its time by loopback stand-ins of the exporters (servers.StandIn) that Prometheus scrapes through out/'s
-generated scrape jobs (out/prometheus/scrape/prometheus.yml: job names, relabelling, interval), only each target
+served at its time by loopback stand-ins of the exporters (servers.StandIn) that Prometheus scrapes running on
+out/'s generated prometheus.yml (out/prometheus/scrape/: rules, job names, relabelling, intervals), only each target
 moved to loopback with its `instance` kept, and listed in the job's file_sd file while the simulation has it (a
 training job's exporter exists only while the job runs). So the series never go stale and the faults stay firing
 for as long as the demo runs, or as the scenario says: GpuFellOffBus's GPU stops reporting as dcgm-exporter's does.
@@ -102,19 +102,19 @@ def run(config: Config, options: Options) -> int:
     them into an exception), or return with `wait=False`: 0 when settled. The servers stop and every temp dir
     goes on the way out, whatever ends it."""
     preflight(options.duration)
-    rule_files = sorted((options.out / "prometheus" / "rules").glob("*.yaml"))
     alertmanager_yml = options.out / "alertmanager" / "alertmanager.yml"
     with _scratch() as scratch, _Sink() as sink:
         alertmanager = servers.Alertmanager(_loopback_config(alertmanager_yml, sink, scratch))
         past, live = _simulate(config, options.duration)
         families = _families(live)
         with _Exporters(live.window, families, live.cluster_label, scratch) as exporters:
-            scrape_configs = exporters.scrape_configs(options.out / scrape.PROMETHEUS_YML)
-            prometheus = servers.Prometheus(rule_files, alertmanager=alertmanager, scrape_configs=scrape_configs)
+            prometheus_yml = scratch / "prometheus.yml"
+            prometheus = servers.Prometheus(config_file=prometheus_yml)
             prometheus.port, alertmanager.port = options.prometheus_port, options.alertmanager_port
             try:
                 _write_history(past, families, scratch / HISTORY)
                 alertmanager.start()
+                exporters.write_config(options.out / scrape.PROMETHEUS_YML, alertmanager, prometheus_yml)
                 prometheus.load_openmetrics(scratch / HISTORY)
                 prometheus.start()
                 # Records over the history too, for the dashboards and for the rules that read records over a range.
@@ -215,13 +215,16 @@ class _Exporters:
         """The index of the window's latest scrape at or before now."""
         return max(0, int(time.time() - self.window.start)) // self.window.step
 
-    def scrape_configs(self, prometheus_yml: Path) -> list[dict]:
-        """out/'s generated scrape jobs, each reading its file_sd file here."""
-        jobs = yaml.safe_load(prometheus_yml.read_text(encoding="utf-8"))["scrape_configs"]
-        for job in jobs:
+    def write_config(self, source: Path, alertmanager: servers.Alertmanager, path: Path) -> None:
+        """out/'s generated prometheus.yml at `path`, its scrape jobs reading their file_sd files here, its rule
+        files found from here, and its alerts sent to the (started) loopback Alertmanager."""
+        document = yaml.safe_load(source.read_text(encoding="utf-8"))
+        document["rule_files"] = [str(source.parent / pattern) for pattern in document["rule_files"]]
+        document["alerting"] = {"alertmanagers": [{"static_configs": [{"targets": [alertmanager.url.split("//")[1]]}]}]}
+        for job in document["scrape_configs"]:
             job["file_sd_configs"] = [{"files": [str(self._targets_file(job["job_name"]))]}]
-        self._list_targets({job["job_name"] for job in jobs})
-        return jobs
+        self._list_targets({job["job_name"] for job in document["scrape_configs"]})
+        path.write_text(yaml.safe_dump(document, sort_keys=False), encoding="utf-8")
 
     def _targets_file(self, job: str) -> Path:
         return self.folder / f"{job}.targets.json"
