@@ -94,41 +94,48 @@ def parser() -> argparse.ArgumentParser:
         "and --no-cache change nothing here. out/ was validated by the build that wrote it, "
         "and the test suite validates the committed out/.",
     )
+    # The cache options reach the build of BASE in a worktree.
     review.add_arguments(
-        sub.add_parser(
+        _command(
+            sub,
             "diff",
-            # The cache options reach the build of BASE in a worktree.
-            parents=[_options(False, ("--config", "--cache-dir", "--no-cache"))],
-            help="what changed for a reviewer, against a git ref or another out/ (Markdown or JSON)",
-            description="Compare this build with BASE semantically (dashboards, panels, queries, rules, "
-            "Alertmanager, provisioning) and print a Markdown summary fit for a pull-request comment. "
-            "See docs/review.md.",
+            ("--config", "--cache-dir", "--no-cache"),
+            "what changed for a reviewer, against a git ref or another out/ (Markdown or JSON)",
+            "Compare this build with BASE semantically (dashboards, panels, queries, rules, Alertmanager, "
+            "provisioning) and print a Markdown summary fit for a pull-request comment. See docs/review.md.",
         )
     )
     deploy.add_arguments(
-        sub.add_parser(
+        _command(
+            sub,
             "deploy",
-            parents=[_options(False, ("--config",))],
-            help="push folders, datasources and dashboards to a running Grafana through its HTTP API",
-            description="Upsert what this build generates into Grafana through its HTTP API: folders and "
-            "datasources by uid, dashboards written over the version just read (an edit made in between is refused, "
-            "not lost), unchanged ones skipped. See docs/deploy.md.",
+            ("--config",),
+            "push folders, datasources and dashboards to a running Grafana through its HTTP API",
+            "Upsert what this build generates into Grafana through its HTTP API: folders and datasources by uid, "
+            "dashboards written over the version just read (an edit made in between is refused, not lost), "
+            "unchanged ones skipped. See docs/deploy.md.",
         )
     )
     doctor.add_arguments(
-        sub.add_parser(
+        _command(
+            sub,
             "doctor",
-            parents=[_options(False, ("--config",))],
-            help="what a running Prometheus lacks for these rules, exporter by exporter, with the fix",
-            description="Ask a running Prometheus, for every exporter the config enables, whether its targets are "
-            "scraped and up, carry the cluster label, export the metrics the rules read, and name nodes the way the "
-            "joins need; one line per check, ok or problem with its fix. Exit 0 when all is well, 1 on a problem, "
-            "2 when Prometheus cannot be reached. See docs/doctor.md.",
+            ("--config",),
+            "what a running Prometheus lacks for these rules, exporter by exporter, with the fix",
+            "Ask a running Prometheus, for every exporter the config enables, whether its targets are scraped and "
+            "up, carry the cluster label, export the metrics the rules read, and name nodes the way the joins need; "
+            "one line per check, ok or problem with its fix. Exit 0 when all is well, 1 on a problem, 2 when "
+            "Prometheus cannot be reached. See docs/doctor.md.",
         )
     )
     _simulate_parser(sub)
     _demo_parser(sub)
     return main
+
+
+def _command(sub, name: str, options: tuple[str, ...], summary: str, description: str) -> argparse.ArgumentParser:
+    """A subcommand that reads the shared `options` only; its module adds its own arguments."""
+    return sub.add_parser(name, parents=[_options(False, options)], help=summary, description=description)
 
 
 def _simulate_parser(sub) -> None:
