@@ -248,8 +248,8 @@ def _run_each_test_file(command: Command, cache: Cache, located: Located) -> Res
     found = {name: entry for name, entry in stored.items() if entry is not None}
     missing = [name for name in command.operands if name not in found]
     if not missing:
-        outputs = "\n\n".join(found[name]["output"] for name in command.operands)
-        return Result(True, outputs, sum(entry["seconds"] for entry in found.values()), cached=True)
+        joined = "\n\n".join(found[name]["output"] for name in command.operands)
+        return Result(True, joined, sum(entry["seconds"] for entry in found.values()), cached=True)
     ran = run(Command(command.tool, RULES_TEST, tuple(missing), command.cwd))
     sections = test_sections(ran.output)
     if set(sections) != set(missing):  # not one section per file (promtool stopped early): its output as it is
@@ -257,9 +257,9 @@ def _run_each_test_file(command: Command, cache: Cache, located: Located) -> Res
     # A file's share of the run's time, by its estimated cost (only to order and profile later runs).
     cost = sum(alone[name].cost for name in missing) or 1.0
     for name in missing:
-        if keys[name] is not None and sections[name][1]:
-            share = ran.seconds * alone[name].cost / cost
-            cache.put(keys[name], {"output": sections[name][0], "seconds": share})
+        key = keys[name]
+        if key is not None and sections[name][1]:
+            cache.put(key, {"output": sections[name][0], "seconds": ran.seconds * alone[name].cost / cost})
     outputs = {**{name: entry["output"] for name, entry in found.items()}, **{n: s[0] for n, s in sections.items()}}
     return Result(ran.ok, "\n\n".join(outputs[name] for name in command.operands), ran.seconds)
 
