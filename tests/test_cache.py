@@ -165,6 +165,27 @@ def test_a_changed_file_reruns_exactly_the_runs_that_read_it(tmp_path, logged, c
     assert sorted(logged.runs()) == sorted(reruns)
 
 
+def test_a_changed_rule_test_reruns_that_file_not_its_folder(tmp_path, logged):
+    """Rule tests run a folder at a time, but each file's result is its own: a change to one file of a folder
+    reruns that file alone, and a failing file is named while the others' results come from the cache."""
+    second = "prometheus/tests/a/a2.tests.yaml"
+    files = {**FILES, second: FILES["prometheus/tests/a/a.tests.yaml"]}
+    cache = Cache(tmp_path / "cache")
+    assert validation(tmp_path / "cold", files, cache) == []
+    assert f"{TEST_A} {second}" in logged.runs()
+    changed = {**files, second: files[second] + "# a comment is a change\n"}
+    assert validation(tmp_path / "changed", changed, cache) == []
+    assert logged.runs() == [f"promtool test rules {second}"]
+    rule_changed = {**files, "prometheus/rules/a.rules.yaml": RULES_A + "# a comment is a change\n"}
+    assert validation(tmp_path / "rule changed", rule_changed, cache) == []
+    assert sorted(logged.runs()) == sorted({CHECK_A, f"{TEST_A} {second}", TEST_AB})
+    broken = {**files, second: files[second].replace("value: 0.5", "value: 0.25")}
+    problems = validation(tmp_path / "broken", broken, cache)
+    assert f"{second}: promtool test rules failed:" in problems, problems
+    assert not any(line.startswith("prometheus/tests/a/a.tests.yaml") for line in problems), problems
+    assert logged.runs() == [f"promtool test rules {second}"]
+
+
 def test_a_file_a_glob_starts_to_match_reruns_the_test_that_loads_the_glob(tmp_path, logged):
     files = {**FILES, "prometheus/tests/a/a.tests.yaml": TEST.format(rule_files="['../../rules/a*.yaml']", more="")}
     cache = Cache(tmp_path / "cache")

@@ -12,6 +12,7 @@ import pytest
 import yaml
 
 from hpcobs.build import codegen, pipeline
+from hpcobs.lang.render import load_yaml
 from hpcobs.settings import config as config_module
 
 NUMERIC = tuple(
@@ -74,7 +75,7 @@ def rules(files: dict[str, str]) -> dict[str, dict]:
     found = {}
     for path, text in files.items():
         if path.startswith(("prometheus/rules/", "loki/rules/")):
-            for group in yaml.safe_load(text)["groups"]:
+            for group in load_yaml(text)["groups"]:
                 for index, rule in enumerate(group["rules"]):
                     found[f"{path} {group['name']} {rule.get('alert') or rule.get('record')} #{index}"] = rule
     return found

@@ -225,8 +225,7 @@ def trees_tool_errors(
 def _failures(name: str, output: str) -> list[tuple[str, str]]:
     """(file, its part of the output) for each file a failed run names as failing (promtool test rules prints
     `Unit Testing: <file>` then SUCCESS or FAILED for each); the whole output under the run's name otherwise."""
-    parts = re.split(r"^Unit Testing:\s+(\S+)[ \t]*$", output, flags=re.MULTILINE)
-    failed = [(path, part) for path, part in zip(parts[1::2], parts[2::2]) if "SUCCESS" not in part.split()[:1]]
+    failed = [(path, part) for path, (part, passed) in tools.test_sections(output).items() if not passed]
     return failed or [(name, output)]
 
 
