@@ -19,6 +19,25 @@ MEASUREMENT = "measurement"
 SUMMARY: list[str] = []
 
 
+# The slowest modules, slowest first. pytest-xdist (--dist loadfile) hands whole modules to the workers in
+# collection order, where these come late: one started last keeps a worker busy while the other one idles.
+SLOWEST_FIRST = (
+    "test_sites.py",
+    "test_threshold_boundaries.py",
+    "test_rules.py",
+    "test_escaping.py",
+    "test_fleet_bench.py",
+    "test_threshold_panels.py",
+    "test_demo_live.py",
+    "test_new_site_live.py",
+)
+
+
+def pytest_collection_modifyitems(items):
+    rank = {name: place for place, name in enumerate(SLOWEST_FIRST)}
+    items.sort(key=lambda item: rank.get(Path(item.fspath).name, len(rank)))
+
+
 def pytest_runtest_logreport(report):
     SUMMARY.extend(value for name, value in report.user_properties if name == MEASUREMENT and report.when == "call")
 
