@@ -16,7 +16,7 @@ import yaml
 from hpcobs import cli
 from hpcobs.build import tools
 from hpcobs.lang.promql import duration_seconds
-from hpcobs.proof import demo, servers
+from hpcobs.proof import demo, loopback, servers
 from hpcobs.proof.servers import exposition_prefix
 from hpcobs.targets import scrape
 from tests.conftest import ROOT
@@ -53,9 +53,9 @@ def test_the_faults_keep_their_lead_before_the_end_of_any_window(duration, hours
 
 
 def test_every_notifying_receiver_posts_to_the_loopback_sink_only(tmp_path):
-    sink = demo._Sink()
+    sink = loopback.Sink()
     try:
-        copy = demo._loopback_config(ALERTMANAGER_YML, sink, tmp_path)
+        copy = loopback.write_config(loopback.loopback_document(ALERTMANAGER_YML, sink), tmp_path)
     finally:
         sink.server.server_close()
     original = yaml.safe_load(ALERTMANAGER_YML.read_text())

@@ -32,7 +32,6 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import UTC, datetime
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
 import yaml
@@ -42,7 +41,7 @@ from hpcobs.authoring.rules import Alert, Group
 from hpcobs.build import pipeline, tools
 from hpcobs.errors import UserError
 from hpcobs.lang.promql import duration_seconds
-from hpcobs.proof import servers, workload
+from hpcobs.proof import loopback, servers, workload
 from hpcobs.proof.simulate import UP, Simulation, arguments
 from hpcobs.proof.simulate.core import Family, Window
 from hpcobs.proof.simulate.formats import write_openmetrics
@@ -103,8 +102,10 @@ def run(config: Config, options: Options) -> int:
     goes on the way out, whatever ends it."""
     preflight(options.duration)
     alertmanager_yml = options.out / "alertmanager" / "alertmanager.yml"
-    with _scratch() as scratch, _Sink() as sink:
-        alertmanager = servers.Alertmanager(_loopback_config(alertmanager_yml, sink, scratch))
+    with _scratch() as scratch, loopback.Sink() as sink:
+        alertmanager = servers.Alertmanager(
+            loopback.write_config(loopback.loopback_document(alertmanager_yml, sink), scratch)
+        )
         past, live = _simulate(config, options.duration)
         families = _families(live)
         with _Exporters(live.window, families, live.cluster_label, scratch) as exporters:
@@ -262,61 +263,6 @@ def _path(job: str, instance: str) -> str:
     return f"/{job}/{instance}"
 
 
-def _loopback_config(source: Path, sink: _Sink, folder: Path) -> Path:
-    """out/'s Alertmanager config with each notifying receiver's integrations replaced by one webhook to the sink
-    (path = receiver name); receivers with none (the inhibit-only and blackhole ones) stay silent. Template paths
-    are made absolute, as the copy lives elsewhere."""
-    config = yaml.safe_load(source.read_text(encoding="utf-8"))
-    for receiver in config.get("receivers", []):
-        integrations = [key for key in receiver if key.endswith("_configs")]
-        if integrations:
-            for key in integrations:
-                del receiver[key]
-            receiver["webhook_configs"] = [{"url": f"{sink.url}/{receiver['name']}", "send_resolved": False}]
-            sink.receivers.add(receiver["name"])
-    if "templates" in config:
-        config["templates"] = [str(source.parent / pattern) for pattern in config["templates"]]
-    copy = folder / "alertmanager.yml"
-    copy.write_text(yaml.safe_dump(config, sort_keys=False), encoding="utf-8")
-    return copy
-
-
-class _Sink:
-    """A webhook receiver on a free loopback port counting alerts notified, by (receiver, alertname)."""
-
-    def __init__(self) -> None:
-        self.notified: Counter[tuple[str, str]] = Counter()
-        self.receivers: set[str] = set()  # those rewritten to post here
-        self.lock = lock = threading.Lock()
-        notified = self.notified
-
-        class Handler(BaseHTTPRequestHandler):
-            def do_POST(self) -> None:
-                body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
-                with lock:
-                    notified.update((self.path.strip("/"), a["labels"]["alertname"]) for a in body["alerts"])
-                self.send_response(200)
-                self.end_headers()
-
-            def log_message(self, *args) -> None:  # Alertmanager's posts are counted, not logged
-                pass
-
-        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self.url = f"http://127.0.0.1:{self.server.server_address[1]}"
-
-    def snapshot(self) -> Counter[tuple[str, str]]:
-        with self.lock:
-            return Counter(self.notified)
-
-    def __enter__(self) -> _Sink:
-        threading.Thread(target=self.server.serve_forever, daemon=True).start()
-        return self
-
-    def __exit__(self, *exc_info) -> None:
-        self.server.shutdown()
-        self.server.server_close()
-
-
 @dataclass(frozen=True)
 class _State:
     firing: list[dict]  # Prometheus's firing alerts' labels
@@ -328,7 +274,11 @@ class _State:
 
 
 def _settle(
-    prometheus: servers.Prometheus, alertmanager: servers.Alertmanager, sink: _Sink, expected: set[str], cluster: str
+    prometheus: servers.Prometheus,
+    alertmanager: servers.Alertmanager,
+    sink: loopback.Sink,
+    expected: set[str],
+    cluster: str,
 ) -> _State:
     """Poll until every expected alert fires in Prometheus and has reached Alertmanager, the sink has had a
     notification (the first comes a route's group_wait after its group's first alert; the later ones follow while
@@ -364,7 +314,7 @@ def _scraped(targets: list[dict], cluster: str) -> dict[tuple[str, str], tuple[i
     return {key: (up, total) for key, (up, total) in counts.items()}
 
 
-def _follow(sink: _Sink, printed: Counter[tuple[str, str]]) -> None:
+def _follow(sink: loopback.Sink, printed: Counter[tuple[str, str]]) -> None:
     """Print each notification the sink receives from now on, until interrupted."""
     while True:
         time.sleep(POLL)
