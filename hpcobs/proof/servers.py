@@ -561,7 +561,11 @@ class Alertmanager(Server):
 
     def post(self, alerts: Sequence[dict[str, str]]) -> None:
         """Fire alerts given by their labels (they stay active for the default resolve timeout)."""
-        body = json.dumps([{"labels": labels} for labels in alerts]).encode()
+        self.send([{"labels": labels} for labels in alerts])
+
+    def send(self, alerts: Sequence[dict]) -> None:
+        """Post alerts as /api/v2/alerts takes them: labels, and startsAt / endsAt (RFC 3339) where given."""
+        body = json.dumps(list(alerts)).encode()
         request = urllib.request.Request(
             self.url + "/api/v2/alerts", data=body, method="POST", headers={"Content-Type": "application/json"}
         )

@@ -1,0 +1,182 @@
+"""Replaying alerts: the notifications a real Alertmanager running the generated config sends for a window of
+history, with time compressed by a factor k.
+
+1. Alerts: every alerting rule of the rule files is evaluated over [start, end] by Prometheus's own query engine,
+   and the rule manager's state machine applied (hpcobs.proof.alerting): per alert instance, its pending, firing
+   and resolved times and the sends Prometheus's notifier would make.
+2. Delivery: a real Alertmanager runs the config with every notifying receiver rewritten to a loopback webhook
+   (hpcobs.proof.loopback) and every timing that counts time divided by k: group_wait, group_interval and
+   repeat_interval of the root route and of every route that sets them, and global resolve_timeout (the root's
+   Alertmanager defaults, 30s / 5m / 4h and 5m, are written out first: dispatch/route.go DefaultRouteOpts and
+   config/config.go DefaultGlobalConfig, Alertmanager tag v0.25.0, commit 258fab7cdd551f2cf251ed0348f0ad7289aee789).
+   Each send is posted to /api/v2/alerts at its evaluation time on the compressed clock.
+
+How replay time maps to real time: replay time t (the history's own Unix time) happens at wall-clock time
+origin + (t - start) / k, origin being a moment just after Alertmanager is ready. A send made at evaluation t is
+posted at that wall time, its startsAt and endsAt mapped the same way (Alertmanager compares them with its clock:
+an alert whose endsAt has passed is resolved, and a new group flushes at once when its first alert's startsAt is
+older than group_wait: dispatch/dispatch.go aggrGroup.insert, v0.25.0). A notification arriving at wall time w
+happened at replay time start + (w - origin) x k. Everything Alertmanager times is then k times faster, as the
+alerts are; HTTP and scheduling latency (milliseconds) is not: it is k times longer in replay time, which is why
+the result reports `lag`, the most a post was late, in replay seconds. The mapping is checked by replaying one
+slice at k = 1 and at a large k (tests/live/test_replay_live.py).
+
+Limits: time intervals (mute and active) are calendar times and are not scaled; notifications are counted for
+firing alerts only (the receivers do not send resolved ones, hpcobs.proof.loopback); alert instances already
+firing before `start` are posted at `start` with their last send, as a Prometheus running before the window
+would have sent them; notifications after `end` are not waited for.
+"""
+
+from __future__ import annotations
+
+import copy
+import shutil
+import tempfile
+import time
+from collections import Counter, defaultdict
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from pathlib import Path
+
+from hpcobs.lang.promql import duration_ms
+from hpcobs.proof import alerting, loopback, servers
+from hpcobs.proof.alerting import Post, Timeline
+from hpcobs.proof.servers import Labels
+
+ROUTE_TIMINGS = {"group_wait": "30s", "group_interval": "5m", "repeat_interval": "4h"}  # DefaultRouteOpts
+RESOLVE_TIMEOUT = "5m"  # DefaultGlobalConfig
+LEAD = 0.2  # wall seconds from Alertmanager ready to the replay's start
+
+
+@dataclass(frozen=True)
+class Notification:
+    """A webhook post Alertmanager made: to which receiver, at what replay time, for which alerts (labels)."""
+
+    receiver: str
+    at: float
+    alerts: tuple[Labels, ...]
+
+
+@dataclass(frozen=True)
+class Replay:
+    timelines: list[Timeline]
+    notifications: list[Notification]
+    lag: float  # the most a post to Alertmanager was late, in replay seconds
+
+    def per_receiver(self) -> Counter[str]:
+        return Counter(n.receiver for n in self.notifications)
+
+
+@dataclass(frozen=True)
+class Clock:
+    """Replay time `start` happens at wall time `origin`; replay time runs k times faster."""
+
+    start: float
+    origin: float
+    k: float
+
+    def wall(self, t: float) -> float:
+        return self.origin + (t - self.start) / self.k
+
+    def replay(self, wall: float) -> float:
+        return self.start + (wall - self.origin) * self.k
+
+
+def replay(
+    prometheus: servers.Prometheus,
+    rule_files: Sequence[Path],
+    alertmanager_yml: Path,
+    start: float,
+    end: float,
+    k: float,
+    default_interval: str = "1m",
+) -> Replay:
+    """The alerts of `rule_files` over [start, end] on `prometheus` (holding the history and its records), and
+    the notifications of a real Alertmanager running `alertmanager_yml` for them, time compressed by k."""
+    timelines = alerting.timelines(prometheus, alerting.rules_of(rule_files, default_interval), start, end)
+    notifications, lag = deliver(timelines, alertmanager_yml, start, end, k)
+    return Replay(timelines, notifications, lag)
+
+
+def deliver(
+    timelines: Sequence[Timeline], alertmanager_yml: Path, start: float, end: float, k: float
+) -> tuple[list[Notification], float]:
+    """Post the sends of `timelines` within [start, end] to a fresh Alertmanager on the compressed clock: the
+    notifications it makes until `end`, and the lag in replay seconds."""
+    folder = Path(tempfile.mkdtemp(prefix="hpcobs-replay-"))
+    try:
+        with loopback.Sink() as sink:
+            document = scaled(loopback.loopback_document(alertmanager_yml, sink), k)
+            alertmanager = servers.Alertmanager(loopback.write_config(document, folder))
+            with alertmanager:
+                clock = Clock(start, time.time() + LEAD, k)
+                lag = 0.0
+                for at, sends in _sends(timelines, start, end):
+                    lag = max(lag, _sleep_until(clock.wall(at)) * k)
+                    alertmanager.send([_alert(labels, post, clock) for labels, post in sends])
+                _sleep_until(clock.wall(end))
+                received = sink.received()
+    finally:
+        shutil.rmtree(folder, ignore_errors=True)
+    notified = [
+        Notification(n.receiver, clock.replay(n.received), tuple(a["labels"] for a in n.alerts)) for n in received
+    ]
+    return [n for n in notified if n.at <= end], lag
+
+
+def scaled(config: dict, k: float) -> dict:
+    """The Alertmanager config with every timing it counts time by divided by k (in whole milliseconds, 1 at
+    least), the root route's and global defaults written out first so that they are divided too."""
+    config = copy.deepcopy(config)
+    settings = config.setdefault("global", {})
+    settings["resolve_timeout"] = _divided(settings.get("resolve_timeout", RESOLVE_TIMEOUT), k)
+    config["route"] = {**ROUTE_TIMINGS, **config["route"]}
+    for route in _routes(config["route"]):
+        for key in ROUTE_TIMINGS.keys() & route.keys():
+            route[key] = _divided(route[key], k)
+    return config
+
+
+def _routes(route: dict) -> Iterator[dict]:
+    yield route
+    for child in route.get("routes", []):
+        yield from _routes(child)
+
+
+def _divided(duration: str, k: float) -> str:
+    return f"{max(1, round(duration_ms(duration) / k))}ms"
+
+
+def _sends(timelines: Sequence[Timeline], start: float, end: float) -> list[tuple[float, list[tuple[Labels, Post]]]]:
+    """(replay time, [(instance labels, send)]) in time order: the sends within [start, end], and at `start` the
+    last send before it of each instance still active then."""
+    by_time: dict[float, list[tuple[Labels, Post]]] = defaultdict(list)
+    for timeline in timelines:
+        before = [p for p in timeline.posts if p.at < start]
+        if before and before[-1].ends_at > start:
+            by_time[start].append((timeline.labels, before[-1]))
+        for post in timeline.posts:
+            if start <= post.at <= end:
+                by_time[post.at].append((timeline.labels, post))
+    return sorted(by_time.items())
+
+
+def _alert(labels: Labels, post: Post, clock: Clock) -> dict:
+    return {
+        "labels": labels,
+        "startsAt": _rfc3339(clock.wall(post.starts_at)),
+        "endsAt": _rfc3339(clock.wall(post.ends_at)),
+    }
+
+
+def _rfc3339(wall: float) -> str:
+    return datetime.fromtimestamp(wall, UTC).isoformat(timespec="milliseconds").replace("+00:00", "Z")
+
+
+def _sleep_until(wall: float) -> float:
+    """Sleep until wall-clock time `wall`; how late it already was (seconds, 0 if on time)."""
+    late = time.time() - wall
+    if late < 0:
+        time.sleep(-late)
+    return max(0.0, late)

@@ -1,0 +1,131 @@
+"""The alert replay (hpcobs.proof.replay) on a small simulated cluster: the generated rules' alerts fire at the
+times their `for:` gives after the fault, a real Alertmanager running the generated config notifies the right
+receivers and not the inhibited alerts, and the compressed clock gives the notifications real time gives.
+
+Three faults from the start of the 5th minute on a 3-node cluster: a GPU falls off the bus and an IB port goes
+down on one node, a double-bit ECC error on another (whose GpuUncorrectableEcc inhibits the alerts the same
+error raises on its GPU: Xid 48, health FAIL, row remap pending).
+"""
+
+
+import pytest
+import yaml
+
+from hpcobs.proof import alerting, replay
+from hpcobs.proof.demo import rule_groups
+from hpcobs.proof.simulate import Simulation, write
+from hpcobs.proof.workload import raw_names_read, recording_layer_files
+from tests.conftest import ROOT
+
+STEP = 30
+ONSET = 300
+SCENARIOS = f"xid79:start={ONSET // 60}m,ib_port_down:start={ONSET // 60}m,dbe:start={ONSET // 60}m:node=gpu002"
+RULE_FILES = sorted((ROOT / "out" / "prometheus" / "rules").glob("*.rules.yaml"))
+ALERTMANAGER_YML = ROOT / "out" / "alertmanager" / "alertmanager.yml"
+K = 180  # the 30-minute window in 10 s
+GROUP_WAIT = 30  # the generated root route's
+LATE = 15  # replay seconds a notification may come after it is due (HTTP and scheduling latency, times K)
+# Alerts the double-bit ECC error raises on its GPU beside GpuUncorrectableEcc, which inhibits them.
+INHIBITED_BY_DBE = {"GpuXidDrainClass", "GpuHealthFail", "GpuRowRemapPending"}
+
+
+@pytest.fixture(scope="module")
+def window(config, tmp_path_factory, prometheus_factory):
+    """(start, end, every alert instance's timeline) over the simulated half hour."""
+    folder = tmp_path_factory.mktemp("replay")
+    groups = rule_groups(config)
+    sim = Simulation(config, nodes=3, hours=0.5, scenarios=SCENARIOS, seed=1)
+    with open(folder / "cluster.om", "w") as out:
+        write(sim, "openmetrics", out, names=raw_names_read(config, groups) | {"up"})
+    # No staleness markers in backfilled history: a lookback of 1.5 scrapes makes a series that stops vanish.
+    prometheus = prometheus_factory(openmetrics=folder / "cluster.om", lookback_delta=f"{STEP * 3 // 2}s")
+    start, end = sim.window.start, sim.window.start + sim.window.duration - STEP
+    prometheus.replay_rules(recording_layer_files(groups, folder), start, end, f"{STEP}s")
+    return start, end, alerting.timelines(prometheus, alerting.rules_of(RULE_FILES), start, end)
+
+
+@pytest.fixture(scope="module")
+def delivered(window):
+    start, end, timelines = window
+    return replay.deliver(timelines, ALERTMANAGER_YML, start, end, K)
+
+
+def episodes(timelines, alertname: str, **labels) -> list[alerting.Episode]:
+    return [
+        e
+        for t in timelines
+        if t.labels["alertname"] == alertname and labels.items() <= t.labels.items()
+        for e in t.episodes
+    ]
+
+
+@pytest.mark.parametrize(
+    "alertname, labels, hold",
+    [
+        ("GpuFellOffBus", {"node": "gpu001", "gpu": "3"}, 60),
+        ("IbPortLinkDown", {"node": "gpu001"}, 300),
+        ("GpuUncorrectableEcc", {"node": "gpu002"}, 0),
+    ],
+)
+def test_each_fault_fires_its_alert_its_for_after_the_fault_shows(window, alertname, labels, hold):
+    start, _, timelines = window
+    [episode] = episodes(timelines, alertname, **labels)
+    assert ONSET <= episode.active_at - start <= ONSET + 2 * STEP  # the fault shows within two scrapes
+    assert episode.fired_at == episode.active_at + hold
+
+
+@pytest.mark.parametrize(
+    "alertname, receivers",
+    [
+        ("GpuFellOffBus", {"gpu-ops", "gpu-ops-pager"}),
+        ("GpuUncorrectableEcc", {"gpu-ops", "gpu-ops-pager"}),
+        ("IbPortLinkDown", {"network"}),
+    ],
+)
+def test_the_right_receivers_are_notified_a_group_wait_after_the_alert_fires(window, delivered, alertname, receivers):
+    start, _, timelines = window
+    notifications, lag = delivered
+    fired = min(e.fired_at for e in episodes(timelines, alertname))
+    mine = [n for n in notifications if any(a["alertname"] == alertname for a in n.alerts)]
+    assert {n.receiver for n in mine} == receivers
+    first = min(n.at for n in mine)
+    assert fired + GROUP_WAIT <= first <= fired + GROUP_WAIT + LATE, (first - start, fired - start, lag)
+
+
+def test_alerts_an_inhibition_covers_fire_but_are_not_notified(window, delivered):
+    _, _, timelines = window
+    notifications, _ = delivered
+    fired = {name for name in INHIBITED_BY_DBE if any(e.fired_at for e in episodes(timelines, name, node="gpu002"))}
+    assert fired == INHIBITED_BY_DBE
+    notified = {a["alertname"] for n in notifications for a in n.alerts if a.get("node") == "gpu002"}
+    assert "GpuUncorrectableEcc" in notified and not notified & INHIBITED_BY_DBE
+
+
+# --------------------------------------------------------------------------- the compressed clock against real time
+
+SHORT = {"group_wait": "2s", "group_interval": "6s", "repeat_interval": "10s"}  # what 25 s of real time can show
+
+
+def test_a_slice_replayed_in_real_time_and_compressed_notifies_the_same(window, tmp_path):
+    """25 replay seconds from just before the double-bit error's first evaluation, at k = 1 and k = 60, on the
+    generated config with timings short enough to act in that time: each group is notified after group_wait and
+    again after repeat_interval (the group_interval flush between sends nothing new)."""
+    start, _, timelines = window
+    fired = min(e.fired_at for e in episodes(timelines, "GpuUncorrectableEcc"))
+    config = yaml.safe_load(ALERTMANAGER_YML.read_text())
+    config["route"] |= SHORT
+    short = tmp_path / "alertmanager.yml"
+    short.write_text(yaml.safe_dump(config))
+    (tmp_path / "templates").symlink_to(ALERTMANAGER_YML.parent / "templates")
+
+    def notified(k: float) -> list[tuple[str, tuple[str, ...], int]]:
+        notifications, _ = replay.deliver(timelines, short, fired - 1, fired + 24, k)
+        return sorted(
+            (n.receiver, tuple(sorted(a["alertname"] for a in n.alerts)), round(n.at - fired)) for n in notifications
+        )
+
+    real_time = notified(1)
+    assert {(receiver, when) for receiver, _, when in real_time} >= {("gpu-ops-pager", 2), ("gpu-ops-pager", 14)}
+    compressed = notified(60)
+    assert [(r, a) for r, a, _ in compressed] == [(r, a) for r, a, _ in real_time]
+    assert all(abs(c[2] - r[2]) <= 1 for c, r in zip(compressed, real_time, strict=True))
