@@ -30,6 +30,7 @@ sends.
 
 from __future__ import annotations
 
+from collections import defaultdict
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from enum import Enum
@@ -43,7 +44,6 @@ from hpcobs.proof.servers import Labels, Prometheus
 RESEND_DELAY = 60.0  # --rules.alert.resend-delay's default (cmd/prometheus/main.go)
 RESOLVED_RETENTION = 15 * 60.0  # resolvedRetention (rules/alerting.go)
 VALID_FOR_SENDS = 4  # ValidUntil = ts + 4 x max(interval, resend delay) (rules/alerting.go sendAlerts)
-MAX_POINTS = 11_000  # Prometheus's limit on the points of one range query's series (web/api/v1/api.go)
 
 
 @dataclass(frozen=True)
@@ -189,7 +189,7 @@ def timelines(
     prometheus: Prometheus, rules: Sequence[Rule], start: float, end: float, resend_delay: float = RESEND_DELAY
 ) -> list[Timeline]:
     """Every rule's instances over [start, end], evaluated at start, start + its interval, ... by range queries
-    on `prometheus` (split to stay within MAX_POINTS a series)."""
+    on `prometheus`."""
     return [
         timeline for rule in rules for timeline in evaluate(rule, _results(prometheus, rule, start, end), resend_delay)
     ]
@@ -197,16 +197,9 @@ def timelines(
 
 def _results(prometheus: Prometheus, rule: Rule, start: float, end: float) -> Iterable[tuple[float, list[Labels]]]:
     """(evaluation time, label sets returned) at every evaluation, those returning nothing included."""
-    span = rule.interval * (MAX_POINTS - 1)
-    chunk = start
-    while chunk <= end:
-        last = min(end, chunk + span)
-        found: dict[float, list[Labels]] = {}
-        for series in prometheus.query_range(rule.expr, chunk, last, f"{rule.interval:g}s"):
-            for t, _ in series.points:
-                found.setdefault(round(t, 3), []).append(series.labels)
-        steps = int((last - chunk) // rule.interval)
-        for n in range(steps + 1):
-            t = chunk + n * rule.interval
-            yield t, found.get(round(t, 3), [])
-        chunk += (steps + 1) * rule.interval
+    found: dict[float, list[Labels]] = defaultdict(list)
+    for series in prometheus.query_range(rule.expr, start, end, f"{rule.interval:g}s"):
+        for t, _ in series.points:
+            found[round(t, 3)].append(series.labels)
+    evaluations = int((end - start) // rule.interval) + 1
+    return [(start + n * rule.interval, found.get(round(start + n * rule.interval, 3), [])) for n in range(evaluations)]

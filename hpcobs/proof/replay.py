@@ -39,10 +39,12 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
 
+from hpcobs.authoring.rules import Group
 from hpcobs.lang.promql import duration_ms
-from hpcobs.proof import alerting, loopback, servers
+from hpcobs.proof import alerting, loopback, servers, workload
 from hpcobs.proof.alerting import Post, Timeline
 from hpcobs.proof.servers import Labels
+from hpcobs.proof.simulate import UP, Simulation, write
 
 ROUTE_TIMINGS = {"group_wait": "30s", "group_interval": "5m", "repeat_interval": "4h"}  # DefaultRouteOpts
 RESOLVE_TIMEOUT = "5m"  # DefaultGlobalConfig
@@ -81,6 +83,26 @@ class Clock:
 
     def replay(self, wall: float) -> float:
         return self.start + (wall - self.origin) * self.k
+
+
+def history(sim: Simulation, groups: Sequence[Group], folder: Path) -> servers.Prometheus:
+    """A started Prometheus (the caller stops it) holding the simulation's raw series that `groups` read, and
+    every record of `groups` replayed at each scrape of the window (servers.Prometheus.replay_rules), `folder`
+    holding the files between. Backfilled history has no staleness markers: the lookback is 1.5 scrapes, so a
+    series that stops vanishes within two scrapes, as a scraped one does at once."""
+    step = sim.window.step
+    with open(folder / "cluster.om", "w", encoding="utf-8") as out:
+        write(sim, "openmetrics", out, names=workload.raw_names_read(sim.config, groups) | {UP})
+    prometheus = servers.Prometheus(lookback_delta=f"{step * 3 // 2}s")
+    try:
+        prometheus.load_openmetrics(folder / "cluster.om")
+        prometheus.start()
+        end = sim.window.start + sim.window.duration - step
+        prometheus.replay_rules(workload.recording_layer_files(groups, folder), sim.window.start, end, f"{step}s")
+    except BaseException:
+        prometheus.stop()
+        raise
+    return prometheus
 
 
 def replay(

@@ -30,6 +30,7 @@ import yaml
 
 from hpcobs.build import tools
 from hpcobs.errors import ToolError
+from hpcobs.lang.promql import duration_ms
 
 # (env var, binary, Debian package, minimum version), as in tools.find
 PROMETHEUS = ("PROMETHEUS", "prometheus", "prometheus", (2, 42))
@@ -43,6 +44,7 @@ RUN_TIMEOUT = 1800.0
 HTTP_TIMEOUT = 300.0
 LOG_TAIL_LINES = 20
 IMPORT_BATCH_BYTES = 8 << 20
+MAX_POINTS = 11_000  # steps of one range query Prometheus answers (web/api/v1/api.go, tag v2.42.0)
 
 Timestamp = datetime | float
 Step = str | int  # a duration ("30s") or whole seconds
@@ -207,7 +209,15 @@ class Server:
         return self.query_with_cost(expr, at)[0]
 
     def query_range(self, expr: str, start: Timestamp, end: Timestamp, step: Step) -> list[Series]:
-        return self.query_range_with_cost(expr, start, end, step)[0]
+        """Range query; a range of more than MAX_POINTS steps (a week at 30 s) is asked in pieces and joined."""
+        begin, finish, seconds = _unix(start), _unix(end), duration_ms(_duration(step)) / 1000
+        joined: dict[tuple, Series] = {}
+        while begin <= finish:
+            last = min(finish, begin + seconds * MAX_POINTS)
+            for series in self.query_range_with_cost(expr, begin, last, step)[0]:
+                joined.setdefault(tuple(_label_order(series)), Series(series.labels, [])).points.extend(series.points)
+            begin = last + seconds
+        return sorted(joined.values(), key=_label_order)
 
     def query_with_cost(self, expr: str, at: Timestamp) -> tuple[list[Sample], QueryCost]:
         """Instant query: one sample per series (a scalar result is one sample with no labels)."""

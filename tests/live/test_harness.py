@@ -134,6 +134,12 @@ def test_range_query_returns_every_step(server):
     assert series[0].points == [(timestamp(k), gauge(1, k)) for k in range(K, K + 11)]
 
 
+def test_a_range_query_of_more_steps_than_a_server_answers_is_asked_in_pieces(server):
+    """An hour at 0.25 s is 14,400 steps, more than Prometheus's 11,000: every step still comes back, once."""
+    series = server.query_range('demo_temp{instance="n1"}', START, END, "250ms")
+    assert [p[0] for p in series[0].points] == [START.timestamp() + n / 4 for n in range(3600 * 4 + 1)]
+
+
 def test_prometheus_reports_query_cost(prometheus):
     samples, cost = prometheus.query_with_cost("sum_over_time(demo_temp[5m])", AT_SAMPLE)
     # Prometheus 2.x range selectors include both ends: 11 samples per series in 5m at 30s

@@ -7,14 +7,12 @@ down on one node, a double-bit ECC error on another (whose GpuUncorrectableEcc i
 error raises on its GPU: Xid 48, health FAIL, row remap pending).
 """
 
-
 import pytest
 import yaml
 
 from hpcobs.proof import alerting, replay
 from hpcobs.proof.demo import rule_groups
-from hpcobs.proof.simulate import Simulation, write
-from hpcobs.proof.workload import raw_names_read, recording_layer_files
+from hpcobs.proof.simulate import Simulation
 from tests.conftest import ROOT
 
 STEP = 30
@@ -30,18 +28,15 @@ INHIBITED_BY_DBE = {"GpuXidDrainClass", "GpuHealthFail", "GpuRowRemapPending"}
 
 
 @pytest.fixture(scope="module")
-def window(config, tmp_path_factory, prometheus_factory):
+def window(config, tmp_path_factory):
     """(start, end, every alert instance's timeline) over the simulated half hour."""
-    folder = tmp_path_factory.mktemp("replay")
-    groups = rule_groups(config)
     sim = Simulation(config, nodes=3, hours=0.5, scenarios=SCENARIOS, seed=1)
-    with open(folder / "cluster.om", "w") as out:
-        write(sim, "openmetrics", out, names=raw_names_read(config, groups) | {"up"})
-    # No staleness markers in backfilled history: a lookback of 1.5 scrapes makes a series that stops vanish.
-    prometheus = prometheus_factory(openmetrics=folder / "cluster.om", lookback_delta=f"{STEP * 3 // 2}s")
-    start, end = sim.window.start, sim.window.start + sim.window.duration - STEP
-    prometheus.replay_rules(recording_layer_files(groups, folder), start, end, f"{STEP}s")
-    return start, end, alerting.timelines(prometheus, alerting.rules_of(RULE_FILES), start, end)
+    prometheus = replay.history(sim, rule_groups(config), tmp_path_factory.mktemp("replay"))
+    try:
+        start, end = sim.window.start, sim.window.start + sim.window.duration - STEP
+        return start, end, alerting.timelines(prometheus, alerting.rules_of(RULE_FILES), start, end)
+    finally:
+        prometheus.stop()
 
 
 @pytest.fixture(scope="module")
