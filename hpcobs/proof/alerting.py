@@ -24,8 +24,8 @@ Evaluation times are start, start + interval, ... for every group, where live Pr
 hash of its name: an alert's times can differ from a live server's by up to one interval, never its `for:`. The
 Prometheus queried must hold the records too (servers.Prometheus.replay_rules) and, as its history has no
 staleness markers, a lookback close to the scrape interval makes a vanished series vanish as a scraped one would.
-The generated prometheus.yml sets no external labels nor alert relabelling, so the labels are what the notifier
-sends.
+The notifier then adds the external labels and applies alert_relabel_configs (notifier/notifier.go `Manager.Send`);
+the generated prometheus.yml sets neither, so the labels here are those Alertmanager receives.
 """
 
 from __future__ import annotations

@@ -33,7 +33,7 @@ import copy
 import shutil
 import tempfile
 import time
-from collections import Counter, defaultdict
+from collections import defaultdict
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
@@ -65,9 +65,6 @@ class Replay:
     timelines: list[Timeline]
     notifications: list[Notification]
     lag: float  # the most a post to Alertmanager was late, in replay seconds
-
-    def per_receiver(self) -> Counter[str]:
-        return Counter(n.receiver for n in self.notifications)
 
 
 @dataclass(frozen=True)

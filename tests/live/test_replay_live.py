@@ -28,21 +28,15 @@ INHIBITED_BY_DBE = {"GpuXidDrainClass", "GpuHealthFail", "GpuRowRemapPending"}
 
 
 @pytest.fixture(scope="module")
-def window(config, tmp_path_factory):
-    """(start, end, every alert instance's timeline) over the simulated half hour."""
+def replayed(config, tmp_path_factory):
+    """(start, end, the replay) of the simulated half hour at K."""
     sim = Simulation(config, nodes=3, hours=0.5, scenarios=SCENARIOS, seed=1)
     prometheus = replay.history(sim, rule_groups(config), tmp_path_factory.mktemp("replay"))
     try:
         start, end = sim.window.start, sim.window.start + sim.window.duration - STEP
-        return start, end, alerting.timelines(prometheus, alerting.rules_of(RULE_FILES), start, end)
+        return start, end, replay.replay(prometheus, RULE_FILES, ALERTMANAGER_YML, start, end, K)
     finally:
         prometheus.stop()
-
-
-@pytest.fixture(scope="module")
-def delivered(window):
-    start, end, timelines = window
-    return replay.deliver(timelines, ALERTMANAGER_YML, start, end, K)
 
 
 def episodes(timelines, alertname: str, **labels) -> list[alerting.Episode]:
@@ -62,9 +56,9 @@ def episodes(timelines, alertname: str, **labels) -> list[alerting.Episode]:
         ("GpuUncorrectableEcc", {"node": "gpu002"}, 0),
     ],
 )
-def test_each_fault_fires_its_alert_its_for_after_the_fault_shows(window, alertname, labels, hold):
-    start, _, timelines = window
-    [episode] = episodes(timelines, alertname, **labels)
+def test_each_fault_fires_its_alert_its_for_after_the_fault_shows(replayed, alertname, labels, hold):
+    start, _, found = replayed
+    [episode] = episodes(found.timelines, alertname, **labels)
     assert ONSET <= episode.active_at - start <= ONSET + 2 * STEP  # the fault shows within two scrapes
     assert episode.fired_at == episode.active_at + hold
 
@@ -77,22 +71,20 @@ def test_each_fault_fires_its_alert_its_for_after_the_fault_shows(window, alertn
         ("IbPortLinkDown", {"network"}),
     ],
 )
-def test_the_right_receivers_are_notified_a_group_wait_after_the_alert_fires(window, delivered, alertname, receivers):
-    start, _, timelines = window
-    notifications, lag = delivered
-    fired = min(e.fired_at for e in episodes(timelines, alertname))
-    mine = [n for n in notifications if any(a["alertname"] == alertname for a in n.alerts)]
+def test_the_right_receivers_are_notified_a_group_wait_after_the_alert_fires(replayed, alertname, receivers):
+    start, _, found = replayed
+    fired = min(e.fired_at for e in episodes(found.timelines, alertname))
+    mine = [n for n in found.notifications if any(a["alertname"] == alertname for a in n.alerts)]
     assert {n.receiver for n in mine} == receivers
     first = min(n.at for n in mine)
-    assert fired + GROUP_WAIT <= first <= fired + GROUP_WAIT + LATE, (first - start, fired - start, lag)
+    assert fired + GROUP_WAIT <= first <= fired + GROUP_WAIT + LATE, (first - start, fired - start, found.lag)
 
 
-def test_alerts_an_inhibition_covers_fire_but_are_not_notified(window, delivered):
-    _, _, timelines = window
-    notifications, _ = delivered
-    fired = {name for name in INHIBITED_BY_DBE if any(e.fired_at for e in episodes(timelines, name, node="gpu002"))}
+def test_alerts_an_inhibition_covers_fire_but_are_not_notified(replayed):
+    _, _, found = replayed
+    fired = {n for n in INHIBITED_BY_DBE if any(e.fired_at for e in episodes(found.timelines, n, node="gpu002"))}
     assert fired == INHIBITED_BY_DBE
-    notified = {a["alertname"] for n in notifications for a in n.alerts if a.get("node") == "gpu002"}
+    notified = {a["alertname"] for n in found.notifications for a in n.alerts if a.get("node") == "gpu002"}
     assert "GpuUncorrectableEcc" in notified and not notified & INHIBITED_BY_DBE
 
 
@@ -101,11 +93,11 @@ def test_alerts_an_inhibition_covers_fire_but_are_not_notified(window, delivered
 SHORT = {"group_wait": "2s", "group_interval": "6s", "repeat_interval": "10s"}  # what 25 s of real time can show
 
 
-def test_a_slice_replayed_in_real_time_and_compressed_notifies_the_same(window, tmp_path):
+def test_a_slice_replayed_in_real_time_and_compressed_notifies_the_same(replayed, tmp_path):
     """25 replay seconds from just before the double-bit error's first evaluation, at k = 1 and k = 60, on the
     generated config with timings short enough to act in that time: each group is notified after group_wait and
     again after repeat_interval (the group_interval flush between sends nothing new)."""
-    start, _, timelines = window
+    timelines = replayed[2].timelines
     fired = min(e.fired_at for e in episodes(timelines, "GpuUncorrectableEcc"))
     config = yaml.safe_load(ALERTMANAGER_YML.read_text())
     config["route"] |= SHORT
