@@ -29,6 +29,7 @@ SLOWEST_FIRST = (
     "test_fleet_bench.py",
     "test_threshold_panels.py",
     "test_demo_live.py",
+    "test_replay_live.py",
     "test_new_site_live.py",
 )
 
