@@ -1,5 +1,6 @@
 """The simulator: deterministic, streaming, catalogue-exact, and every scenario shows its signal in PromQL."""
 
+import gc
 import io
 import json
 import os
@@ -311,6 +312,9 @@ def test_memory_does_not_grow_with_cluster_size_or_duration(config):
     """Series by series: 4x the nodes or 4x the hours, 4x the samples, about the same peak (tracemalloc)."""
 
     def peak(nodes, hours):
+        # Each run starts from a fresh collection: otherwise whether the collector frees this run's cycles before
+        # its peak depends on what the tests before it allocated.
+        gc.collect()
         tracemalloc.start()
         stats = write(Simulation(config, nodes=nodes, gpus_per_node=2, hours=hours, seed=1), "openmetrics", Null())
         top = tracemalloc.get_traced_memory()[1]

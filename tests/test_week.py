@@ -58,8 +58,7 @@ def test_background_never_lands_on_a_faults_entity_while_it_is_there(cluster):
     plan = schedule(cluster, 3, REAL_RATE * 50)
     assert len(plan.background) > 100
     faults = [(s, t) for t in plan.truth for s in t.specs]
-    for event in plan.background:
-        bg = event.spec
+    for bg in plan.background:
         for spec, truth in faults:
             if _held(bg) & _held(spec):
                 assert bg.start >= truth.end + MARGIN or bg.start + min(bg.duration, 3600) <= truth.onset - MARGIN

@@ -128,21 +128,15 @@ class Truth:
 
 
 @dataclass(frozen=True)
-class Event:
-    """One background event: the spec and why it is benign."""
-
-    spec: Spec
-    why: str
-
-
-@dataclass(frozen=True)
 class Plan:
+    """The week as planned: every fault drawn (the ground truth) and the background events placed around them."""
+
     truth: tuple[Truth, ...]
-    background: tuple[Event, ...]
+    background: dict[Spec, str]  # each event and why it is benign (a spec twice would be one event)
 
     @property
     def specs(self) -> list[Spec]:
-        return [s for t in self.truth for s in t.specs] + [e.spec for e in self.background] or [Spec("healthy")]
+        return [s for t in self.truth for s in t.specs] + list(self.background) or [Spec("healthy")]
 
     @property
     def scenarios(self) -> str:
@@ -229,8 +223,8 @@ def schedule(cluster: Cluster, seed: int, rate: float, background: bool = True) 
         start = _aligned(t, window.step)
         end = start + _aligned(draw.rng.uniform(*cls.repair_hours) * 3600, window.step)
         truth.append(_fault(draw, cls, start, end))
-    events = _background(draw, window.duration) if background else []
-    return Plan(tuple(truth), tuple(events))
+    events = _background(draw, window.duration) if background else {}
+    return Plan(tuple(truth), events)
 
 
 def _fault(draw: _Draw, cls: FaultClass, start: int, end: int) -> Truth:
@@ -251,8 +245,8 @@ def _fault(draw: _Draw, cls: FaultClass, start: int, end: int) -> Truth:
     return Truth(cls.name, variant.kind, start, end, entity, specs)
 
 
-def _background(draw: _Draw, duration: int) -> list[Event]:
-    rng, step, events = draw.rng, draw.cluster.window.step, []
+def _background(draw: _Draw, duration: int) -> dict[Spec, str]:
+    rng, step, events = draw.rng, draw.cluster.window.step, {}
 
     def add(kind: str, entity: str | None, start: int, length: int, why: str, where: str = "nvidia") -> None:
         if start >= duration:
@@ -260,7 +254,7 @@ def _background(draw: _Draw, duration: int) -> list[Event]:
         hold = min(length, BACKGROUND_HOLD)
         targets = draw.target(entity, start, start + hold, where)
         for fields in targets or ():
-            events.append(Event(Spec(kind, start=start, duration=length, **fields), why))
+            events[Spec(kind, start=start, duration=length, **fields)] = why
 
     for day in range(-(-duration // DAY)):
         add("queue_backlog", None, day * DAY + PEAK[0], PEAK[1], "long queues at peak hours")
