@@ -703,6 +703,41 @@ def _dbe(scene: Scene, spec: Spec, start: int, end: int) -> Fault:
     )
 
 
+@kind(
+    "sbe",
+    60,
+    "A single correctable (single-bit) ECC error: the volatile SBE counter +1 (extended CSV), nothing else. "
+    "Default: last hero node, GPU 4.",
+    targets=("node", "gpu"),
+)
+def _sbe(scene: Scene, spec: Spec, start: int, end: int) -> Fault:
+    """DCGM_FI_DEV_ECC_SBE_VOL_TOTAL (DCGM field 310, catalogue dcgm.yaml) counts it; the driver corrects it, so no
+    Xid (Xid 92 is a high single-bit error *rate*, NVIDIA's Xid catalog), no health change (DCGM's MEM watch fails on
+    double-bit errors, DCGM_FR_VOLATILE_DBE_DETECTED) and no row remap (the remapper acts on uncorrectable errors;
+    a remap for repeated correctable errors at one address is not emulated)."""
+    node, gpu, target = _gpu_fault(scene, spec, scene.hero(-1), 4)
+    s = scene.idx(start)
+    effects = (Effect("bump", (node.index, gpu), s, s + 1, (("signal", "ecc_sbe_volatile"),)),)
+    expectations = []
+    if node.csv == "extended":  # default-counters.csv leaves the field commented out
+        expectations = scene.expect(
+            "volatile SBE counter increased",
+            "dcgm",
+            "ecc_sbe_volatile",
+            node,
+            "increase",
+            ">",
+            0,
+            start + 2 * scene.window.step,
+            window=300,
+            raw=True,
+            gpu=str(gpu),
+        )
+    return Fault(
+        "sbe", start, end, target, f"one corrected ECC error on {node.name} GPU {gpu}", effects, tuple(expectations)
+    )
+
+
 def _row_remap(scene: Scene, spec: Spec, start: int, end: int, state: str, default_gpu: int, xid: int) -> Fault:
     """An uncorrectable remapped row, then the remap state flag (`failure` or `pending`) and its Xid."""
     node, gpu, target = _gpu_fault(scene, spec, scene.hero(-1), default_gpu)

@@ -102,6 +102,7 @@ BACKGROUND = (
     Background("evaluation_pass", "job", 4, 480, "the hero job evaluates: no optimizer step for 8 minutes"),
     Background("checkpoint_long", "job", 1, 1500, "a large checkpoint: no step for 25 minutes, written at full rate"),
     Background("thermal_burst", "gpu", 6, 120, "a two-minute thermal excursion, shorter than any thermal alert"),
+    Background("sbe", "gpu", 4, 60, "one corrected single-bit ECC error"),
     Background("exporter_down", "node", 4, 30, "a scrape timeout: one missed dcgm-exporter scrape"),
     Background("exporter_down", "node", 1, 120, "dcgm-exporter restarted (upgrade, config change)"),
     Background("xid13", "gpu", 1, INF, "a user's job hits its own graphics engine exception", "batch"),
