@@ -48,19 +48,21 @@ def test_faults_arrive_at_the_rate_and_the_mix(cluster):
         assert "node" in t.entity or t.entity.keys() == {"job"}
 
 
-def _held(spec):
-    """What an event holds: its node, and the hero job for the job-level scenarios."""
+def _held(spec, hero):
+    """What an event holds: its node, and the hero job for the job-level scenarios and an Xid 79 that hangs it."""
     keys = {spec.node} if spec.node else set()
-    return keys | ({"job"} if spec.kind in ("training_hang", "evaluation_pass", "checkpoint_long") else set())
+    job_level = spec.kind in ("training_hang", "evaluation_pass", "checkpoint_long")
+    return keys | ({"job"} if job_level or (spec.kind == "xid79" and spec.node in hero) else set())
 
 
 def test_background_never_lands_on_a_faults_entity_while_it_is_there(cluster):
     plan = schedule(cluster, 3, REAL_RATE * 50)
+    hero = {cluster.nodes[i].name for i in cluster.roles.hero}
     assert len(plan.background) > 100
     faults = [(s, t) for t in plan.truth for s in t.specs]
     for bg in plan.background:
         for spec, truth in faults:
-            if _held(bg) & _held(spec):
+            if _held(bg, hero) & _held(spec, hero):
                 assert bg.start >= truth.end + MARGIN or bg.start + min(bg.duration, 3600) <= truth.onset - MARGIN
 
 

@@ -82,6 +82,9 @@ LLAMA3_MIX = (
 LEAF_NODES = 32
 # Around each event its entity is held this long more, so an alert's `for:` and resolution see one cause only.
 MARGIN = 900
+# Scenarios that hang the job on their GPU (scenarios._xid79: the rank dies, the job waits in its collective): on a
+# hero node they hold the hero job too, so that no hang, evaluation or checkpoint of it overlaps them.
+HANGS_JOB = frozenset({"xid79"})
 # How long a background event holds its entity: a sticky Xid stays for the week, but alerts read it over minutes.
 BACKGROUND_HOLD = 3600
 
@@ -168,10 +171,12 @@ class _Draw:
         self.nodes = {"nvidia": nvidia, "batch": [cluster.nodes[i] for i in cluster.roles.batch]}
         self.leaves = [nvidia[i : i + LEAF_NODES] for i in range(0, len(nvidia), LEAF_NODES)]
 
-    def target(self, entity: str | None, start: int, end: int, where: str = "nvidia") -> list | None:
+    def target(self, kind: str, entity: str | None, start: int, end: int, where: str = "nvidia") -> list | None:
         """The specs' target fields (one per spec) on something free over [start, end], or None after a few tries."""
         for _ in range(20):
             fields, keys = self._pick(entity, where)
+            if kind in HANGS_JOB and fields and self.cluster.node(fields[0]["node"]).index in self.cluster.roles.hero:
+                keys += ("job",)
             if fields is None:
                 return None
             if self.holds.free(keys, start, end):
@@ -232,7 +237,7 @@ def _fault(draw: _Draw, cls: FaultClass, start: int, end: int) -> Truth:
     if not cls.variants:
         return Truth(cls.name, None, start, end, {})
     variant = draw.rng.choice(cls.variants)
-    targets = draw.target(variant.entity, start, end, variant.nodes)
+    targets = draw.target(variant.kind, variant.entity, start, end, variant.nodes)
     if targets is None:  # every candidate busy (a raised rate on a small cluster): recorded, not injected
         return Truth(cls.name, None, start, end, {"unplaced": variant.kind})
     specs = tuple(Spec(variant.kind, start=start, duration=end - start, **fields) for fields in targets)
@@ -253,7 +258,7 @@ def _background(draw: _Draw, duration: int) -> dict[Spec, str]:
         if start >= duration:
             return
         hold = min(length, BACKGROUND_HOLD)
-        targets = draw.target(entity, start, start + hold, where)
+        targets = draw.target(kind, entity, start, start + hold, where)
         for fields in targets or ():
             events[Spec(kind, start=start, duration=length, **fields)] = why
 
