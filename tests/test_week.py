@@ -55,6 +55,14 @@ def _held(spec, hero):
     return keys | ({"job"} if job_level or (spec.kind == "xid79" and spec.node in hero) else set())
 
 
+@pytest.mark.parametrize("seed", range(6))
+def test_every_spec_of_a_plan_resolves_on_the_cluster(config, cluster, seed):
+    """Targets the scenarios accept: e.g. driver_drift refuses a node without the optional fields."""
+    plan = schedule(cluster, seed, REAL_RATE * 50)
+    week = Simulation(config, nodes=128, gpus_per_node=8, hours=168, seed=1, scenarios=plan.specs)
+    assert len(week.faults.faults) == len(plan.specs)
+
+
 def test_background_never_lands_on_a_faults_entity_while_it_is_there(cluster):
     plan = schedule(cluster, 3, REAL_RATE * 50)
     hero = {cluster.nodes[i].name for i in cluster.roles.hero}

@@ -32,7 +32,7 @@ class Variant:
 
     kind: str
     entity: str  # gpu | hca | leaf | node | job
-    nodes: str = "nvidia"  # nvidia | batch: where it may land
+    nodes: str = "nvidia"  # nvidia | batch | extended (the dcgm CSV with the optional fields): where it may land
 
 
 @dataclass(frozen=True)
@@ -98,7 +98,7 @@ class Background:
     per_day: float
     duration: int
     why: str
-    nodes: str = "nvidia"  # nvidia | batch: where it may land
+    nodes: str = "nvidia"  # nvidia | batch | extended (the dcgm CSV with the optional fields): where it may land
 
 
 BACKGROUND = (
@@ -168,7 +168,12 @@ class _Draw:
     def __init__(self, cluster: Cluster, rng: random.Random):
         self.cluster, self.rng, self.holds = cluster, rng, _Holds()
         nvidia = [n for n in cluster.nodes if n.vendor == "nvidia"]
-        self.nodes = {"nvidia": nvidia, "batch": [cluster.nodes[i] for i in cluster.roles.batch]}
+        self.nodes = {
+            "nvidia": nvidia,
+            "batch": [cluster.nodes[i] for i in cluster.roles.batch],
+            # driver_drift reads the node's optional fields (scenarios._spare_hero): not on a default-CSV node
+            "extended": [n for n in nvidia if n.csv == "extended"],
+        }
         self.leaves = [nvidia[i : i + LEAF_NODES] for i in range(0, len(nvidia), LEAF_NODES)]
 
     def target(self, kind: str, entity: str | None, start: int, end: int, where: str = "nvidia") -> list | None:
@@ -266,7 +271,7 @@ def _background(draw: _Draw, duration: int) -> dict[Spec, str]:
         add("queue_backlog", None, day * DAY + PEAK[0], PEAK[1], "long queues at peak hours")
     at, every, count = ROLLING_UPDATE
     for i in range(min(count, len(draw.nodes["nvidia"]))):
-        add("driver_drift", "node", at + i * every, INF, "a rolling driver update reaches the node")
+        add("driver_drift", "node", at + i * every, INF, "a rolling driver update reaches the node", "extended")
     for bg in BACKGROUND:
         for _ in range(int(bg.per_day * duration / DAY)):
             start = _aligned(rng.uniform(0, duration - bg.duration if bg.duration < INF else duration), step)
