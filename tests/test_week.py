@@ -48,11 +48,15 @@ def test_faults_arrive_at_the_rate_and_the_mix(cluster):
         assert "node" in t.entity or t.entity.keys() == {"job"}
 
 
-def _held(spec, hero):
-    """What an event holds: its node, and the hero job for the job-level scenarios and an Xid 79 that hangs it."""
-    keys = {spec.node} if spec.node else set()
-    job_level = spec.kind in ("training_hang", "evaluation_pass", "checkpoint_long")
-    return keys | ({"job"} if job_level or (spec.kind == "xid79" and spec.node in hero) else set())
+def _held(spec, cluster):
+    """What an event holds: its node, its job (and a batch job's node), and the job an Xid 79 hangs."""
+    keys = {spec.node, spec.job} - {None}
+    if spec.job and spec.job != cluster.roles.hero_job:
+        keys |= {cluster.nodes[n].name for n in cluster.job(spec.job).nodes}
+    if spec.kind == "xid79":
+        node = cluster.node(spec.node).index
+        keys |= {j.id for j in cluster.jobs_on_gpu(node, spec.gpu) if j.start <= spec.start < j.end}
+    return keys
 
 
 @pytest.mark.parametrize("seed", range(6))
@@ -65,12 +69,11 @@ def test_every_spec_of_a_plan_resolves_on_the_cluster(config, cluster, seed):
 
 def test_background_never_lands_on_a_faults_entity_while_it_is_there(cluster):
     plan = schedule(cluster, 3, REAL_RATE * 50)
-    hero = {cluster.nodes[i].name for i in cluster.roles.hero}
     assert len(plan.background) > 100
     faults = [(s, t) for t in plan.truth for s in t.specs]
     for bg in plan.background:
         for spec, truth in faults:
-            if _held(bg, hero) & _held(spec, hero):
+            if _held(bg, cluster) & _held(spec, cluster):
                 assert bg.start >= truth.end + MARGIN or bg.start + min(bg.duration, 3600) <= truth.onset - MARGIN
 
 

@@ -16,7 +16,7 @@ import random
 from dataclasses import dataclass
 
 from hpcobs.proof.simulate.core import seeded
-from hpcobs.proof.simulate.model import Cluster
+from hpcobs.proof.simulate.model import Cluster, Job
 from hpcobs.proof.simulate.scenarios import INF, REALISTIC_WEEK, Spec
 
 DAY = 86400
@@ -32,7 +32,9 @@ class Variant:
 
     kind: str
     entity: str  # gpu | hca | leaf | node | job
-    nodes: str = "nvidia"  # nvidia | batch | extended (the dcgm CSV with the optional fields): where it may land
+    # Where it may land: nvidia, batch or extended (nodes with the dcgm CSV's optional fields); for a job, hero (the
+    # hero job) or training (any training job running all along)
+    nodes: str = "nvidia"
 
 
 @dataclass(frozen=True)
@@ -70,7 +72,8 @@ LLAMA3_MIX = (
     FaultClass("GPU SRAM memory", 4.5, _on("gpu", "xid94", "xid95"), (1, 4)),
     FaultClass("GPU system processor", 4.1, _on("gpu", "xid119", "xid120"), (1, 4)),  # GSP RPC timeout, GSP error
     FaultClass("NIC", 1.7, _on("hca", "ib_port_down", "ib_port_init"), (1, 4)),
-    FaultClass("NCCL watchdog timeout", 1.7, _on("job", "training_hang"), (0.3, 1)),
+    # Any training job running all along the hang: the hero job or a single-node batch job (NVLink collectives).
+    FaultClass("NCCL watchdog timeout", 1.7, _on("job", "training_hang", nodes="training"), (0.3, 1)),
     FaultClass("silent data corruption", 1.4, (), (0, 0)),  # wrong numbers, no exporter signal
     FaultClass("GPU thermal interface/sensor", 1.4, _on("gpu", "thermal", "hbm_thermal"), (0.3, 1.5)),
     # The rest, each under 1%: SSD, power supply, chassis, IO expansion board, dependency, CPU, system memory.
@@ -82,8 +85,8 @@ LLAMA3_MIX = (
 LEAF_NODES = 32
 # Around each event its entity is held this long more, so an alert's `for:` and resolution see one cause only.
 MARGIN = 900
-# Scenarios that hang the job on their GPU (scenarios._xid79: the rank dies, the job waits in its collective): on a
-# hero node they hold the hero job too, so that no hang, evaluation or checkpoint of it overlaps them.
+# Scenarios that hang the job on their GPU (scenarios._xid79: the rank dies, the job waits in its collective): they
+# hold that job too, so that no hang, evaluation or checkpoint of it overlaps them.
 HANGS_JOB = frozenset({"xid79"})
 # How long a background event holds its entity: a sticky Xid stays for the week, but alerts read it over minutes.
 BACKGROUND_HOLD = 3600
@@ -98,12 +101,16 @@ class Background:
     per_day: float
     duration: int
     why: str
-    nodes: str = "nvidia"  # nvidia | batch | extended (the dcgm CSV with the optional fields): where it may land
+    # Where it may land: nvidia, batch or extended (nodes with the dcgm CSV's optional fields); for a job, hero (the
+    # hero job) or training (any training job running all along)
+    nodes: str = "nvidia"
 
 
 BACKGROUND = (
-    Background("evaluation_pass", "job", 4, 480, "the hero job evaluates: no optimizer step for 8 minutes"),
-    Background("checkpoint_long", "job", 1, 1500, "a large checkpoint: no step for 25 minutes, written at full rate"),
+    Background("evaluation_pass", "job", 4, 480, "the hero job evaluates: no optimizer step for 8 minutes", "hero"),
+    Background(
+        "checkpoint_long", "job", 1, 1500, "a large checkpoint: no step for 25 minutes, written at full rate", "hero"
+    ),
     Background("thermal_burst", "gpu", 6, 120, "a two-minute thermal excursion, shorter than any thermal alert"),
     Background("sbe", "gpu", 4, 60, "one corrected single-bit ECC error"),
     Background("exporter_down", "node", 4, 30, "a scrape timeout: one missed dcgm-exporter scrape"),
@@ -176,26 +183,47 @@ class _Draw:
         }
         self.leaves = [nvidia[i : i + LEAF_NODES] for i in range(0, len(nvidia), LEAF_NODES)]
 
+    def training_jobs(self, start: int, end: int) -> list[Job]:
+        """Training jobs on NVIDIA nodes that run over all of [start, end]: the hero job, and batch jobs whose node
+        nothing held since the job began (a node down before would have ended or removed the job)."""
+        nvidia, hero = {n.index for n in self.nodes["nvidia"]}, self.cluster.roles.hero_job
+        return [
+            j
+            for j in self.cluster.jobs
+            if j.training and j.start <= start and end <= j.end and set(j.nodes) <= nvidia
+            if j.id == hero or self.holds.free(j.nodes, j.start, end)
+        ]
+
     def target(self, kind: str, entity: str | None, start: int, end: int, where: str = "nvidia") -> list | None:
         """The specs' target fields (one per spec) on something free over [start, end], or None after a few tries."""
         for _ in range(20):
-            fields, keys = self._pick(entity, where)
-            if kind in HANGS_JOB and fields and self.cluster.node(fields[0]["node"]).index in self.cluster.roles.hero:
-                keys += ("job",)
+            fields, keys = self._pick(entity, where, start, end)
             if fields is None:
                 return None
+            if kind in HANGS_JOB:
+                node = self.cluster.node(fields[0]["node"]).index
+                keys += tuple(
+                    f"job:{j.id}" for j in self.cluster.jobs_on_gpu(node, fields[0]["gpu"]) if _runs(j, start)
+                )
             if self.holds.free(keys, start, end):
                 self.holds.hold(keys, start, end)
                 return fields
         return None
 
-    def _pick(self, entity: str | None, where: str):
+    def _pick(self, entity: str | None, where: str, start: int, end: int):
         rng = self.rng
         if entity is None:
             return [{}], ()
+        if entity == "job" and where == "hero":
+            hero = self.cluster.roles.hero_job
+            return ([{"job": hero}], (f"job:{hero}",)) if hero else (None, ())
         if entity == "job":
-            job = self.cluster.roles.hero_job
-            return ([{"job": job}], ("job",)) if job else (None, ())
+            jobs = self.training_jobs(start, end)
+            if not jobs:
+                return None, ()
+            # Weighted by GPUs, as faults come per GPU; a batch job holds its node too (a node fault would end it).
+            job = rng.choices(jobs, [len(j.gpus) for j in jobs])[0]
+            return [{"job": job.id}], (f"job:{job.id}",) + (() if job.id == self.cluster.roles.hero_job else job.nodes)
         if entity == "leaf":
             leaf = rng.choice(self.leaves) if self.leaves else []
             if not leaf:
@@ -212,6 +240,10 @@ class _Draw:
         elif entity == "hca":
             fields["hca"] = rng.choice(node.hcas)
         return [fields], (node.index,)
+
+
+def _runs(job: Job, at: int) -> bool:
+    return job.start <= at < job.end
 
 
 def _aligned(t: float, step: int) -> int:
@@ -251,7 +283,7 @@ def _fault(draw: _Draw, cls: FaultClass, start: int, end: int) -> Truth:
         cluster, where = draw.cluster, targets[0]
         node = cluster.node(where["node"]).index
         on = cluster.jobs_on_gpu(node, where["gpu"]) if "gpu" in where else cluster.jobs_on(node)
-        jobs = [j.id for j in on if j.start <= start < j.end]
+        jobs = [j.id for j in on if _runs(j, start)]
         entity.update({"job": jobs[0]} if jobs else {})
     return Truth(cls.name, variant.kind, start, end, entity, specs)
 
