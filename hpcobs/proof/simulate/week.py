@@ -156,7 +156,7 @@ class Plan:
 
 
 class _Holds:
-    """Which entity (a node index, or "job") is held by an event when, margins included."""
+    """When each entity (a node index, or "job:<id>") is held by an event; `free` adds the margins."""
 
     def __init__(self) -> None:
         self._held: dict[object, list[tuple[int, int]]] = {}
