@@ -21,7 +21,7 @@ from hpcobs.errors import UserError
 from hpcobs.exporters.labels import EXPORTER_PORTS
 from hpcobs.exporters.sources import Sources
 from hpcobs.lang.promql import duration, duration_seconds, si_factor
-from hpcobs.proof.simulate.core import UP, Window, seeded, window_mask
+from hpcobs.proof.simulate.core import UP, Window, window_mask
 from hpcobs.proof.simulate.expect import Expectation
 from hpcobs.proof.simulate.model import FOREVER, LUSTRE_FS, LUSTRE_OST_KIB, NFS_SCRATCH, Cluster, Job, Node
 from hpcobs.proof.simulate.storage import MDT_KIB, osts
@@ -700,6 +700,41 @@ def _dbe(scene: Scene, spec: Spec, start: int, end: int) -> Fault:
     expectations += _xid_expectation(scene, node, gpu, 48, start)
     return Fault(
         "dbe", start, end, target, f"double-bit ECC error on {node.name} GPU {gpu}", effects, tuple(expectations)
+    )
+
+
+@kind(
+    "sbe",
+    60,
+    "A single correctable (single-bit) ECC error: the volatile SBE counter +1 (extended CSV), nothing else. "
+    "Default: last hero node, GPU 4.",
+    targets=("node", "gpu"),
+)
+def _sbe(scene: Scene, spec: Spec, start: int, end: int) -> Fault:
+    """DCGM_FI_DEV_ECC_SBE_VOL_TOTAL (DCGM field 310, catalogue dcgm.yaml) counts it; the driver corrects it, so no
+    Xid (Xid 92 is a high single-bit error *rate*, NVIDIA's Xid catalog), no health change (DCGM's MEM watch fails on
+    double-bit errors, DCGM_FR_VOLATILE_DBE_DETECTED) and no row remap (the remapper acts on uncorrectable errors;
+    a remap for repeated correctable errors at one address is not emulated)."""
+    node, gpu, target = _gpu_fault(scene, spec, scene.hero(-1), 4)
+    s = scene.idx(start)
+    effects = (Effect("bump", (node.index, gpu), s, s + 1, (("signal", "ecc_sbe_volatile"),)),)
+    expectations = []
+    if node.csv == "extended":  # default-counters.csv leaves the field commented out
+        expectations = scene.expect(
+            "volatile SBE counter increased",
+            "dcgm",
+            "ecc_sbe_volatile",
+            node,
+            "increase",
+            ">",
+            0,
+            start + 2 * scene.window.step,
+            window=300,
+            raw=True,
+            gpu=str(gpu),
+        )
+    return Fault(
+        "sbe", start, end, target, f"one corrected ECC error on {node.name} GPU {gpu}", effects, tuple(expectations)
     )
 
 
@@ -2178,68 +2213,14 @@ def _miner(scene: Scene, spec: Spec, start: int, end: int) -> Fault:
     )
 
 
-# ---------------------------------------------------------------------------------------------
-# Realistic week: faults drawn at the Llama 3 rates (arXiv:2407.21783, Table 5; docs/simulator.md).
-
-INTERRUPTIONS_PER_GPU_DAY = 0.474e-3
-# (count in Table 5, cause, scenario kind, repair time range in hours). Silent data corruption (6) has no
-# exporter signal and is left out.
-LLAMA3_CAUSES = (
-    (148, "faulty GPU", "xid79", (2, 8)),
-    (72, "GPU HBM3 memory", "dbe", (1, 6)),
-    (54, "software bug", "xid13", (0.5, 2)),
-    (35, "network switch/cable", "ib_link_flap", (0.3, 1)),
-    (32, "host maintenance", "slurm_nodes_down", (2, 8)),
-    (19, "GPU SRAM memory", "xid95", (1, 4)),
-    (17, "GPU system processor", "xid119", (1, 4)),
-    (7, "NIC", "ib_port_down", (1, 4)),
-    (7, "NCCL watchdog timeout", "training_hang", (0.3, 1)),
-    (6, "GPU thermal interface/sensor", "thermal", (0.3, 1.5)),
-    (16, "SSD, power supply, chassis, CPU, system memory", "slurm_nodes_down", (2, 12)),
-)
-
-
-def realistic_week(scene: Scene) -> list[Spec]:
-    """Poisson arrivals over the window at the Llama 3 rate; cause drawn from Table 5's shares."""
-    rng = seeded(scene.seed, "realistic_week")
-    nvidia = [n for n in scene.cluster.nodes if n.vendor == "nvidia"]
-    gpus = sum(n.gpus for n in nvidia)
-    rate = INTERRUPTIONS_PER_GPU_DAY * gpus / 86400  # per second
-    specs, t = [], 0.0
-    weights = [c[0] for c in LLAMA3_CAUSES]
-    while rate > 0:
-        t += rng.expovariate(rate)
-        if t >= scene.window.duration:
-            break
-        _, _, kind_name, (low, high) = rng.choices(LLAMA3_CAUSES, weights)[0]
-        node = rng.choice(nvidia)
-        start = int(t) // scene.window.step * scene.window.step
-        repair = int(rng.uniform(low, high) * 3600)
-        job_kinds = ("training_hang",)
-        specs.append(
-            Spec(
-                kind_name,
-                start=start,
-                duration=repair,
-                node=None if kind_name in job_kinds else node.name,
-                gpu=rng.randrange(node.gpus) if kind_name.startswith(("xid", "dbe", "thermal")) else None,
-                hca=rng.choice(node.hcas) if kind_name.startswith("ib_") else None,
-            )
-        )
-    return specs
-
-
 def kinds() -> dict[str, Kind]:
     return dict(KINDS)
 
 
 def resolve(specs: list[Spec], sources: Sources, thresholds: Thresholds, cluster: Cluster, seed: int) -> Faults:
     scene = Scene(sources, thresholds, cluster, seed)
-    expanded: list[Spec] = []
-    for spec in specs:
-        expanded += realistic_week(scene) if spec.kind == REALISTIC_WEEK else [spec]
     faults = []
-    for spec in expanded:
+    for spec in specs:
         entry = kind_named(spec.kind, spec.text)
         scene.spec = spec
         start = spec.start if spec.start is not None else min(DEFAULT_START, cluster.window.duration // 6)

@@ -15,7 +15,7 @@ from functools import cached_property
 from hpcobs.exporters.labels import EXPORTER_PORTS, SLURM_CONTROLLER
 from hpcobs.exporters.sources import Sources
 from hpcobs.lang.promql import duration_seconds
-from hpcobs.proof.simulate import gpu, model, node, security, slurm, storage, training
+from hpcobs.proof.simulate import gpu, model, node, security, slurm, storage, training, week
 from hpcobs.proof.simulate.activity import Activity
 from hpcobs.proof.simulate.core import UP, Family, Window, where, window_mask
 from hpcobs.proof.simulate.expect import Expectation
@@ -52,7 +52,7 @@ class Simulation:
         specs = Spec.parse(scenarios) if isinstance(scenarios, str) else list(scenarios)
         base = model.build(self.sources, config.get("cluster", "name"), nodes, gpus_per_node, seed, self.window)
         self.thresholds = Thresholds.from_config(config["thresholds"])
-        self.faults = resolve(specs, self.sources, self.thresholds, base, seed)
+        self.faults = resolve(week.expand(specs, base, seed), self.sources, self.thresholds, base, seed)
         self.cluster = self.faults.cluster
         self.activity = Activity(self)
         self._scrape: dict[str, dict[str, str]] = {}
