@@ -168,7 +168,8 @@ THRESHOLDS = (
     declare.duration(
         "gpu_count_lookback",
         "1d",
-        "A node reporting fewer GPUs than its maximum over this window has lost GPUs (GpuSeriesMissing).",
+        "A node reporting fewer GPUs than its maximum over this window has lost GPUs (GpuSeriesMissing); a GPU that "
+        "reported Xid 79 within it and has not reported since keeps GpuFellOffBus firing.",
     ),
 )
 
