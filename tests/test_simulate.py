@@ -21,6 +21,7 @@ from hpcobs.build import tools
 from hpcobs.exporters import catalogue
 from hpcobs.lang.promql import duration
 from hpcobs.proof.simulate import UP, Simulation, Spec, compress, expand, kinds, write
+from hpcobs.proof.simulate.storage import JobIO
 from hpcobs.proof.simulate.week import REAL_RATE, schedule
 from hpcobs.settings import config as config_module
 from tests.conftest import ROOT, run_build
@@ -281,6 +282,18 @@ def test_xid79_reports_the_xid_then_the_gpus_series_stop(config):
     assert [lab["err_code"] for lab, _ in xid] == ["79"] and 79 in xid[0][1]
     others = [val for _, lab, val in series_of(sim, dcgm) if lab["hostname"] == host and lab["gpu"] != gpu]
     assert all(val[-1] is not None for val in others)
+
+
+def test_a_job_hung_by_an_xid79_writes_no_scheduled_checkpoint(config):
+    """The hero job's half-hourly checkpoint falls within this half hour; once an Xid 79 has hung the job, no rank
+    returns from its step to save one (activity.py names the training loop), so its Lustre writes stay at 0."""
+    healthy, hung = (small(config, nodes=3, scenarios=s) for s in ("healthy", "xid79:start=5m"))
+    fault = hung.faults.faults[0]
+    after = hung.window.index(fault.start)
+    job = fault.target["job"]
+    assert any(healthy.activity.checkpoint_mask(healthy.cluster.job(job))[after:])
+    assert not any(hung.activity.checkpoint_mask(hung.cluster.job(job))[after:])
+    assert not any(JobIO(hung).io(hung.cluster.job(job))[1][after:])
 
 
 def test_counters_are_monotonic_except_at_a_scripted_driver_reload(mixed):

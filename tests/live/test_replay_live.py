@@ -116,3 +116,32 @@ def test_a_slice_replayed_in_real_time_and_compressed_notifies_the_same(replayed
     compressed = notified(60)
     assert [(r, a) for r, a, _ in compressed] == [(r, a) for r, a, _ in real_time]
     assert all(abs(c[2] - r[2]) <= 1 for c, r in zip(compressed, real_time, strict=True))
+
+
+# --------------------------------------------------------------------------- one fault, one notification per receiver
+
+
+@pytest.mark.parametrize(
+    "alertname, labels, receivers",
+    [
+        ("GpuFellOffBus", {"node": "gpu001", "gpu": "3"}, {"gpu-ops", "gpu-ops-pager"}),
+        ("TrainingHang", {"hpc_job": "400001"}, {"job-owner"}),
+    ],
+)
+def test_a_fault_that_lasts_keeps_its_alert_firing_and_notifies_each_receiver_once(
+    replayed, alertname, labels, receivers
+):
+    """The first replay saw GpuFellOffBus resolve when the Xid left its 5-minute window (the GPU's series gone),
+    and the job it hung resolve when a checkpoint the simulator wrote during the hang excused it: each fired again
+    or left GpuSeriesMissing, which it inhibits, to notify for the same fault."""
+    _, _, found = replayed
+    [episode] = episodes(found.timelines, alertname, **labels)
+    assert episode.fired_at and episode.resolved_at is None
+    mine = [n.receiver for n in found.notifications if any(a["alertname"] == alertname for a in n.alerts)]
+    assert sorted(mine) == sorted(receivers)
+
+
+def test_the_gpu_that_fell_off_the_bus_is_not_notified_again_as_missing(replayed):
+    _, _, found = replayed
+    assert any(e.fired_at for e in episodes(found.timelines, "GpuSeriesMissing", node="gpu001"))
+    assert not [n for n in found.notifications for a in n.alerts if a["alertname"] == "GpuSeriesMissing"]

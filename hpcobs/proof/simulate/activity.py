@@ -37,13 +37,19 @@ class Activity:
 
     def _checkpoint_mask(self, job: Job) -> tuple[bool, ...]:
         """Scrapes during which the job writes a checkpoint (training blocked, storage busy): every
-        CHECKPOINT_EVERY for CHECKPOINT_TAKES, and the long checkpoints of scenarios."""
+        CHECKPOINT_EVERY for CHECKPOINT_TAKES, and the long checkpoints of scenarios.
+
+        A hung job writes no scheduled checkpoint: the training loop saves between steps, once a step has returned
+        (Megatron-LM megatron/training/training.py train(), checkpoint_and_decide_exit after train_step, commit
+        001b00c2734d8f0fad096fe48a382fedf755d321), and a rank blocked in a collective never returns from its step."""
         if not job.training:
             return (False,) * self.n
         first = job.start + CHECKPOINT_EVERY * max(1, math.ceil((0 - job.start) / CHECKPOINT_EVERY))
+        hung = window_mask(self.n, self.faults.windows("job_hang", job.id))
         wins = [
             (self.window.index(t), self.window.index(t + CHECKPOINT_TAKES))
             for t in range(first, min(job.end, self.window.duration), CHECKPOINT_EVERY)
+            if not hung[min(self.window.index(t), self.n - 1)]
         ]
         return tuple(window_mask(self.n, wins + self.faults.windows("checkpoint", job.id)))
 
