@@ -351,8 +351,11 @@ def _fell_off_bus(gpus: _TestGpu) -> Alert:
 
     # GPU 5 reports Xid 79 for four scrapes, then nothing for half an hour; GPU 4 reports all along. (A GPU
     # reporting Xid 79 reports its temperature too: the cases show the Xid fires, not the GPU's absence.)
-    gone = duration_seconds("30m") // duration_seconds(ctx.scrape_interval)
+    scrape = duration_seconds(ctx.scrape_interval)
+    gone = duration_seconds("30m") // scrape
     fell, neighbour = xid79("5", "79x3"), temperature("4", f"60x{gone + 12}")
+    # Its last silent scrape, and two scrapes after it reports again (scrape 4 + gone), at any scrape interval.
+    last_gone, back = duration((3 + gone) * scrape), duration((6 + gone) * scrape)
 
     return gpus.hardware_alert(
         "GpuFellOffBus",
@@ -381,7 +384,7 @@ def _fell_off_bus(gpus: _TestGpu) -> Alert:
                 ),
                 Case(
                     "Xid 79, then the GPU's series vanish for 30 minutes: still one firing alert",
-                    at="35m",
+                    at=last_gone,
                     series=[fell, temperature("5", "60x3"), neighbour],
                     expect=[gpus.on_gpu(gpu="5", err_code="79")],
                 ),
@@ -399,7 +402,7 @@ def _fell_off_bus(gpus: _TestGpu) -> Alert:
             also_silent=[
                 Case(
                     "the GPU returns after a reboot (its Xid cleared) after half an hour gone",
-                    at="35m",
+                    at=back,
                     series=[
                         fell,
                         temperature("5", f"60x3 _x{gone} 60x8"),
