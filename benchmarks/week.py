@@ -119,13 +119,14 @@ def main() -> None:
     parser.add_argument("--rate", default="raised", help="real, raised (50x real) or Nx (N x real)")
     parser.add_argument("--seed", type=int, default=1)
     parser.add_argument("--k", type=float, default=K, help="replay time runs k times faster than wall time")
+    parser.add_argument("--out", type=Path, help="the JSON's path (default: benchmarks/results/week-<size>.json)")
     args = parser.parse_args()
     result = run(args.nodes, args.gpus_per_node, args.days, args.rate, args.seed, args.k)
-    RESULTS.mkdir(exist_ok=True)
-    out = RESULTS / f"week-{args.nodes}x{args.gpus_per_node}-{args.days:g}d-{args.rate}.json"
+    out = args.out or RESULTS / f"week-{args.nodes}x{args.gpus_per_node}-{args.days:g}d-{args.rate}.json"
+    out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(json.dumps(result, indent=1) + "\n", encoding="utf-8")
     print(markdown(result))
-    print(f"\n{out.relative_to(Path.cwd()) if out.is_relative_to(Path.cwd()) else out}: {result['seconds']}")
+    print(f"\n{out}: {result['seconds']}")
 
 
 if __name__ == "__main__":

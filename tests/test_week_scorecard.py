@@ -134,3 +134,30 @@ def test_false_pages_are_listed_per_day_with_the_background_event_that_caused_th
 
 def test_job_owner_notifications_are_counted_per_owner_per_day(card):
     assert card["job_owner_notifications_per_day"] == {"alice": 2}
+
+
+def test_firing_episodes_are_counted_per_alert_notified_or_not(card):
+    assert card["alerts_fired"] == {
+        "GpuFellOffBus": 1,
+        "GpuPcieReplayRate": 1,
+        "GpuSeriesMissing": 1,
+        "GpuTemperatureHigh": 1,
+        "TrainingHang": 1,
+    }
+
+
+def test_firings_no_fault_caused_are_counted_by_their_background_cause(card):
+    assert card["fired_without_fault"] == {
+        "GpuPcieReplayRate": {"nothing": 1},
+        "GpuTemperatureHigh": {"thermal_burst": 1},
+    }
+
+
+def test_each_incident_lists_the_notifications_counted_for_it(card):
+    [incident] = [i for i in card["incidents"] if i["kind"] == "xid79"]
+    assert [(n["at"], n["receiver"]) for n in incident["notifications"]] == [
+        (750, "gpu-ops-pager"),
+        (990, "gpu-ops"),
+        (1230, "owners"),
+        (15150, "gpu-ops-pager"),
+    ]

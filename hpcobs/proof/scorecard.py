@@ -19,6 +19,8 @@ window's start; the replay's are Unix times, so the window's start (`origin`) is
   was caused by; one that counts for none, to a pager or a chat receiver, is a false page, listed with the
   background event that caused its alerts, or none. Faults the plan could not place (every target busy) are
   counted as unplaced, neither detected nor missed; classes with no exporter signal are listed as such.
+- **Alerts fired**: firing episodes per alert name, notified or not (inhibited, routed to no integration), and
+  those no fault caused, by the background event that did (or nothing).
 """
 
 from __future__ import annotations
@@ -135,7 +137,7 @@ def score(
             if found is not None:
                 caused[faults.index(found)].append((timeline, episode))
     by_labels = {frozenset(t.labels.items()): t for t in timelines}
-    pages: dict[int, Counter[str]] = defaultdict(Counter)
+    pages: dict[int, list[tuple[str, Notification]]] = defaultdict(list)
     false: dict[str, list[dict]] = {kind: [] for kind in PAGED}
     owners: Counter[str] = Counter()
     for n in notifications:
@@ -143,11 +145,18 @@ def score(
         episodes = [(a, _episode(by_labels.get(frozenset(a.items())), n.at)) for a in n.alerts]
         counted = {faults.index(f) for a, e in episodes if e and (f := cause(a, e.active_at - origin, faults))}
         for index in counted:
-            pages[index][kind] += 1
+            pages[index].append((kind, n))
         if not counted and kind in PAGED:
             false[kind].append(_false_page(n, episodes, background, origin))
         if kind == "job_owner":
             owners.update({a.get(OWNER_LABEL) or f"job {a.get(ENTITY_LABELS['job'], '?')}" for a in n.alerts})
+    fired = Counter(t.labels["alertname"] for t in timelines for e in t.episodes if e.fired_at is not None)
+    unexplained: dict[str, Counter[str]] = defaultdict(Counter)  # alert -> what caused its firings, if not a fault
+    for t in timelines:
+        for e in t.episodes:
+            if e.fired_at is not None and cause(t.labels, e.active_at - origin, faults) is None:
+                found = cause(t.labels, e.active_at - origin, background)
+                unexplained[t.labels["alertname"]][found.name if found else "nothing"] += 1
     incidents = [_incident(f, caused[i], pages[i], origin) for i, f in enumerate(faults)]
     return {
         "classes": [_class(c.name, bool(c.variants), plan, incidents) for c in LLAMA3_MIX],
@@ -156,6 +165,8 @@ def score(
             kind: {"per_day": round(len(found) / days, 2), "pages": found} for kind, found in false.items()
         },
         "job_owner_notifications_per_day": {owner: round(count / days, 2) for owner, count in sorted(owners.items())},
+        "alerts_fired": dict(sorted(fired.items())),
+        "fired_without_fault": {name: dict(sorted(c.items())) for name, c in sorted(unexplained.items())},
     }
 
 
@@ -182,7 +193,9 @@ def _false_page(n: Notification, episodes, background: Sequence[Event], origin: 
     }
 
 
-def _incident(fault: Event, episodes: list[tuple[Timeline, Episode]], pages: Counter[str], origin: float) -> dict:
+def _incident(
+    fault: Event, episodes: list[tuple[Timeline, Episode]], pages: list[tuple[str, Notification]], origin: float
+) -> dict:
     fired = sorted((e.fired_at - origin, t.labels["alertname"]) for t, e in episodes if e.fired_at is not None)
     return {
         "class": fault.name,
@@ -191,7 +204,11 @@ def _incident(fault: Event, episodes: list[tuple[Timeline, Episode]], pages: Cou
         "entity": fault.entity,
         "detected_after": round(fired[0][0] - fault.start) if fired else None,
         "alerts": sorted({name for _, name in fired}),
-        "pages": {kind: pages[kind] for kind in KINDS},
+        "pages": {kind: sum(1 for k, _ in pages if k == kind) for kind in KINDS},
+        "notifications": [
+            {"at": round(n.at - origin), "receiver": n.receiver, "alerts": sorted({a["alertname"] for a in n.alerts})}
+            for _, n in pages
+        ],
     }
 
 
