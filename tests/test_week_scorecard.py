@@ -161,3 +161,7 @@ def test_each_incident_lists_the_notifications_counted_for_it(card):
         (1230, "owners"),
         (15150, "gpu-ops-pager"),
     ]
+
+
+def test_notifications_are_counted_per_receiver_per_day(card):
+    assert card["notifications_per_day"] == {"gpu-ops": 4, "gpu-ops-pager": 6, "owners": 2}

@@ -19,8 +19,9 @@ window's start; the replay's are Unix times, so the window's start (`origin`) is
   was caused by; one that counts for none, to a pager or a chat receiver, is a false page, listed with the
   background event that caused its alerts, or none. Faults the plan could not place (every target busy) are
   counted as unplaced, neither detected nor missed; classes with no exporter signal are listed as such.
-- **Alerts fired**: firing episodes per alert name, notified or not (inhibited, routed to no integration), and
-  those no fault caused, by the background event that did (or nothing).
+- **Totals**: notifications per day per receiver (e-mail ones included); firing episodes per alert name, notified
+  or not (inhibited, routed to no integration), and those no fault caused, by the background event that did (or
+  nothing).
 """
 
 from __future__ import annotations
@@ -165,6 +166,9 @@ def score(
             kind: {"per_day": round(len(found) / days, 2), "pages": found} for kind, found in false.items()
         },
         "job_owner_notifications_per_day": {owner: round(count / days, 2) for owner, count in sorted(owners.items())},
+        "notifications_per_day": {
+            r: round(c / days, 2) for r, c in sorted(Counter(n.receiver for n in notifications).items())
+        },
         "alerts_fired": dict(sorted(fired.items())),
         "fired_without_fault": {name: dict(sorted(c.items())) for name, c in sorted(unexplained.items())},
     }
