@@ -11,10 +11,9 @@ Results go to docs/benchmarks.md by hand, with the machine they were measured on
 import argparse
 import json
 import time
-from dataclasses import asdict
+from dataclasses import asdict, replace
 
-from hpcobs.authoring.rules import Alert, Record
-from hpcobs.exporters.sources import Sources
+from hpcobs.authoring.rules import Alert, Group, Record
 from hpcobs.lang import lint
 from hpcobs.proof.demo import rule_groups
 from hpcobs.proof.servers import Prometheus
@@ -39,21 +38,26 @@ def week(config: Config, seed: int, nodes: int, gpus_per_node: int, days: float,
     return sim, plan
 
 
-def alert_names_read(config: Config) -> set[str]:
-    """Raw metric names the alerts read, directly or through the recording rules they read (transitively), and
-    `up`: what the week's alerts need; the dashboards' recording rules are left out."""
-    rules = [r for g in rule_groups(config) for r in g.rules]
-    records = {r.record: r.expr for r in rules if isinstance(r, Record)}
-    raw, names, seen = Sources(config).metric_names(), {"up"}, set()
-    exprs = [r.expr for r in rules if isinstance(r, Alert)]
+def alert_groups(config: Config) -> list[Group]:
+    """The rule groups with their alerts and the records those read, directly or through other records: what the
+    week's alerts need; the dashboards' recording rules are left out."""
+    groups = rule_groups(config)
+    records = {r.record: r.expr for g in groups for r in g.rules if isinstance(r, Record)}
+    needed: set[str] = set()
+    exprs = [r.expr for g in groups for r in g.rules if isinstance(r, Alert)]
     while exprs:
         for name in lint.metric_names(exprs.pop()):
-            if name in raw:
-                names.add(name)
-            elif name in records and name not in seen:
-                seen.add(name)
+            if name in records and name not in needed:
+                needed.add(name)
                 exprs.append(records[name])
-    return names
+    kept = [replace(g, rules=[r for r in g.rules if isinstance(r, Alert) or r.record in needed]) for g in groups]
+    return [g for g in kept if g.rules]
+
+
+def alert_names_read(config: Config) -> set[str]:
+    """Raw metric names the alerts read, directly or through the recording rules they read (transitively), and
+    `up`: what the week's alerts need."""
+    return raw_names_read(config, alert_groups(config)) | {"up"}
 
 
 def smoke(config: Config, seed: int) -> dict:
