@@ -349,14 +349,7 @@ def _fell_off_bus(gpus: _TestGpu) -> Alert:
     def temperature(gpu: str, values: str) -> Series:
         return gpu_si_series(ctx, "temperature", values, node="n1", gpu=gpu)
 
-    # GPU 5 reports Xid 79 for four scrapes, then nothing for half an hour; GPU 4 reports all along. (A GPU
-    # reporting Xid 79 reports its temperature too: the cases show the Xid fires, not the GPU's absence.)
-    scrape = duration_seconds(ctx.scrape_interval)
-    gone = duration_seconds("30m") // scrape
-    fell, neighbour = xid79("5", "79x3"), temperature("4", f"60x{gone + 12}")
-    # Its last silent scrape, and two scrapes after it reports again (scrape 4 + gone), at any scrape interval.
-    last_gone, back = duration((3 + gone) * scrape), duration((6 + gone) * scrape)
-
+    still_firing, back_after_reboot = _gone_half_an_hour(gpus, xid79, temperature)
     return gpus.hardware_alert(
         "GpuFellOffBus",
         severity="critical",
@@ -382,12 +375,7 @@ def _fell_off_bus(gpus: _TestGpu) -> Alert:
                     series=[xid79("5", "79x3")],
                     expect=[gpus.on_gpu(gpu="5", err_code="79")],
                 ),
-                Case(
-                    "Xid 79, then the GPU's series vanish for 30 minutes: still one firing alert",
-                    at=last_gone,
-                    series=[fell, temperature("5", "60x3"), neighbour],
-                    expect=[gpus.on_gpu(gpu="5", err_code="79")],
-                ),
+                still_firing,
                 Case(
                     "Xid 79 then Xid 45 (preemptive cleanup) within one scrape: only the Xid count collector saw 79",
                     at="5m",
@@ -400,16 +388,7 @@ def _fell_off_bus(gpus: _TestGpu) -> Alert:
                 ),
             ],
             also_silent=[
-                Case(
-                    "the GPU returns after a reboot (its Xid cleared) after half an hour gone",
-                    at=back,
-                    series=[
-                        fell,
-                        temperature("5", f"60x3 _x{gone} 60x8"),
-                        dcgm(ctx, "xid", f"_x{gone + 4} 0x8", node="n1", gpu="5"),
-                        neighbour,
-                    ],
-                ),
+                back_after_reboot,
                 Case(
                     "application-class Xid 13 is the job owner's problem",
                     at="10m",
@@ -419,6 +398,35 @@ def _fell_off_bus(gpus: _TestGpu) -> Alert:
                         )
                     ],
                 ),
+            ],
+        ),
+    )
+
+
+def _gone_half_an_hour(
+    gpus: _TestGpu, xid79: Callable[[str, str], Series], temperature: Callable[[str, str], Series]
+) -> tuple[Case, Case]:
+    """GPU 5 reports Xid 79 for four scrapes, then nothing for half an hour; GPU 4 reports all along. Timed in scrapes
+    (its last silent one, and two after it reports again), so they hold at any scrape interval."""
+    ctx = gpus.ctx
+    scrape = duration_seconds(ctx.scrape_interval)
+    gone = duration_seconds("30m") // scrape
+    fell, neighbour = xid79("5", "79x3"), temperature("4", f"60x{gone + 12}")
+    return (
+        Case(
+            "Xid 79, then the GPU's series vanish for 30 minutes: still one firing alert",
+            at=duration((3 + gone) * scrape),
+            series=[fell, temperature("5", "60x3"), neighbour],
+            expect=[gpus.on_gpu(gpu="5", err_code="79")],
+        ),
+        Case(
+            "the GPU returns after a reboot (its Xid cleared) after half an hour gone",
+            at=duration((6 + gone) * scrape),
+            series=[
+                fell,
+                temperature("5", f"60x3 _x{gone} 60x8"),
+                dcgm(ctx, "xid", f"_x{gone + 4} 0x8", node="n1", gpu="5"),
+                neighbour,
             ],
         ),
     )
