@@ -18,12 +18,14 @@ import yaml
 
 @dataclass(frozen=True)
 class Notification:
-    """One webhook post: the receiver it was for, when it arrived (time.time()) and its payload's alerts (labels,
-    status, startsAt, endsAt as Alertmanager's webhook sends them)."""
+    """One webhook post: the receiver it was for, when it arrived (time.time()), its payload's alerts (labels,
+    status, startsAt, endsAt as Alertmanager's webhook sends them) and its groupKey (the same for every
+    notification of one aggregation group)."""
 
     receiver: str
     received: float
     alerts: tuple[dict, ...]
+    group_key: str
 
 
 def loopback_document(source: Path, sink: Sink) -> dict:
@@ -64,7 +66,9 @@ class Sink:
             def do_POST(self) -> None:
                 body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
                 with lock:
-                    notifications.append(Notification(self.path.strip("/"), time.time(), tuple(body["alerts"])))
+                    notifications.append(
+                        Notification(self.path.strip("/"), time.time(), tuple(body["alerts"]), body["groupKey"])
+                    )
                 self.send_response(200)
                 self.end_headers()
 

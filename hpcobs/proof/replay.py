@@ -53,11 +53,14 @@ LEAD = 0.2  # wall seconds from Alertmanager ready to the replay's start
 
 @dataclass(frozen=True)
 class Notification:
-    """A webhook post Alertmanager made: to which receiver, at what replay time, for which alerts (labels)."""
+    """A webhook post Alertmanager made: to which receiver, at what replay time, for which alerts (labels), and for
+    which aggregation group (its group key: the route's key and the group's labels, dispatch/dispatch.go
+    aggrGroup.GroupKey, v0.25.0)."""
 
     receiver: str
     at: float
     alerts: tuple[Labels, ...]
+    group_key: str
 
 
 @dataclass(frozen=True)
@@ -139,7 +142,8 @@ def deliver(
     finally:
         shutil.rmtree(folder, ignore_errors=True)
     notified = [
-        Notification(n.receiver, clock.replay(n.received), tuple(a["labels"] for a in n.alerts)) for n in received
+        Notification(n.receiver, clock.replay(n.received), tuple(a["labels"] for a in n.alerts), n.group_key)
+        for n in received
     ]
     return [n for n in notified if n.at <= end], lag
 
