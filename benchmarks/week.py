@@ -78,15 +78,15 @@ def markdown(result: dict) -> str:
     """The scorecard's tables as docs/benchmarks.md shows them."""
     lines = [
         "| class | injected | unplaced | detected | detect median / p95 (s) | pages per incident: pager / chat / "
-        "job owner | most pages |",
-        "|---|---|---|---|---|---|---|",
+        "job owner | most pages | repeats per incident |",
+        "|---|---|---|---|---|---|---|---|",
     ]
     for c in result["classes"]:
         if not c["signal"]:
-            lines.append(f"| {c['class']} | {c['injected']} | {c['unplaced']} | no signal | — | — | — |")
+            lines.append(f"| {c['class']} | {c['injected']} | {c['unplaced']} | no signal | — | — | — | — |")
             continue
         times = c["detect_seconds"]
-        ppi, most = c["pages_per_incident"], c["most_pages"]
+        ppi, most, rpi = c["pages_per_incident"], c["most_pages"], c["repeats_per_incident"]
         lines.append(
             f"| {c['class']} | {c['injected']} | {c['unplaced']} | {c['detected']} | "
             + (f"{times['median']:g} / {times['p95']:g}" if times else "—")
@@ -94,16 +94,23 @@ def markdown(result: dict) -> str:
             + (" / ".join(f"{ppi[k]:g}" for k in scorecard.KINDS) if ppi else "—")
             + " | "
             + (" / ".join(str(most[k]) for k in scorecard.KINDS) if most else "—")
+            + " | "
+            + (" / ".join(f"{rpi[k]:g}" for k in scorecard.KINDS) if rpi else "—")
             + " |"
         )
-    lines += ["", "| false page | per day | at (s) | receiver | alerts | caused by |", "|---|---|---|---|---|---|"]
+    lines += [
+        "",
+        "| false page | per day | repeats per day | at (s) | receiver | alerts | caused by |",
+        "|---|---|---|---|---|---|---|",
+    ]
     for kind, found in result["false_pages"].items():
-        lines.append(f"| {kind} | {found['per_day']} | | | | |")
+        lines.append(f"| {kind} | {found['per_day']} | {found['repeats_per_day']} | | | | |")
         for page in found["pages"]:
             alerts = ", ".join(" ".join(f"{k}={v}" for k, v in a.items()) for a in page["alerts"])
             cause = page["cause"]
             why = f"{cause['event']} {cause['entity']}: {cause['why']}" if cause else "nothing"
-            lines.append(f"| | | {page['at']} | {page['receiver']} | {alerts} | {why} |")
+            at = f"{page['at']} (repeat)" if page["repeat"] else page["at"]
+            lines.append(f"| | | | {at} | {page['receiver']} | {alerts} | {why} |")
     owners = result["job_owner_notifications_per_day"]
     lines += ["", f"Job owner notifications per day: {owners or 'none'}"]
     return "\n".join(lines)
