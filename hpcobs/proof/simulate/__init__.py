@@ -14,6 +14,7 @@ from __future__ import annotations
 
 from typing import TextIO
 
+from hpcobs.proof.simulate import background  # noqa: F401  (registers the background kinds in KINDS)
 from hpcobs.proof.simulate.core import UP
 from hpcobs.proof.simulate.expect import Expectation
 from hpcobs.proof.simulate.formats import FORMATS, WRITERS, Progress, Stats, compress, expand
