@@ -104,6 +104,8 @@ def test_a_week_has_the_background_a_fleet_sees(cluster):
     for bg in node_or_gpu:  # a few may find every candidate held
         assert 0.8 * bg.per_day * 7 <= counts[bg.kind] <= bg.per_day * 7, bg.kind
     assert [counts[bg.kind] for _, bg in ONCE] == [1, 1, 1]
+    joined, left = ({s.node for s in plan.background if s.kind == k} for k in ("node_joins", "node_leaves"))
+    assert joined != left  # the node added is not the one removed
     jobs = {j.id: j for j in cluster.jobs}
     for spec in plan.background:
         node = cluster.node(spec.node).index if spec.node else None

@@ -93,6 +93,8 @@ HANGS_JOB = frozenset({"xid79"})
 # cluster): the jobs that would have started on it then are not run, so they hold the node until those jobs' ends
 # too, lest a fault be placed on a job that does not run.
 REMOVES_JOBS = frozenset({"planned_maintenance", "node_joins", "node_leaves"})
+# A node joins or leaves once in a window: the node added is not the one removed.
+CHANGES_MEMBERSHIP = frozenset({"node_joins", "node_leaves"})
 # How long a background event holds its entity: a sticky Xid stays for the week, but alerts read it over minutes.
 BACKGROUND_HOLD = 3600
 
@@ -256,8 +258,10 @@ class _Draw:
             if kind in REMOVES_JOBS:
                 node = self.cluster.node(fields[0]["node"]).index
                 until = max([end] + [j.end for j in self.cluster.jobs_on(node) if held <= j.start < end])
-            if self.holds.free(keys, held, until):
+            member = (f"member:{fields[0]['node']}",) if kind in CHANGES_MEMBERSHIP else ()
+            if self.holds.free(keys, held, until) and self.holds.free(member, 0, self.cluster.window.duration):
                 self.holds.hold(keys, held, until)
+                self.holds.hold(member, 0, self.cluster.window.duration)
                 return fields
         return None
 
