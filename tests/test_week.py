@@ -229,7 +229,7 @@ def test_a_power_excursion_caps_power_not_thermal(background):
         for lab, v in _series(sim, "DCGM_EXP_CLOCK_EVENTS_COUNT", gpu="1")
         if "gpu001" in lab.values()
     }
-    assert max(v or 0 for v in events["sw_power_cap"]) > 0
+    assert max(v or 0 for v in events["power_cap"]) > 0
     assert all(v is None for e in ("hw_thermal", "sw_thermal", "hw_slowdown") for v in events.get(e, []))
 
 

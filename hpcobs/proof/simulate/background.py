@@ -125,7 +125,7 @@ def _planned_maintenance(scene: Scene, spec: Spec, start: int, end: int) -> Faul
     "power_excursion",
     90,
     "A brief power excursion on a busy GPU: its draw overshoots the 700 W limit, dcgm-exporter's clock-events count "
-    "carries sw_power_cap (the firmware caps the clocks, GpuThermalSlowdown does not read that reason), the power "
+    "carries power_cap (the firmware caps the clocks, GpuThermalSlowdown does not read that reason), the power "
     "violation counter grows at one second a second. Default: last hero node, GPU 5.",
     targets=("node", "gpu"),
 )
@@ -146,7 +146,7 @@ def _power_excursion(scene: Scene, spec: Spec, start: int, end: int) -> Fault:
             at,
             raw=True,
             gpu=str(gpu),
-            clock_event="sw_power_cap",
+            clock_event="power_cap",
         )
     return Fault(
         "power_excursion", start, end, target, f"power excursion on {node.name} GPU {gpu}", effects, tuple(expectations)

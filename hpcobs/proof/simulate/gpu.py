@@ -154,7 +154,7 @@ def _clock_event_parts(g: Gpu) -> list[tuple[dict, list]]:
     thermal = g.mask("thermal") or [False] * g.n
     reasons = {
         "gpu_idle": [w == 0 for w in g.work],
-        "sw_power_cap": g.mask("power_cap") or [False] * g.n,
+        "power_cap": g.mask("power_cap") or [False] * g.n,
         "hw_slowdown": thermal,
         "hw_thermal": thermal,
         "sw_thermal": thermal,
