@@ -31,8 +31,8 @@ DECOMMISSION_REASON = "decommission"
 
 
 def _drained_at(scene: Scene, node: Node, start: int) -> int:
-    """When the node, drained at `start`, is empty: when its running job ends on its own (`scontrol reboot ASAP`
-    and a decommission wait for it). The caller blocks the node from `start`: Slurm starts no job on a draining node."""
+    """When the node, drained at `start`, is empty: when its running job ends on its own (a decommission waits for
+    it). The caller blocks the node from `start`: Slurm starts no job on a draining node."""
     job = scene.job_on(node.index, start)
     return start if job is None else scene.window.offset(scene.idx(job.end))  # the first scrape after it
 
@@ -69,16 +69,20 @@ def _batch_node(scene: Scene, spec: Spec, position: int) -> Node:
 
 @kind(
     "planned_maintenance",
-    REBOOT_SECONDS,
-    f"A node drained in Slurm (reason '{MAINTENANCE_REASON}') and rebooted once its running job ended, as "
-    "`scontrol reboot ASAP` does: every exporter on it stops answering for the duration (the reboot), node_exporter's "
-    "boot time moves, the GPUs come back with reset counters and the node resumes. Default: third batch node.",
+    2400,
+    f"A maintenance window on one node: drained in Slurm at the start (reason '{MAINTENANCE_REASON}', no job starts "
+    f"on it), rebooted for its last {REBOOT_SECONDS // 60} minutes (a job still running then is cancelled, as a "
+    "maintenance reservation ends it): every exporter on it stops answering, node_exporter's boot time moves, the GPUs "
+    "come back with reset counters and the node resumes at the end. Default: third batch node.",
     targets=("node",),
 )
 def _planned_maintenance(scene: Scene, spec: Spec, start: int, end: int) -> Fault:
     node = _batch_node(scene, spec, 2)
-    reboot = _drained_at(scene, node, start)
-    back = reboot + (end - start if end < INF else REBOOT_SECONDS)
+    back = scene.window.offset(scene.idx(end)) if end < INF else FOREVER
+    reboot = max(start, back - REBOOT_SECONDS)
+    job = scene.job_on(node.index, reboot)
+    if job is not None:
+        scene.end_job(job, reboot, "CANCELLED")
     scene.block_node(node.index, start, back, kill=None)
     # Slurm keeps the admin's drain through the reboot (DRAIN, with the not-responding flag while slurmd is away).
     effects = (

@@ -114,7 +114,8 @@ class Background:
     nodes: str = "nvidia"
 
 
-# A planned reboot waits for the node's job (`scontrol reboot ASAP`): the week drains nodes whose job ends within this.
+# A planned reboot waits for the node's job: the week drains nodes whose job, if any, ends within this, and reboots
+# them when it has (the maintenance window ends REBOOT_SECONDS after).
 DRAIN_WAIT = 1800
 BACKGROUND = (
     Background("evaluation_pass", "job", 4, 480, "the hero job evaluates: no optimizer step for 8 minutes", "hero"),
@@ -297,6 +298,13 @@ class _Draw:
         return [fields], (node.index,)
 
 
+def _drained(cluster: Cluster, node: str, at: int) -> int:
+    """The first scrape at which the job running on the node at `at` has ended (`at` when none runs)."""
+    ends = [j.end for j in cluster.jobs_on(cluster.node(node).index) if _runs(j, at)]
+    step = cluster.window.step
+    return max([at] + [-(-end // step) * step for end in ends])
+
+
 def _runs(job: Job, at: int) -> bool:
     return job.start <= at < job.end
 
@@ -354,6 +362,8 @@ def _background(draw: _Draw, duration: int) -> dict[Spec, str]:
         held = {"node_joins": (0, start + hold), "node_leaves": (start, duration)}.get(kind, (start, start + hold))
         targets = draw.target(kind, entity, start, held[1], where, since=held[0])
         for fields in targets or ():
+            if kind == "planned_maintenance":  # the window lasts until the job has ended and the node rebooted
+                length = _drained(draw.cluster, fields["node"], start) - start + REBOOT_SECONDS
             events[Spec(kind, start=start, duration=length, **fields)] = why
 
     for day in range(-(-duration // DAY)):
