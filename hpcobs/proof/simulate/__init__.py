@@ -6,7 +6,8 @@
     sim.input_series(names={sim.sources["dcgm"].name("xid", "4.6-4.8")})   # promtool input_series, one metric
     sim.expectations()                                      # PromQL each scenario must satisfy
 
-Modules: model (cluster), scenarios (faults and expectations), activity (load over time), one emitter
+Modules: model (cluster), scenarios (faults and expectations), background (benign kinds), week (a week's plan),
+activity (load over time), one emitter
 module per domain (gpu, node, slurm, storage, security, training), formats (writers). docs/simulator.md.
 """
 

@@ -208,7 +208,8 @@ def _node_leaves(scene: Scene, spec: Spec, start: int, end: int) -> Fault:
         Effect("node_absent", (node.index,), g, scene.window.steps),
     )
     step = scene.window.step
-    expectations = _drain_expectation(scene, node, start + step, DECOMMISSION_REASON)
+    # An idle node leaves at once: it shows no drain.
+    expectations = _drain_expectation(scene, node, start + step, DECOMMISSION_REASON) if gone > start else []
     expectations += _presence(scene, node, f"{node.name} scraped until it leaves", "present", gone - step, step)
     expectations += _presence(scene, node, f"{node.name} never scraped again", "absent", gone + 600, 600)
     return Fault("node_leaves", start, gone, {"node": node.name}, f"{node.name} leaves", effects, tuple(expectations))
