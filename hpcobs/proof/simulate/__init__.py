@@ -7,8 +7,8 @@
     sim.expectations()                                      # PromQL each scenario must satisfy
 
 Modules: model (cluster), scenarios (faults and expectations), background (benign kinds), week (a week's plan),
-activity (load over time), one emitter
-module per domain (gpu, node, slurm, storage, security, training), formats (writers). docs/simulator.md.
+activity (load over time), one emitter module per domain (gpu, node, slurm, storage, security, training), formats
+(writers). docs/simulator.md.
 """
 
 from __future__ import annotations
