@@ -24,7 +24,7 @@ from hpcobs.proof.simulate.scenarios import (
 )
 
 # How long a planned reboot keeps the node's exporters away: firmware POST of an 8-GPU server, the OS boot, the
-# driver and nvidia-fabricmanager starting (DGX H100 user guide: a reboot takes several minutes).
+# driver and nvidia-fabricmanager starting. An assumption in the range (5-10 minutes), not a measurement.
 REBOOT_SECONDS = 480
 MAINTENANCE_REASON = "planned maintenance: kernel update"
 DECOMMISSION_REASON = "decommission"
