@@ -23,7 +23,18 @@ HERO_JOB_SLOTS = {
 # A GPU exports one Xid, its last: xid13 and xid48 (both on GPU 1 by default) at once would overwrite each other, as
 # on a real GPU (hpcobs.proof.simulate.gpu._xid_parts), so xid13 takes a GPU of its own.
 OWN_GPU = {"xid13": "gpu=0"}
-SCENARIOS = ",".join(":".join([name, *filter(None, (HERO_JOB_SLOTS.get(name), OWN_GPU.get(name)))]) for name in FAULTS)
+# Background that ends jobs or cuts every series goes last, where it hides no other scenario: the users' jobs dying of
+# their Xids are the shared node's two notebook jobs (the batch nodes' jobs are taken by the faults at 10m), and
+# Prometheus restarts after every other expectation.
+LATE = {
+    "job_xid13": "node=gpu010:gpu=0:start=150m",
+    "job_xid31": "node=gpu010:gpu=1:start=150m",
+    "job_xid43": "node=gpu010:gpu=5:start=150m",
+    "prometheus_restart": "start=160m:duration=1m",
+}
+SCENARIOS = ",".join(
+    ":".join([name, *filter(None, (HERO_JOB_SLOTS.get(name), OWN_GPU.get(name), LATE.get(name)))]) for name in FAULTS
+)
 HOURS = 2.75
 
 

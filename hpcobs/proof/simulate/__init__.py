@@ -6,14 +6,16 @@
     sim.input_series(names={sim.sources["dcgm"].name("xid", "4.6-4.8")})   # promtool input_series, one metric
     sim.expectations()                                      # PromQL each scenario must satisfy
 
-Modules: model (cluster), scenarios (faults and expectations), activity (load over time), one emitter
-module per domain (gpu, node, slurm, storage, security, training), formats (writers). docs/simulator.md.
+Modules: model (cluster), scenarios (faults and expectations), background (benign kinds), week (a week's plan),
+activity (load over time), one emitter module per domain (gpu, node, slurm, storage, security, training), formats
+(writers). docs/simulator.md.
 """
 
 from __future__ import annotations
 
 from typing import TextIO
 
+from hpcobs.proof.simulate import background  # noqa: F401  (registers the background kinds in KINDS)
 from hpcobs.proof.simulate.core import UP
 from hpcobs.proof.simulate.expect import Expectation
 from hpcobs.proof.simulate.formats import FORMATS, WRITERS, Progress, Stats, compress, expand

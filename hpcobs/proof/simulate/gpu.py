@@ -154,6 +154,7 @@ def _clock_event_parts(g: Gpu) -> list[tuple[dict, list]]:
     thermal = g.mask("thermal") or [False] * g.n
     reasons = {
         "gpu_idle": [w == 0 for w in g.work],
+        "power_cap": g.mask("power_cap") or [False] * g.n,
         "hw_slowdown": thermal,
         "hw_thermal": thermal,
         "sw_thermal": thermal,
@@ -209,8 +210,26 @@ def _fb_used(g: Gpu) -> list[float]:
     return [FB_USABLE * share + 64 * MIB * (rng.random() - 0.5) if h else MIB for h in g.held]
 
 
+# The simulated GPUs' power limit (H100 SXM5: 700 W board power, NVIDIA H100 datasheet). A busy GPU draws just
+# under it; in a power excursion the draw overshoots it until the firmware's power capping pulls the clocks down.
+POWER_LIMIT_WATTS = 700
+
+
 def _power(g: Gpu) -> list[float]:
-    return g.during("thermal", g.level(72, 690, 24), lambda v: v * 0.55)
+    busy = g.during("thermal", g.level(72, 690, 24), lambda v: v * 0.55)
+    return g.during("power_cap", busy, lambda v: POWER_LIMIT_WATTS + 25 + (v - int(v)) * 20)
+
+
+def _sm_clock(g: Gpu) -> list[float]:
+    """Boost clock when busy; halved by a thermal slowdown; a power cap trims it by about a tenth."""
+    clocks = g.during("thermal", [1.98e9 if w > 0.02 else 3.45e8 for w in g.work], 1.005e9)
+    return g.during("power_cap", clocks, lambda v: min(v, 1.785e9))
+
+
+def _power_violation(g: Gpu) -> list[float]:
+    """Time throttled by power: a busy GPU brushes its limit now and then; a capped one is throttled all along."""
+    capped = g.mask("power_cap") or [False] * g.n
+    return g.counter([1.0 if c else 0.02 * w for c, w in zip(capped, g.work)])
 
 
 def _energy(g: Gpu) -> list[float]:
@@ -219,7 +238,7 @@ def _energy(g: Gpu) -> list[float]:
 
 
 DCGM: dict[str, Callable[[Gpu], list[tuple[dict, list]]]] = {
-    "sm_clock": one(lambda g: g.during("thermal", [1.98e9 if w > 0.02 else 3.45e8 for w in g.work], 1.005e9)),
+    "sm_clock": one(_sm_clock),
     "memory_clock": one(lambda g: [2.619e9] * g.n),
     "gpu_temperature": one(lambda g: g.during("thermal", g.level(34, 72, 2), lambda v: 92 + (v - int(v)))),
     "memory_temperature": one(
@@ -280,7 +299,7 @@ DCGM: dict[str, Callable[[Gpu], list[tuple[dict, list]]]] = {
     "nvlink_crc_data_errors": one(lambda g: g.counter(g.rate_in("nvlink_errors", 4.0))),
     "nvlink_replay_errors": one(lambda g: g.counter(g.rate_in("nvlink_errors", 15.0))),
     "nvlink_recovery_errors": one(lambda g: g.counter(g.rate_in("nvlink_errors", 1 / 300))),
-    "power_violation": one(lambda g: g.counter([0.02 * w for w in g.work])),
+    "power_violation": one(_power_violation),
     "thermal_violation": one(lambda g: g.counter([0.7 if m else 0.0 for m in (g.mask("thermal") or [False] * g.n)])),
     "clock_events": _clock_event_parts,
     # No model for the NVLink5 fields (nvlink_effective_ber_raw, nvlink_recovery_events, nvlink_recovery_failed): the

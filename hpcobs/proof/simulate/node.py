@@ -58,6 +58,8 @@ NFS_METHODS = ("Access", "Getattr", "Lookup", "Read", "Write")
 TEXTFILE_DIR = "/var/lib/prometheus/node-exporter"
 JOB_METRICS_DIR = "/run/hpcobs-jobs"
 BOOT_AGO = 12 * 86400
+# A rebooted node's kernel started this long before node_exporter answers again (services, then the exporter).
+BOOT_TO_FIRST_SCRAPE = 120
 SHARED_NFS_USED = {"/home": 0.64, NFS_SCRATCH[1]: 0.55}  # used fraction of the shared NFS filesystems
 SHARED_FULL = 0.97  # what shared_fs_full fills /scratch to
 
@@ -288,6 +290,14 @@ def _per_node(sim, signal: str) -> Callable[[Node], Iterator[tuple[dict, list]]]
     def work(node: Node) -> list[float]:
         return sim.activity.node_work(node.index, node.gpus)
 
+    def boot_time(node: Node) -> list[int]:
+        """When the kernel booted: weeks ago, or shortly before node_exporter answered again after a reboot."""
+        values = [sim.window.start - BOOT_AGO + node.index * 37] * n
+        for effect in sorted(sim.faults.effects("boot", node.index), key=lambda e: e.start):
+            booted = sim.window.time(effect.start) - BOOT_TO_FIRST_SCRAPE
+            values[effect.start :] = [booted] * (n - min(n, effect.start))
+        return values
+
     def mem_available(node: Node) -> list[float]:
         r = rng(node)
         base = [MEMORY_BYTES * (0.82 - 0.45 * w) + 2e9 * (r.random() - 0.5) for w in work(node)]
@@ -416,7 +426,7 @@ def _per_node(sim, signal: str) -> Callable[[Node], Iterator[tuple[dict, list]]]
         "disk_io_time": disk(0.3),
         "disk_writes_completed": disk(2e3),
         "disk_write_time": disk(0.2),
-        "boot_time": plain(lambda node: [sim.window.start - BOOT_AGO + node.index * 37] * n),
+        "boot_time": plain(boot_time),
         "time": plain(lambda node: [float(sim.window.time(i)) for i in range(n)]),
         "load1": plain(lambda node: [2 + 14 * w + rng(node).random() for w in work(node)]),
         "cpu_seconds": cpu,

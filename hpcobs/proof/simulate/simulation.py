@@ -93,10 +93,17 @@ class Simulation:
     def scraped(self, exporter: str, node_index: int) -> list[bool] | None:
         """Scrapes at which the exporter on that node answers; None = all of them."""
         served_by = "node_exporter" if exporter == "job_info" else SERVED_BY.get(exporter, exporter)
-        down = self.faults.windows("host_down", node_index) + self.faults.windows(
-            "exporter_down", served_by, node_index
+        down = (
+            self.faults.windows("host_down", node_index)
+            + self.faults.windows("exporter_down", served_by, node_index)
+            + self.faults.windows("node_absent", node_index)
         )
         return [not d for d in window_mask(self.window.steps, down)] if down else None
+
+    def in_cluster(self, node_index: int) -> list[bool] | None:
+        """Scrapes at which the node is part of the cluster (in file_sd and slurm.conf); None = all of them."""
+        absent = self.faults.mask("node_absent", node_index)
+        return [not a for a in absent] if absent else None
 
     def job_variants(self, node: int, gpu: int) -> list[tuple[Job | None, list[bool] | None]]:
         """The label variants of one GPU's series over time: one per job (mapping file present) and one
@@ -122,13 +129,14 @@ class Simulation:
     def families(self, names: set[str] | None = None) -> Iterator[Family]:
         """Every family, exporter by exporter; `names` keeps only those metric names."""
         emitted: set[str] = set()
+        gap = self.faults.mask("scrape_gap")
         for family in self._all_families():
             if names is not None and family.name not in names:
                 continue
             if family.name in emitted:
                 raise AssertionError(f"metric {family.name} emitted by two families (catalogue clash)")
             emitted.add(family.name)
-            yield family
+            yield family if gap is None else _with_gap(family, gap)
 
     def _all_families(self) -> Iterator[Family]:
         for domain in (gpu, node, slurm, storage, security, training):
@@ -140,6 +148,10 @@ class Simulation:
             labels = self.target(exporter, host)
             scraped = self.scraped(exporter, node_index) if node_index is not None else None
             values = [1] * self.window.steps if scraped is None else [int(s) for s in scraped]
+            # A node out of the cluster is in no file_sd list: no target, so no `up` either.
+            listed = self.in_cluster(node_index) if node_index is not None else None
+            if listed is not None:
+                values = where(listed, values)
             yield labels, values if present is None else where(present, values)
 
     def _targets_list(self):
@@ -168,3 +180,9 @@ class Simulation:
     def input_series(self, names: set[str] | None = None):
         """The simulation as promtool `input_series` (hpcobs.authoring.ruletest.Series, in expanding notation)."""
         return list(promtool_series(self.families(names)))
+
+
+def _with_gap(family: Family, gap: list[bool]) -> Family:
+    """The family as Prometheus stores it when it scraped nothing during `gap` (it was restarting)."""
+    series = ((labels, [None if g else v for g, v in zip(gap, values)]) for labels, values in family.series)
+    return Family(family.name, family.type, family.help, series)

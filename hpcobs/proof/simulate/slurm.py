@@ -112,17 +112,18 @@ class SlurmView:
         ]
         return [sum(col) for col in zip(*per_gpu)]
 
-    def state(self, node: Node) -> list[str]:
-        """Slurm's long state name (sinfo %T) at each scrape."""
+    def state(self, node: Node) -> list[str | None]:
+        """Slurm's long state name (sinfo %T) at each scrape; None while the node is not in slurm.conf."""
         alloc = self.alloc_gpus(node)
-        out = ["idle" if a == 0 else "allocated" if a >= node.gpus else "mixed" for a in alloc]
+        out: list[str | None] = ["idle" if a == 0 else "allocated" if a >= node.gpus else "mixed" for a in alloc]
         for effect in self.sim.faults.effects("node_state", node.index):
             for i in range(effect.start, min(effect.end, self.n)):
                 if effect.get("state") == "down":
                     out[i] = "down"
                 else:
                     out[i] = "draining" if alloc[i] else "drained"
-        return out
+        listed = self.sim.in_cluster(node.index)
+        return out if listed is None else where(listed, out)
 
     def partitions_of(self, node: Node) -> tuple[str, ...]:
         """The node's partitions: its own, and interactive too for the last batch node (an overflow node)."""
@@ -138,6 +139,8 @@ class SlurmView:
         out: dict[tuple[str | None, str], tuple[list[int], list[int], list[int]]] = {}
         for node in self.cluster.nodes:
             for i, (state, alloc) in enumerate(zip(self.state(node), self.alloc_gpus(node))):
+                if state is None:
+                    continue
                 for partition in (None, *self.partitions_of(node)):
                     nodes, used, free = out.setdefault((partition, state), ([0] * self.n, [0] * self.n, [0] * self.n))
                     nodes[i] += 1
@@ -161,6 +164,17 @@ class SlurmView:
 
     def nodes_in(self, partition: str | None = None) -> list[Node]:
         return [n for n in self.cluster.nodes if partition is None or partition in self.partitions_of(n)]
+
+    def listed(self, partition: str | None = None, per_node: Callable[[Node], int] = lambda n: 1) -> list[int]:
+        """Sum of `per_node` over the partition's nodes at each scrape, counting a node only while it is in
+        slurm.conf (a node that joins or leaves mid-window)."""
+        nodes = self.nodes_in(partition)
+        masks = {n.index: self.sim.in_cluster(n.index) for n in nodes}
+        total = self.const(sum(per_node(n) for n in nodes if masks[n.index] is None))
+        for node in nodes:
+            if masks[node.index] is not None:
+                total = [t + per_node(node) * m for t, m in zip(total, masks[node.index])]
+        return total
 
     def cpus_of(self, gpus: float, node_gpus: int) -> float:
         return round(CPUS_PER_NODE * gpus / max(1, node_gpus))
@@ -252,9 +266,9 @@ def _per_node(fn, status: bool = True, extra: dict | None = None):
             states = v.state(node)
             values = fn(v, node)
             if not status:
-                yield {"node": node.name, **(extra or {})}, values
+                yield {"node": node.name, **(extra or {})}, where([s is not None for s in states], values)
                 continue
-            for state in dict.fromkeys(states):
+            for state in dict.fromkeys(s for s in states if s is not None):
                 mask = [s == state for s in states]
                 for partition in v.partitions_of(node):
                     yield (
@@ -312,7 +326,7 @@ def _finished_by_user_partition(state: str):
 
 
 def _gpus_total(v: SlurmView) -> list[float]:
-    return v.const(sum(n.gpus for n in v.cluster.nodes))
+    return v.listed(per_node=lambda n: n.gpus)
 
 
 def _gpus_other(v: SlurmView, partition=None) -> list[float]:
@@ -366,7 +380,7 @@ SCKYZO: dict[str, Callable[[SlurmView], Iterator[tuple[dict, list]]]] = {
     "nodes_resv": _nodes_count(("reserved",)),
     "nodes_other": _nodes_count(("other",)),
     "nodes_planned": _nodes_count(("planned",)),
-    "nodes_total": _plain(lambda v: v.const(len(v.cluster.nodes))),
+    "nodes_total": _plain(lambda v: v.listed()),
     "node_cpu_alloc": _per_node(lambda v, n: [v.cpus_of(a, n.gpus) for a in v.alloc_gpus(n)]),
     "node_cpu_idle": _per_node(lambda v, n: [CPUS_PER_NODE - v.cpus_of(a, n.gpus) for a in v.alloc_gpus(n)]),
     "node_cpu_other": _per_node(lambda v, n: v.const(0)),
@@ -401,7 +415,7 @@ SCKYZO: dict[str, Callable[[SlurmView], Iterator[tuple[dict, list]]]] = {
     "cpus_alloc": _plain(lambda v: _cpus(v, _gpus_alloc(v))),
     "cpus_idle": _plain(lambda v: _cpus(v, _gpus_idle(v))),
     "cpus_other": _plain(lambda v: _cpus(v, _gpus_other(v))),
-    "cpus_total": _plain(lambda v: v.const(CPUS_PER_NODE * len(v.cluster.nodes))),
+    "cpus_total": _plain(lambda v: v.listed(per_node=lambda n: CPUS_PER_NODE)),
     "gpus_alloc": _plain(_gpus_alloc),
     "gpus_idle": _plain(_gpus_idle),
     "gpus_other": _plain(_gpus_other),
@@ -410,7 +424,7 @@ SCKYZO: dict[str, Callable[[SlurmView], Iterator[tuple[dict, list]]]] = {
     "partition_cpus_allocated": _by_partition(lambda v, p: _cpus(v, _gpus_alloc(v, p))),
     "partition_cpus_idle": _by_partition(lambda v, p: _cpus(v, _gpus_idle(v, p))),
     "partition_cpus_other": _by_partition(lambda v, p: _cpus(v, _gpus_other(v, p))),
-    "partition_cpus_total": _by_partition(lambda v, p: v.const(CPUS_PER_NODE * len(v.nodes_in(p)))),
+    "partition_cpus_total": _by_partition(lambda v, p: v.listed(p, lambda n: CPUS_PER_NODE)),
     "partition_jobs_pending": _by_partition(lambda v, p: v.pending(p)),
     "partition_jobs_running": _by_partition(lambda v, p: v.running(lambda j: j.partition == p)),
     "partition_gpus_idle": _by_partition(lambda v, p: _gpus_idle(v, p)),
@@ -533,7 +547,7 @@ NATIVE: dict[str, Callable[[SlurmView], Iterator[tuple[dict, list]]]] = {
         lambda v, n: [MEMORY_BYTES * (0.9 - 0.5 * a / n.gpus) for a in v.alloc_gpus(n)], status=False
     ),
     "node_memory": _per_node(lambda v, n: v.const(MEMORY_BYTES), status=False),
-    "nodes": _plain(lambda v: v.const(len(v.cluster.nodes))),
+    "nodes": _plain(lambda v: v.listed()),
     **{s: _plain(lambda v, states=states: v.count_nodes(states)) for s, states in _NATIVE_NODE_STATES.items()},
     "jobs": _plain(_native_jobs_total),
     "jobs_pending": _plain(_all_pending),
@@ -555,9 +569,9 @@ NATIVE: dict[str, Callable[[SlurmView], Iterator[tuple[dict, list]]]] = {
     "partition_jobs_gpus_alloc": _by_partition(
         lambda v, p: v.running(lambda j: j.partition == p, lambda j: len(j.gpus))
     ),
-    "partition_cpus": _by_partition(lambda v, p: v.const(CPUS_PER_NODE * len(v.nodes_in(p)))),
-    "partition_gpus": _by_partition(lambda v, p: v.const(sum(n.gpus for n in v.nodes_in(p)))),
-    "partition_nodes": _by_partition(lambda v, p: v.const(len(v.nodes_in(p)))),
+    "partition_cpus": _by_partition(lambda v, p: v.listed(p, lambda n: CPUS_PER_NODE)),
+    "partition_gpus": _by_partition(lambda v, p: v.listed(p, lambda n: n.gpus)),
+    "partition_nodes": _by_partition(lambda v, p: v.listed(p)),
     **{
         f"partition_nodes_{k}": _by_partition(lambda v, p, states=states: v.count_nodes(states, p))
         for k, states in {
@@ -576,7 +590,7 @@ NATIVE: dict[str, Callable[[SlurmView], Iterator[tuple[dict, list]]]] = {
     },
     "partition_nodes_cpus_alloc": _by_partition(lambda v, p: _cpus(v, _gpus_alloc(v, p))),
     "partition_nodes_cpus_idle": _by_partition(lambda v, p: _cpus(v, _gpus_idle(v, p))),
-    "partition_nodes_cpus_efctv": _by_partition(lambda v, p: v.const(CPUS_PER_NODE * len(v.nodes_in(p)))),
+    "partition_nodes_cpus_efctv": _by_partition(lambda v, p: v.listed(p, lambda n: CPUS_PER_NODE)),
     "user_jobs_running": _by_user(lambda v, u: v.running(lambda j: j.user == u), "username"),
     "user_jobs_pending": _by_user(lambda v, u: v.const(0), "username"),
     "user_jobs_gpus_alloc": _by_user(lambda v, u: v.running(lambda j: j.user == u, lambda j: len(j.gpus)), "username"),

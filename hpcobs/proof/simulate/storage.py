@@ -239,8 +239,11 @@ def families(sim) -> Iterator[Family]:
 
     def emit(signal: str, metric):
         if signal == "healthy":
-            for host in list(LUSTRE_SERVERS) + [node.name for node in sim.cluster.nodes]:
+            for host in LUSTRE_SERVERS:
                 yield sim.target("lustre", host), [1] * n
+            for node in sim.cluster.nodes:  # a client's exporter answers only while its node is up and listed
+                scraped = sim.scraped("lustre", node.index)
+                yield sim.target("lustre", node.name), [1] * n if scraped is None else where(scraped, [1] * n)
             return
         if signal == "client_ops":
             for node in sim.cluster.nodes:

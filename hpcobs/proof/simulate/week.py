@@ -15,6 +15,7 @@ from __future__ import annotations
 import random
 from dataclasses import dataclass
 
+from hpcobs.proof.simulate.background import REBOOT_SECONDS
 from hpcobs.proof.simulate.core import seeded
 from hpcobs.proof.simulate.model import Cluster, Job
 from hpcobs.proof.simulate.scenarios import INF, REALISTIC_WEEK, Spec
@@ -88,6 +89,12 @@ MARGIN = 900
 # Scenarios that hang the job on their GPU (scenarios._xid79: the rank dies, the job waits in its collective): they
 # hold that job too, so that no hang, evaluation or checkpoint of it overlaps them.
 HANGS_JOB = frozenset({"xid79"})
+# Scenarios that take a node out of Slurm's hands while they hold it (a drain, a node not yet or no longer in the
+# cluster): the jobs that would have started on it then are not run, so they hold the node until those jobs' ends
+# too, lest a fault be placed on a job that does not run.
+REMOVES_JOBS = frozenset({"planned_maintenance", "node_joins", "node_leaves"})
+# A node joins or leaves once in a window: the node added is not the one removed.
+CHANGES_MEMBERSHIP = frozenset({"node_joins", "node_leaves"})
 # How long a background event holds its entity: a sticky Xid stays for the week, but alerts read it over minutes.
 BACKGROUND_HOLD = 3600
 
@@ -99,13 +106,17 @@ class Background:
     kind: str
     entity: str | None  # gpu | node | job | None (cluster-wide)
     per_day: float
-    duration: int
+    duration: int | None  # None: the kind takes no duration (a node joining or leaving is for good)
     why: str
-    # Where it may land: nvidia, batch or extended (nodes with the dcgm CSV's optional fields); for a job, hero (the
-    # hero job) or training (any training job running all along)
+    # Where it may land: nvidia, batch or extended (nodes with the dcgm CSV's optional fields), busy (a batch node
+    # running a job at the start) or ending (a batch node whose job, if any, ends within DRAIN_WAIT); for a job, hero
+    # (the hero job) or training (any training job running all along)
     nodes: str = "nvidia"
 
 
+# A planned reboot waits for the node's job: the week drains nodes whose job, if any, ends within this, and reboots
+# them when it has (the maintenance window ends REBOOT_SECONDS after).
+DRAIN_WAIT = 1800
 BACKGROUND = (
     Background("evaluation_pass", "job", 4, 480, "the hero job evaluates: no optimizer step for 8 minutes", "hero"),
     Background(
@@ -115,9 +126,27 @@ BACKGROUND = (
     Background("sbe", "gpu", 4, 60, "one corrected single-bit ECC error"),
     Background("exporter_down", "node", 4, 30, "a scrape timeout: one missed dcgm-exporter scrape"),
     Background("exporter_down", "node", 1, 120, "dcgm-exporter restarted (upgrade, config change)"),
-    Background("xid13", "gpu", 1, INF, "a user's job hits its own graphics engine exception", "batch"),
-    Background("xid31", "gpu", 1, INF, "a user's job faults on a bad GPU memory access", "batch"),
-    Background("xid43", "gpu", 1, INF, "a user's job stops the GPU (killed, or its own bug)", "batch"),
+    Background("node_exporter_down", "node", 4, 30, "a scrape timeout: one missed node_exporter scrape"),
+    Background("power_excursion", "gpu", 4, 90, "a GPU's draw overshoots its power limit, capped within 90 s"),
+    # Rolling kernel and firmware patching: about 1.5% of a 128-node fleet a day, each node rebooted once its job ends.
+    Background(
+        "planned_maintenance",
+        "node",
+        2,
+        REBOOT_SECONDS,
+        "a node drained for planned maintenance and rebooted once its job ended",
+        "ending",
+    ),
+    Background("job_xid13", "gpu", 1, INF, "a user's job dies of its own graphics engine exception", "busy"),
+    Background("job_xid31", "gpu", 1, INF, "a user's job dies of a bad GPU memory access", "busy"),
+    Background("job_xid43", "gpu", 1, INF, "a user's job dies and stops the GPU (its own bug)", "busy"),
+)
+# Once in a window, at these fractions of it, whatever its length (a week has about one of each): a node added to the
+# cluster, Prometheus restarted (an upgrade), a node removed. Each holds its node on the side where it is absent.
+ONCE = (
+    (0.3, Background("node_joins", "node", 0, None, "a node added to the cluster: its series appear", "batch")),
+    (0.5, Background("prometheus_restart", None, 0, 90, "Prometheus restarted: a 90 s gap in every series")),
+    (0.7, Background("node_leaves", "node", 0, None, "a node removed from the cluster: its series vanish", "batch")),
 )
 # Long queues at peak hours: pending jobs pile up from 09:00 to 12:00 every day of the window.
 PEAK = (9 * 3600, 3 * 3600)
@@ -194,8 +223,29 @@ class _Draw:
             if j.id == hero or self.holds.free(j.nodes, j.start, end)
         ]
 
-    def target(self, kind: str, entity: str | None, start: int, end: int, where: str = "nvidia") -> list | None:
-        """The specs' target fields (one per spec) on something free over [start, end], or None after a few tries."""
+    def candidates(self, where: str, start: int) -> list:
+        """Nodes an event may land on; busy and ending depend on the jobs running at `start`."""
+        if where not in ("busy", "ending"):
+            return self.nodes[where]
+        out = []
+        for node in self.nodes["batch"]:
+            job = next((j for j in self.cluster.jobs_on(node.index) if _runs(j, start)), None)
+            # The job ends early (its own Xid): nothing may have held its node over its life, before (a node down
+            # may have ended or removed it) nor after (a fault on it would find it gone).
+            if where == "busy":
+                runs = job is not None and job.end > start + self.cluster.window.step
+                fits = runs and self.holds.free((node.index,), job.start, job.end)
+            else:
+                fits = job is None or job.end <= start + DRAIN_WAIT
+            if fits:
+                out.append(node)
+        return out
+
+    def target(
+        self, kind: str, entity: str | None, start: int, end: int, where: str = "nvidia", since: int | None = None
+    ) -> list | None:
+        """The specs' target fields (one per spec) on something free over [since or start, end], or None after a few
+        tries."""
         for _ in range(20):
             fields, keys = self._pick(entity, where, start, end)
             if fields is None:
@@ -205,8 +255,14 @@ class _Draw:
                 keys += tuple(
                     f"job:{j.id}" for j in self.cluster.jobs_on_gpu(node, fields[0]["gpu"]) if _runs(j, start)
                 )
-            if self.holds.free(keys, start, end):
-                self.holds.hold(keys, start, end)
+            held, until = (start if since is None else since), end
+            if kind in REMOVES_JOBS:
+                node = self.cluster.node(fields[0]["node"]).index
+                until = max([end] + [j.end for j in self.cluster.jobs_on(node) if held <= j.start < end])
+            member = (f"member:{fields[0]['node']}",) if kind in CHANGES_MEMBERSHIP else ()
+            if self.holds.free(keys, held, until) and self.holds.free(member, 0, self.cluster.window.duration):
+                self.holds.hold(keys, held, until)
+                self.holds.hold(member, 0, self.cluster.window.duration)
                 return fields
         return None
 
@@ -230,7 +286,7 @@ class _Draw:
                 return None, ()
             hca = rng.choice(leaf[0].hcas)
             return [{"node": n.name, "hca": hca} for n in leaf], tuple(n.index for n in leaf)
-        nodes = self.nodes[where]
+        nodes = self.candidates(where, start)
         if not nodes:
             return None, ()
         node = rng.choice(nodes)
@@ -240,6 +296,13 @@ class _Draw:
         elif entity == "hca":
             fields["hca"] = rng.choice(node.hcas)
         return [fields], (node.index,)
+
+
+def _drained(cluster: Cluster, node: str, at: int) -> int:
+    """The first scrape at which the job running on the node at `at` has ended (`at` when none runs)."""
+    ends = [j.end for j in cluster.jobs_on(cluster.node(node).index) if _runs(j, at)]
+    step = cluster.window.step
+    return max([at] + [-(-end // step) * step for end in ends])
 
 
 def _runs(job: Job, at: int) -> bool:
@@ -291,12 +354,16 @@ def _fault(draw: _Draw, cls: FaultClass, start: int, end: int) -> Truth:
 def _background(draw: _Draw, duration: int) -> dict[Spec, str]:
     rng, step, events = draw.rng, draw.cluster.window.step, {}
 
-    def add(kind: str, entity: str | None, start: int, length: int, why: str, where: str = "nvidia") -> None:
+    def add(kind: str, entity: str | None, start: int, length: int | None, why: str, where: str = "nvidia") -> None:
         if start >= duration:
             return
-        hold = min(length, BACKGROUND_HOLD)
-        targets = draw.target(kind, entity, start, start + hold, where)
+        # A planned reboot waits for the node's job: hold the node over that wait too.
+        hold = min((length or 0) + (DRAIN_WAIT if where == "ending" else 0), BACKGROUND_HOLD)
+        held = {"node_joins": (0, start + hold), "node_leaves": (start, duration)}.get(kind, (start, start + hold))
+        targets = draw.target(kind, entity, start, held[1], where, since=held[0])
         for fields in targets or ():
+            if kind == "planned_maintenance":  # the window lasts until the job has ended and the node rebooted
+                length = _drained(draw.cluster, fields["node"], start) - start + REBOOT_SECONDS
             events[Spec(kind, start=start, duration=length, **fields)] = why
 
     for day in range(-(-duration // DAY)):
@@ -304,6 +371,8 @@ def _background(draw: _Draw, duration: int) -> dict[Spec, str]:
     at, every, count = ROLLING_UPDATE
     for i in range(min(count, len(draw.nodes["nvidia"]))):
         add("driver_drift", "node", at + i * every, INF, "a rolling driver update reaches the node", "extended")
+    for fraction, bg in ONCE:
+        add(bg.kind, bg.entity, _aligned(fraction * duration, step), bg.duration, bg.why, bg.nodes)
     for bg in BACKGROUND:
         for _ in range(int(bg.per_day * duration / DAY)):
             start = _aligned(rng.uniform(0, duration - bg.duration if bg.duration < INF else duration), step)
