@@ -60,6 +60,8 @@ def test_no_inline_secrets(generated):
         ({"alertname": "SecurityUnexpectedOutbound", "team": "security", "severity": "warning"}, ["security"]),
         ({"alertname": "SlurmNodesDown", "team": "slurm-admins", "severity": "warning"}, ["slurm-admins"]),
         ({"alertname": "SlurmJobEnded", "team": "none", "severity": "info"}, [INHIBIT_ONLY_RECEIVER]),
+        ({"alertname": "SlurmNodeOutOfService", "team": "none", "severity": "info"}, [INHIBIT_ONLY_RECEIVER]),
+        ({"alertname": "ExporterNodeDown", "team": "gpu-ops", "severity": "warning"}, ["gpu-ops"]),
         ({"alertname": "Unrouted", "team": "nobody", "severity": "info"}, ["default"]),
     ],
 )
