@@ -131,8 +131,9 @@ FIRED_BY = {
     "tetragon": ("slurm_nodes_down",),
 }
 # The roles whose scrape targets run on every node (or every Lustre client): when all of a node's answer no more, the
-# host is down, not an exporter (ExporterNodeDown).
-HOST_ROLES = ("dcgm", "amd", "node_exporter", "lustre", "falco", "tetragon")
+# host is down, not an exporter (ExporterNodeDown). job_info rides on node_exporter's scrape job with our prolog, and
+# watches it when node_exporter is disabled (ExporterJobInfoDown).
+HOST_ROLES = ("dcgm", "amd", "node_exporter", "job_info", "lustre", "falco", "tetragon")
 # Slurm's per-node count of allocated GPUs, by exporter profile: (signal, matchers, extra labels of a test series).
 SLURM_NODE_GPUS = {
     "slurm_sckyzo": (
