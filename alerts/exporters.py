@@ -248,6 +248,7 @@ def _node_down(ctx: Context) -> list[Alert]:
             description=f"None of the exporters of {label('node')} (cluster {label(cluster)}) has answered for "
             f"{down_for}: the host is down or unreachable (power, kernel panic, network), and every alert of the "
             "node is blind. Slurm's view: sinfo -n; then the BMC.",
+            fired_by=("slurm_nodes_down",),
             **standard_cases(
                 when,
                 fault="every target of the node stops answering",

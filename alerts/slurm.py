@@ -361,6 +361,7 @@ def _node_out_of_service(ctx: Context) -> list[Alert]:
             runbook="slurm",
             dashboard=DashboardUid.SLURM_JOBS,
             dashboard_vars=(ctx.cluster,),
+            fired_by=("slurm_nodes_down",),  # it drains a second node
             fires_on=[held_out(status) for status in ("drained", "draining", "maint", "reboot^", "idle~", "drained*")],
             silent_on=[
                 Case(f"the node {status}", at="5m", series=[state(status)])
