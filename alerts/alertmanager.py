@@ -7,11 +7,22 @@ from hpcobs.authoring.context import Context
 from hpcobs.authoring.rules import Alert
 from hpcobs.settings.names import Team
 
-from .exporters import down_alert
+from .exporters import HOST_ROLES, down_alert
+from .gpu import POWER_BRAKE_EVENT
 from .logs import XID_DRAIN_LOGGED
 
 # Critical GPU alerts that take the GPU out of service: its warnings (thermal, link errors) are moot until repaired.
 DRAIN_CAUSES = "GpuFellOffBus|GpuXidDrainClass|GpuRowRemapFailure|GpuUncorrectableEcc"
+# The GPU alerts that read what makes a GPU unhealthy in node:gpus_unhealthy:count (recording_rules/gpu.py: a
+# drain-class Xid, 79 included, a failed row remap, an AMD GPU's health 0), each from the same series, so each fires
+# as long as the node counts the GPU unhealthy: the page for the GPU says "drain the node" before Slurm's alert would.
+UNHEALTHY_GPU_PAGES = "GpuFellOffBus|GpuXidDrainClass|GpuRowRemapFailure|GpuAmdUnhealthy"
+# A GPU at its temperature limit is why the driver throttles it: its thermal violation time and thermal clock events
+# are that fault's echo, one chat. The power supply's brake is another fault and still notifies.
+THERMAL_CAUSE = "GpuTemperatureHigh"
+# Symbol errors are the physical layer failing (bad lanes, cable, transceiver); the malformed packets the port then
+# receives are their consequence, one repair (perfquery, reseat or swap).
+IB_LINK_CAUSE, IB_LINK_EFFECTS = "IbSymbolErrors", "IbReceiveErrors"
 # One double-bit ECC error, as the driver's Xid (48, "DBE", NVIDIA's Xid catalogue) and DCGM's memory health watch
 # (DcgmHealthWatch's DCGM_FR_VOLATILE_DBE_DETECTED) report it beside the ECC counter GpuUncorrectableEcc reads.
 DBE_XID = "48"
@@ -27,6 +38,8 @@ JOB_TEAMS = (Team.JOB_OWNER, Team.ML_PLATFORM, Team.STORAGE)
 JOB_END_CAUSES = ("GpuXidApplicationClass",)
 # Exporters running on every node, whose silence on a node leaves that node's alerts on their series without data.
 NODE_EXPORTERS = ("dcgm", "amd", "node_exporter", "falco", "tetragon")
+# The down alerts of the exporters on a host, which ExporterNodeDown stands for when all of them are down.
+HOST_DOWN_ALERTS = "|".join(down_alert(role) for role in HOST_ROLES)
 
 
 def inhibitions(ctx: Context, reading: Callable[[str], Sequence[Alert]]) -> list[dict]:
@@ -50,6 +63,19 @@ def _exporter_down(ctx: Context, reading: Callable[[str], Sequence[Alert]]) -> l
             for role in NODE_EXPORTERS
             if (names := {alert.alert for alert in reading(role) if "node" in alert.labels_carried()})
         ),
+        # A host down is one fault: ExporterNodeDown says so once, not each exporter to its own team.
+        {
+            "source_matchers": ['alertname="ExporterNodeDown"'],
+            "target_matchers": [f'alertname=~"{HOST_DOWN_ALERTS}"'],
+            "equal": [cluster, "node"],
+        },
+        # A node Slurm holds out of service on purpose (drained, maintenance, reboot, powered down) is expected to
+        # go quiet: sinfo shows it and its reason, so its exporters' silence notifies no one.
+        {
+            "source_matchers": ['alertname="SlurmNodeOutOfService"'],
+            "target_matchers": [f'alertname=~"ExporterNodeDown|{HOST_DOWN_ALERTS}"'],
+            "equal": [cluster, "node"],
+        },
     ]
 
 
@@ -85,6 +111,25 @@ def _one_gpu_fault(cluster: str) -> list[dict]:
         {
             "source_matchers": [f'alertname=~"{DRAIN_CAUSES}"', 'severity="critical"'],
             "target_matchers": ['severity="warning"'],
+            "equal": [cluster, "node", "gpu"],
+        },
+        # The node Slurm still schedules with that GPU is the same incident seen from Slurm: the GPU's page already says
+        # to drain the node, and stays open while the node counts the GPU unhealthy (UNHEALTHY_GPU_PAGES), so
+        # SlurmNodeScheduledWithUnhealthyGpu pages only when no GPU page explains it (docs/runbooks/slurm.md).
+        {
+            "source_matchers": [f'alertname=~"{UNHEALTHY_GPU_PAGES}"', 'severity="critical"'],
+            "target_matchers": ['alertname="SlurmNodeScheduledWithUnhealthyGpu"'],
+            "equal": [cluster, "node"],
+        },
+        # A GPU too hot throttles: the temperature is the cause to fix (cooling), the throttling its echo.
+        {
+            "source_matchers": [f'alertname="{THERMAL_CAUSE}"'],
+            "target_matchers": ['alertname="GpuThermalViolation"'],
+            "equal": [cluster, "node", "gpu"],
+        },
+        {
+            "source_matchers": [f'alertname="{THERMAL_CAUSE}"'],
+            "target_matchers": ['alertname="GpuThermalSlowdown"', f'clock_event!="{POWER_BRAKE_EVENT}"'],
             "equal": [cluster, "node", "gpu"],
         },
         # dcgm-exporter reports the drain-class Xid the kernel logs: the node already pages for its drain, and
@@ -131,6 +176,12 @@ def _explained_by_another(cluster: str) -> list[dict]:
         {
             "source_matchers": ['alertname=~"IbPortLinkDown|IbPortNotActive"'],
             "target_matchers": ['alertname=~"IbLinkRateBelowNominal|IbTransmitDiscards"'],
+            "equal": [cluster, "node"],
+        },
+        # Bad lanes corrupt what the port receives: one link fault (IB alerts are per node).
+        {
+            "source_matchers": [f'alertname="{IB_LINK_CAUSE}"'],
+            "target_matchers": [f'alertname="{IB_LINK_EFFECTS}"'],
             "equal": [cluster, "node"],
         },
         # A job stuck writing its checkpoint makes no step: the stalled filesystem explains the hang.

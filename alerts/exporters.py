@@ -130,6 +130,10 @@ FIRED_BY = {
     "falco": ("slurm_nodes_down",),
     "tetragon": ("slurm_nodes_down",),
 }
+# The roles whose scrape targets run on every node (or every Lustre client): when all of a node's answer no more, the
+# host is down, not an exporter (ExporterNodeDown). job_info rides on node_exporter's scrape job with our prolog, and
+# watches it when node_exporter is disabled (ExporterJobInfoDown).
+HOST_ROLES = ("dcgm", "amd", "node_exporter", "job_info", "lustre", "falco", "tetragon")
 # Slurm's per-node count of allocated GPUs, by exporter profile: (signal, matchers, extra labels of a test series).
 SLURM_NODE_GPUS = {
     "slurm_sckyzo": (
@@ -144,6 +148,7 @@ SLURM_NODE_GPUS = {
 def groups(ctx: Context) -> list[Group]:
     rules = [
         *_targets_down(ctx),
+        *_node_down(ctx),
         *_textfile_scrape_error(ctx),
         *_collector_failed(ctx),
         *_slurm_collector_failed(ctx),
@@ -173,11 +178,16 @@ def _targets_down(ctx: Context) -> list[Alert]:
     (job_info rides on node_exporter's textfile collector, nccl_inspector on the jobs' own node_exporter, scraped
     with the training metrics)."""
     down_for = ctx.thresholds.exporter_down_for
+    return [_target_down(ctx, target, down_for) for target in _watched(ctx)]
+
+
+def _watched(ctx: Context) -> list[Target]:
+    """The enabled targets, the first of each scrape selector (the roles riding on another's job share its `up`)."""
     first_by_selector: dict[str, Target] = {}
     for target in TARGETS:
         if ctx.sources[target.role].enabled:
             first_by_selector.setdefault(ctx.sources[target.role].selector(), target)
-    return [_target_down(ctx, target, down_for) for target in first_by_selector.values()]
+    return list(first_by_selector.values())
 
 
 def down_alert(role: str) -> str:
@@ -209,6 +219,61 @@ def _target_down(ctx: Context, target: Target, down_for: str) -> Alert:
             pending="a restart shorter than the for: duration",
         ),
     )
+
+
+def _node_down(ctx: Context) -> list[Alert]:
+    """Every exporter target of a node down at once: the host is down (power, kernel panic, network), one fault that
+    would otherwise be one Exporter*Down per exporter, each its own group and team (alerts/alertmanager.py inhibits
+    them by this one). A host with one target left is that exporter's alert alone."""
+    down_for, cluster = ctx.thresholds.exporter_down_for, ctx.cluster
+    roles = [target.role for target in _watched(ctx) if target.role in HOST_ROLES]
+    if len(roles) < 2:
+        return []
+    targets = " or ".join(label_replace(ctx.up(role), "node", "instance", INSTANCE_HOST) for role in roles)
+    when = timing(ctx, down_for, 2)
+    n = when.samples
+
+    def ups(values: str, *down: str, host: str = "n1") -> list[Series]:
+        return [up_series(ctx, role, values if role in down else f"1x{n}", host) for role in roles]
+
+    return [
+        _node_alert(ctx)(
+            "ExporterNodeDown",
+            severity="warning",
+            team=Team.GPU_OPS,
+            expr=f"max by ({cluster}, node) ({targets}) == 0 and on ({cluster}, node) "
+            f"count by ({cluster}, node) ({targets}) > 1",
+            for_=down_for,
+            summary="No exporter of a node answers: the node is down.",
+            description=f"None of the exporters of {label('node')} (cluster {label(cluster)}) has answered for "
+            f"{down_for}: the host is down or unreachable (power, kernel panic, network), and every alert of the "
+            "node is blind. Slurm's view: sinfo -n; then the BMC.",
+            fired_by=("slurm_nodes_down",),
+            **standard_cases(
+                when,
+                fault="every target of the node stops answering",
+                fault_series=ups(f"1 1 0x{n}", *roles),
+                expect=[alert(**ctx.cluster_labels, node="n1")],
+                healthy="every target answers",
+                healthy_series=ups(f"1x{n}"),
+                pending="a reboot shorter than the for: duration",
+                also_silent=[
+                    when.silent(
+                        f"one exporter down, the others answering ({down_alert(roles[0])}'s case)",
+                        ups(f"1 1 0x{n}", roles[0]),
+                    ),
+                    when.silent(
+                        "every exporter but one down: the host answers",
+                        ups(f"1 1 0x{n}", *roles[1:]),
+                    ),
+                    when.silent(
+                        "a host with one exporter target, down (that exporter's alert alone)",
+                        [up_series(ctx, roles[0], f"1 1 0x{n}", "n2")],
+                    ),
+                ],
+            ),
+        )
+    ]
 
 
 def _textfile_scrape_error(ctx: Context) -> list[Alert]:

@@ -65,7 +65,10 @@ XID_NEW_WINDOW = "15m"
 ECC_WINDOW = "1h"
 # Clock-event reasons that cut a GPU's clocks for thermal or power-delivery reasons (not gpu_idle,
 # clocks_setting or the power cap the admin chose).
-THROTTLE_EVENTS = ("hw_slowdown", "hw_thermal", "sw_thermal", "hw_power_brake")
+# hw_slowdown is NVML's umbrella for a clock cut by half or more, asserted by heat or by the power brake
+# (nvmlClocksEventReasonHwSlowdown); the brake is also reported as its own reason, a fault whatever the temperature.
+POWER_BRAKE_EVENT = "hw_power_brake"
+THROTTLE_EVENTS = ("hw_slowdown", "hw_thermal", "sw_thermal", POWER_BRAKE_EVENT)
 # DCGM's PCIe replay limit per lane, replays per minute, by link generation (modules/health/DcgmHealthWatch.cpp
 # GetExpectedPcieReplayRate, DCGM 3.3.8 and later; the constant 8 of DcgmGPUHardwareLimits.h up to 3.3.7): a GPU's
 # limit is ceil(its current generation's rate x its current width), a generation above 6 counted as 6; a replay
@@ -838,12 +841,19 @@ def _temperature_high(gpus: _TestGpu) -> Alert:
         limits = [] if own_limit is None else [gpus.dcgm("gpu_max_op_temperature", f"{own_limit}x40")]
         return [gpus.dcgm("gpu_temperature", f"{celsius}x40", **labels), *limits]
 
+    # It inhibits the throttling it causes (alerts/alertmanager.py), whose alerts read windows of the past (the
+    # clock events' count, the violation time's rate): it keeps firing for the longer of them once the GPU has
+    # cooled, or their tail would notify for a fault already explained (the week benchmark: 2 to 3 minutes).
+    keep = duration(max(duration_seconds(thresholds.gpu_clock_events_window), duration_seconds(gpus.ctx.rate_window)))
+    cooled = _cooled(gpus, limit + 0.1 * margin, hot, duration_seconds(keep))
+
     return gpus.hardware_alert(
         "GpuTemperatureHigh",
         severity="warning",
         team=Team.GPU_OPS,
         expr=over_own_limit(gpus.ctx, temperature, "gpu_max_op_temperature", margin, gpu=GPU, keep=(), fallback=fixed),
         for_=throttle_for,
+        keep_firing_for=keep,
         summary="A GPU runs close to its maximum operating temperature.",
         description=f"{gpus.where} has been within {margin} C of its maximum operating temperature (above {fixed} C "
         f"where that limit is not collected) for {throttle_for}: the driver slows it down above that limit; check "
@@ -868,12 +878,42 @@ def _temperature_high(gpus: _TestGpu) -> Alert:
                     reading(fixed + 1, own_limit=None),
                     [gpus.on_gpu()],
                 ),
+                cooled.still_firing,
             ],
             also_silent=[
                 hot.silent(f"exactly {margin} C under the GPU's limit", reading(limit)),
                 hot.silent(f"the GPU's limit is not collected: exactly {fixed} C", reading(fixed, own_limit=None)),
+                cooled.resolved,
             ],
         ),
+    )
+
+
+@dataclass(frozen=True)
+class _Cooled:
+    still_firing: Case
+    resolved: Case
+
+
+def _cooled(gpus: _TestGpu, celsius: float, hot: Timing, keep: int) -> _Cooled:
+    """A GPU hot until its alert has fired, then back at 72 C: still firing half `keep` after it cooled, resolved
+    once `keep` and two evaluations have passed."""
+    t = gpus.ctx.timeline
+    hot_samples = t.samples(hot.firing_seconds)
+    cool_at = (hot_samples + 1) * t.step  # the first sample at 72 C
+    after = keep + 2 * max(t.evaluation, t.step)
+    series = [
+        gpus.dcgm("gpu_temperature", f"{celsius:g}x{hot_samples} {t.held(72, 2 * after)}"),
+        gpus.dcgm("gpu_max_op_temperature", t.held(H100_GPU_MAX_OPERATING_CELSIUS, cool_at + 2 * after)),
+    ]
+    return _Cooled(
+        Case(
+            "cooled down less than keep_firing_for ago: still firing (it outlasts the throttling it inhibits)",
+            at=duration(t.tick(cool_at + keep // 2)),
+            series=series,
+            expect=[gpus.on_gpu()],
+        ),
+        Case("cooled down longer than keep_firing_for ago", at=duration(t.tick(cool_at + after)), series=series),
     )
 
 

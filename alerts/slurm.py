@@ -38,6 +38,11 @@ from hpcobs.settings.thresholds import Thresholds
 # sinfo long states (StateLong) of a node Slurm hands new jobs to, matched by prefix as SckyzO's nodes.go classes
 # them: allocated, mixed, idle, with their suffixes (idle~ powered down, mixed- powering down, allocated+ ...).
 SCHEDULABLE = "(alloc|mix|idle).*"
+# States an administrator (or Slurm's power saving) put a node in, with a reason sinfo -R shows: draining or drained,
+# in a maintenance reservation, rebooting (scontrol reboot), failing (State=FAIL), or powered down, powering up or
+# down (the ~ # % ! suffixes). Its exporters going quiet then is the plan, not a fault. A node Slurm lost contact with
+# is down (down*) and stays a fault: a crash and an operator's State=DOWN look alike, so planned work drains first.
+OUT_OF_SERVICE = "(drain|maint|reboot|fail).*|.*[~#%!]"
 
 THRESHOLDS = (
     declare.count(
@@ -178,6 +183,7 @@ def groups(ctx: Context) -> list[Group]:
             _queue_backlog(ctx),
             *_oom_kills(ctx),
             *_unhealthy_gpu_scheduled(ctx),
+            *_node_out_of_service(ctx),
             *_gpus_below_gres(ctx),
             *(_controller(ctx, row) for row in CONTROLLER),
         ]
@@ -318,6 +324,49 @@ def _unhealthy_gpu_scheduled(ctx: Context) -> list[Alert]:
                     when.silent("the node down (not responding)", [unhealthy("n1"), slurm_state("n1", "down*")]),
                 ],
             ),
+        )
+    ]
+
+
+def _node_out_of_service(ctx: Context) -> list[Alert]:
+    """A node Slurm holds out of service on purpose: exists only to inhibit its exporters' down alerts
+    (alerts/alertmanager.py), since sinfo already shows the node and why. Needs each node's state (SckyzO's node
+    collector)."""
+    slurm = ctx.sources["slurm"].exporter
+    if not slurm.signals_for("node_state"):
+        return []
+    where = {"status": "=~" + escape.promql_string(OUT_OF_SERVICE)}
+
+    def state(status: str) -> Series:
+        return series(
+            ctx, "slurm", slurm.signals_for("node_state")[0], "1x20", node="n1", status=status, partition="gpu"
+        )
+
+    def held_out(status: str) -> Case:
+        return Case(
+            f"the node {status}", at="5m", series=[state(status)], expect=[alert(**ctx.cluster_labels, node="n1")]
+        )
+
+    return [
+        Alert(
+            "SlurmNodeOutOfService",
+            severity="info",
+            team=Team.NONE,
+            expr=ctx.select("slurm", slurm.signals_for("node_state"), ("node",), op="group", where=where),
+            for_=None,
+            no_for_reason="it only inhibits the exporter alerts of a node Slurm holds out of service, from the start",
+            summary="Slurm holds a node out of service.",
+            description=f"{label('node')} (cluster {label(ctx.cluster)}) is drained, in maintenance, rebooting, "
+            "failing or powered down in Slurm: its exporters' down alerts are inhibited.",
+            runbook="slurm",
+            dashboard=DashboardUid.SLURM_JOBS,
+            dashboard_vars=(ctx.cluster,),
+            fired_by=("slurm_nodes_down",),  # it drains a second node
+            fires_on=[held_out(status) for status in ("drained", "draining", "maint", "reboot^", "idle~", "drained*")],
+            silent_on=[
+                Case(f"the node {status}", at="5m", series=[state(status)])
+                for status in ("mixed", "allocated", "idle", "down*", "down")
+            ],
         )
     ]
 

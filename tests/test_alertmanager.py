@@ -60,12 +60,28 @@ def test_no_inline_secrets(generated):
         ({"alertname": "SecurityUnexpectedOutbound", "team": "security", "severity": "warning"}, ["security"]),
         ({"alertname": "SlurmNodesDown", "team": "slurm-admins", "severity": "warning"}, ["slurm-admins"]),
         ({"alertname": "SlurmJobEnded", "team": "none", "severity": "info"}, [INHIBIT_ONLY_RECEIVER]),
+        ({"alertname": "SlurmNodeOutOfService", "team": "none", "severity": "info"}, [INHIBIT_ONLY_RECEIVER]),
+        ({"alertname": "ExporterNodeDown", "team": "gpu-ops", "severity": "warning"}, ["gpu-ops"]),
         ({"alertname": "Unrouted", "team": "nobody", "severity": "info"}, ["default"]),
     ],
 )
 def test_routing_table(generated_tree, labels, receivers):
     result = tools.routes_test(generated_tree / AM, labels, receivers)
     assert result.ok, result.output
+
+
+def test_chat_repeats_daily_and_pagers_keep_the_default(generated):
+    """A pager's repeat folds into the open incident (one dedup_key per group); a chat channel gets each repeat as a
+    new message, so the chat routes repeat once a day (the week benchmark: 3 chat messages for a 12-hour repair)."""
+    am = yaml.safe_load(generated[AM])
+    kinds = {r["name"]: {k for k in r if k.endswith("_configs")} for r in am["receivers"]}
+    default = am["route"]["repeat_interval"]
+    repeats = {route["receiver"]: route.get("repeat_interval", default) for route in am["route"]["routes"]}
+    chat = {name for name, configs in kinds.items() if configs == {"slack_configs"}}
+    pagers = {name for name, configs in kinds.items() if configs == {"pagerduty_configs"}}
+    assert chat and pagers
+    assert {name: repeats[name] for name in chat} == dict.fromkeys(chat, "24h")
+    assert {name: repeats[name] for name in pagers} == dict.fromkeys(pagers, "4h")
 
 
 def security_alerts(config) -> list[Alert]:

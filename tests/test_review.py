@@ -80,14 +80,23 @@ def diff(capsys, *arguments: str) -> tuple[int, str, str]:
 
 def assert_renamed_in_inhibition(alertmanager: str, old: str, new: str) -> None:
     """The Alertmanager section of a diff renaming a GPU alert: the inhibition naming the alerts dcgm-exporter's
-    silence explains (derived from what they read) names it anew, and nothing else changes there."""
-    added, removed = (
+    silence explains (derived from what they read) names it anew; the inhibitions alerts/alertmanager.py writes with
+    the name GpuTemperatureHigh (the throttling it causes) apply only where that alert is written, so the diff shows
+    them going with the old name or coming with the new one, and nothing else changes there."""
+    lines = alertmanager.splitlines()
+    dcgm = [
         re.fullmatch(r'- (\w+) inhibition `alertname="ExporterDcgmDown" mutes alertname=~"(.*)" .*', line)
-        for line in alertmanager.splitlines()
-    )
+        for line in lines
+    ]
+    added, removed = (match for match in dcgm if match)
     assert (added[1], removed[1]) == ("added", "removed")
     assert set(added[2].split("|")) - set(removed[2].split("|")) == {new}
     assert set(removed[2].split("|")) - set(added[2].split("|")) == {old}
+    caused = [line for line, match in zip(lines, dcgm, strict=True) if not match]
+    literal = "GpuTemperatureHigh"
+    change = "removed" if old == literal else "added"
+    assert len(caused) == 2
+    assert all(line.startswith(f'- {change} inhibition `alertname="{literal}" mutes') for line in caused), caused
 
 
 # --------------------------------------------------------------------------------------------- what it shows
@@ -186,7 +195,7 @@ def test_a_renamed_alert_is_a_rename(generated, config, monkeypatch):
     runbooks = "https://github.com/hpcobs/hpcobs/blob/main/docs/runbooks/gpu.md"
     rules, alertmanager = markdown(generated, changed).split("\n### Alertmanager\n\n")
     assert rules == (
-        "hpcobs diff against `abc1234` (main): 4 changes in 1 rule group and Alertmanager; "
+        "hpcobs diff against `abc1234` (main): 6 changes in 1 rule group and Alertmanager; "
         f"{3 * RULE_COPIES} noise-only differences (rule copies) not listed\n"
         "\n"
         "### Rule groups\n"
@@ -462,7 +471,7 @@ def test_a_site_build_at_a_ref_is_built_by_that_revision_in_a_worktree(source_re
     assert_renamed_in_inhibition(alertmanager, "GpuTooHot", "GpuTemperatureHigh")
     assert (code, rules, err) == (
         0,
-        f"hpcobs diff against `{short}` (renamed, built with {site}): 4 changes in 1 rule group and Alertmanager; "
+        f"hpcobs diff against `{short}` (renamed, built with {site}): 6 changes in 1 rule group and Alertmanager; "
         f"{3 * RULE_COPIES} noise-only differences (rule copies) not listed\n"
         "\n"
         "### Rule groups\n"

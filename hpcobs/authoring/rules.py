@@ -89,6 +89,9 @@ class Alert:
     labels: dict[str, str] = field(default_factory=dict)
     fired_by: tuple[str, ...] = ()  # simulator scenarios (hpcobs.proof.simulate) that must fire it live
     lookups: dict[str, Lookup] = field(default_factory=dict)  # annotations a query fills in at evaluation
+    # How long it keeps firing once its condition ends: an inhibition's source that must outlast the windows its
+    # targets read, or a target left alone by a cause that resolved first notifies for a fault already explained.
+    keep_firing_for: str | None = None
 
     def names_read(self) -> set[str]:
         """The metric names the alert reads: its expression's and its lookups'."""
@@ -117,8 +120,9 @@ class Alert:
             problems.append("summary must be static text ending with a period")
         if self.for_ is None and not self.no_for_reason:
             problems.append("needs `for_` or a `no_for_reason`")
-        if self.for_ is not None:
-            duration_seconds(self.for_)
+        for duration in (self.for_, self.keep_firing_for):
+            if duration is not None:
+                duration_seconds(duration)
         if not self.fires_on or not self.silent_on:
             problems.append("needs at least one fires_on case and one silent_on case")
         unstated = {
@@ -156,6 +160,8 @@ class Alert:
         }
         if self.for_:
             out["for"] = self.for_
+        if self.keep_firing_for:
+            out["keep_firing_for"] = self.keep_firing_for
         return out
 
 

@@ -161,6 +161,53 @@ INHIBITIONS = [
         alert("ExporterGpuSeriesAbsent", "warning", node="n15", cluster="gpu-lab"),
         ({"cluster": "gpu-lab2"},),
     ),
+    # One fault, one page (the week benchmark, issue 28): the GPU's page for a drain-class Xid explains Slurm still
+    # scheduling its node; another node's is its own fault.
+    Inhibition(
+        alert("GpuXidDrainClass", "critical", node="n22", gpu="0", err_code="95"),
+        alert("SlurmNodeScheduledWithUnhealthyGpu", "critical", node="n22"),
+        ({"node": "n22b"},),
+    ),
+    # A GPU at its temperature limit explains its thermal throttling; a power brake on it is another fault.
+    Inhibition(
+        alert("GpuTemperatureHigh", "warning", node="n23", gpu="1"),
+        alert("GpuThermalViolation", "warning", node="n23", gpu="1"),
+        ({"gpu": "2"},),
+    ),
+    Inhibition(
+        alert("GpuTemperatureHigh", "warning", node="n24", gpu="1"),
+        alert("GpuThermalSlowdown", "warning", node="n24", gpu="1", clock_event="hw_slowdown"),
+        ({"gpu": "2"}, {"clock_event": "hw_power_brake"}),
+    ),
+    # Bad lanes explain the malformed packets the node's ports receive.
+    Inhibition(
+        alert("IbSymbolErrors", "warning", team="network", node="n25"),
+        alert("IbReceiveErrors", "warning", team="network", node="n25"),
+        ({"node": "n25b"},),
+    ),
+    # A host down is one notification: its exporters' down alerts, whatever their team, wait.
+    Inhibition(
+        alert("ExporterNodeDown", "warning", node="n26"),
+        alert("ExporterLustreDown", "warning", team="storage", node="n26"),
+        ({"node": "n26b"}, {"alertname": "ExporterFalcoDown", "team": "security", "node": "n26b"}),
+    ),
+    Inhibition(
+        alert("ExporterNodeDown", "warning", node="n28"),
+        alert("ExporterFalcoDown", "warning", team="security", node="n28"),
+        ({"node": "n28b"},),
+    ),
+    # A node Slurm drained (rebooting, powered down) is quiet on purpose: sinfo shows it, nobody is notified of its
+    # exporters' silence; what an exporter still reports from it is evidence and still notifies.
+    Inhibition(
+        alert("SlurmNodeOutOfService", "info", team="none", node="n27"),
+        alert("ExporterNodeDown", "warning", node="n27"),
+        ({"node": "n27b"},),
+    ),
+    Inhibition(
+        alert("SlurmNodeOutOfService", "info", team="none", node="n29"),
+        alert("ExporterDcgmDown", "warning", node="n29"),
+        ({"node": "n29b"}, {"alertname": "IbPortNotActive", "severity": "critical", "team": "network"}),
+    ),
     # A job stuck writing its checkpoint makes no step: the storage stall explains the hang.
     Inhibition(
         alert("StorageCheckpointWriteStalled", "critical", team="storage", hpc_job="46"),

@@ -145,3 +145,59 @@ def test_the_gpu_that_fell_off_the_bus_is_not_notified_again_as_missing(replayed
     _, _, found = replayed
     assert any(e.fired_at for e in episodes(found.timelines, "GpuSeriesMissing", node="gpu001"))
     assert not [n for n in found.notifications for a in n.alerts if a["alertname"] == "GpuSeriesMissing"]
+
+
+# --------------------------------------------------------------------------- one fault, one notification (issue 28)
+
+# Faults the week benchmark saw notify several times, one on each node of a cluster of their own: a drain-class Xid
+# (paged again by SlurmNodeScheduledWithUnhealthyGpu), a GPU too hot and an HCA's symbol errors on one node (3 and 2
+# chat notifications, one per alert name), a node powered off (one chat per exporter, 5).
+ONE_PAGE = (
+    f"xid95:start={ONSET // 60}m:node=gpu001,thermal:start={ONSET // 60}m:node=gpu002,"
+    f"ib_symbol_errors:start={ONSET // 60}m:node=gpu002,slurm_nodes_down:start={ONSET // 60}m:node=gpu003"
+)
+
+
+@pytest.fixture(scope="module")
+def one_page(config, tmp_path_factory):
+    """(timelines, notifications) of the half hour of ONE_PAGE, at K."""
+    sim = Simulation(config, nodes=3, hours=0.5, scenarios=ONE_PAGE, seed=1)
+    prometheus = replay.history(sim, rule_groups(config), tmp_path_factory.mktemp("one-page"))
+    try:
+        start, end = sim.window.start, sim.window.start + sim.window.duration - STEP
+        found = replay.replay(prometheus, RULE_FILES, ALERTMANAGER_YML, start, end, K)
+        return found.timelines, found.notifications
+    finally:
+        prometheus.stop()
+
+
+@pytest.mark.parametrize(
+    "node, fired, notified",
+    [
+        # The GPU's page says to drain the node; Slurm still scheduling it is the same incident.
+        (
+            "gpu001",
+            {"GpuXidDrainClass", "SlurmNodeScheduledWithUnhealthyGpu"},
+            [("gpu-ops", "GpuXidDrainClass"), ("gpu-ops-pager", "GpuXidDrainClass")],
+        ),
+        # The temperature is the cause, the throttling its echo; the symbol errors cause the receive errors.
+        (
+            "gpu002",
+            {"GpuTemperatureHigh", "GpuThermalViolation", "GpuThermalSlowdown", "IbSymbolErrors", "IbReceiveErrors"},
+            [("gpu-ops", "GpuTemperatureHigh"), ("network", "IbSymbolErrors")],
+        ),
+        # Every exporter of the node stops: one notification for the host.
+        (
+            "gpu003",
+            {"ExporterNodeDown", "ExporterDcgmDown", "ExporterNodeExporterDown", "ExporterFalcoDown"},
+            [("gpu-ops", "ExporterNodeDown")],
+        ),
+    ],
+)
+def test_one_fault_notifies_each_receiver_once(one_page, node, fired, notified):
+    """Each fault fires all its alerts (the inhibited ones are still listed in Alertmanager and on the dashboards),
+    and its node gets one notification per receiver: the pager once, a chat channel once."""
+    timelines, notifications = one_page
+    assert all(any(e.fired_at for e in episodes(timelines, name, node=node)) for name in fired)
+    mine = [(n.receiver, a["alertname"]) for n in notifications for a in n.alerts if a.get("node") == node]
+    assert sorted(mine) == notified
