@@ -1,9 +1,9 @@
 """Streaming a long simulated history into Prometheus through promtool, in pieces it reads cheaply.
 
-`promtool tsdb create-blocks-from openmetrics` holds the whole document in memory and, for every 2-hour block
-range the document spans, parses all of it again, keeping the samples of that range (cmd/promtool/backfill.go
+`promtool tsdb create-blocks-from openmetrics` holds the whole document in memory, parses it once for its time span,
+then again for every 2-hour block range the span covers, keeping the samples of that range (cmd/promtool/backfill.go
 `createBlocks`, Prometheus v2.42.0, commit 225c61122d88b01d1f0eaaee0e05b6f3e0567ac0). The simulator writes series
-after series, each over the whole window, so one document of a week is held whole and read 84 times. Here the
+after series, each over the whole window, so one document of a week is held whole and read 85 times. Here the
 stream is cut two ways:
 
 - into one document per block range, so promtool reads each sample once;
@@ -25,7 +25,7 @@ from typing import TYPE_CHECKING, Any, TextIO
 
 from hpcobs.proof.simulate import Simulation, Stats, write
 
-if TYPE_CHECKING:  # servers reads its recorded history back in block ranges (pieces)
+if TYPE_CHECKING:  # servers imports this module (pieces, BLOCK_SECONDS): a type-only import, no cycle
     from hpcobs.proof.servers import Prometheus
 
 BLOCK_SECONDS = 2 * 3600  # tsdb.DefaultBlockDuration: promtool's block ranges, aligned to multiples of it
