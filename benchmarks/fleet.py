@@ -48,7 +48,6 @@ import urllib.parse
 import urllib.request
 from collections import defaultdict
 from collections.abc import Callable, Iterable
-from concurrent.futures import Future, ThreadPoolExecutor
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -59,7 +58,8 @@ from hpcobs.authoring.context import Context
 from hpcobs.build import pipeline
 from hpcobs.lang import lint
 from hpcobs.lang.promql import duration_seconds
-from hpcobs.proof import workload
+from hpcobs.proof import backfill, workload
+from hpcobs.proof.backfill import OneAhead
 from hpcobs.proof.servers import Prometheus, Server, VictoriaMetrics
 from hpcobs.proof.simulate import Simulation, write
 from hpcobs.settings import config as config_module
@@ -72,7 +72,7 @@ DEFAULT_SIZES = (1024, 2048, 4096)
 # Above this many GPUs the default window is shorter: the data and its backfill would not fit the machine.
 LARGE_FLEET = 8192
 PROMETHEUS_DEFAULT_MAX_SAMPLES = 50_000_000  # --query.max-samples: a query above it fails on a default Prometheus
-OPENMETRICS_CHUNK_BYTES = 1 << 30  # promtool reads a whole OpenMetrics file into memory
+OPENMETRICS_DOCUMENT_BYTES = 1 << 30  # a 2-hour document promtool takes (hpcobs.proof.backfill)
 VM_BATCH_BYTES = 256 << 20
 HTTP_TIMEOUT = 1800.0
 LOOKBACK_SECONDS = 300
@@ -97,65 +97,6 @@ class BenchPrometheus(Prometheus):
 
 
 # --------------------------------------------------------------------------------------------- loading
-
-
-class OneAhead:
-    """Runs each job in a background thread while the caller prepares the next one (the simulator writing the
-    next chunk while promtool or VictoriaMetrics takes the last); one job at a time, errors raised on wait."""
-
-    def __init__(self) -> None:
-        self.pool = ThreadPoolExecutor(max_workers=1)
-        self.pending: Future | None = None
-
-    def submit(self, job: Callable[..., Any], *args: Any) -> None:
-        self.wait()
-        self.pending = self.pool.submit(job, *args)
-
-    def wait(self) -> None:
-        if self.pending is not None:
-            pending, self.pending = self.pending, None
-            pending.result()
-
-
-class OpenMetricsChunks:
-    """A text stream that cuts the simulator's OpenMetrics into complete documents of about `limit` bytes and
-    hands each to `ready`: promtool holds a whole file in memory. A family cut in two gets its header again at
-    the top of the next document."""
-
-    def __init__(self, folder: Path, limit: int, ready: Callable[[Path], None]):
-        self.folder, self.limit, self.ready = folder, limit, ready
-        self.header = ""
-        self.path: Path | None = None
-        self.out: Any = None
-        self.size = self.documents = 0
-
-    def write(self, text: str) -> int:
-        if text == "# EOF\n":
-            self._finish()
-            return len(text)
-        header = text.startswith("# TYPE ")
-        if self.out is not None and self.size >= self.limit:
-            self._finish()
-        if self.out is None:
-            self.documents += 1
-            self.path = self.folder / f"chunk{self.documents}.om"
-            self.out = open(self.path, "w", encoding="utf-8")  # noqa: SIM115 (closed by _finish)
-            self.size = 0
-            if not header:
-                self.out.write(self.header)
-        if header:
-            self.header = text
-        self.out.write(text)
-        self.size += len(text)
-        return len(text)
-
-    def _finish(self) -> None:
-        if self.out is None or self.path is None:
-            return
-        self.out.write("# EOF\n")
-        self.out.close()
-        self.out = None
-        self.ready(self.path)
 
 
 class JsonLineBatches:
@@ -425,18 +366,8 @@ class Bench:
         try:
             began = time.monotonic()
             folder = Path(tempfile.mkdtemp(dir=self.scratch))
-            backfill = OneAhead()
-
-            def backfill_chunk(path: Path) -> None:
-                prometheus.load_openmetrics(path)
-                path.unlink()
-
-            chunks = OpenMetricsChunks(
-                folder, self.args.chunk_bytes, lambda path: backfill.submit(backfill_chunk, path)
-            )
-            stats = write(sim, "openmetrics", chunks, names=self.names)  # type: ignore[arg-type]
-            backfill.wait()
-            result.update(raw_series=stats.series, raw_samples=stats.samples, openmetrics_documents=chunks.documents)
+            stats = backfill.simulation(prometheus, sim, self.names, folder, self.args.chunk_bytes)
+            result.update(raw_series=stats.series, raw_samples=stats.samples)
             prometheus.start()
             self._phase(result, "simulate and backfill raw (Prometheus)", began)
             began = time.monotonic()
@@ -959,7 +890,7 @@ def main() -> None:
     )
     parser.add_argument("--live-cycles", type=int, help="live rule evaluation cycles (4; 0 skips it)")
     parser.add_argument("--backends", help="prometheus,victoriametrics (both; --quick: prometheus)")
-    parser.add_argument("--chunk-bytes", type=int, default=OPENMETRICS_CHUNK_BYTES, help=argparse.SUPPRESS)
+    parser.add_argument("--chunk-bytes", type=int, default=OPENMETRICS_DOCUMENT_BYTES, help=argparse.SUPPRESS)
     parser.add_argument(
         "--before",
         type=Path,

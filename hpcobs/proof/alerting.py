@@ -32,6 +32,7 @@ from __future__ import annotations
 
 from collections import defaultdict
 from collections.abc import Iterable, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from enum import Enum
 from pathlib import Path
@@ -39,11 +40,13 @@ from pathlib import Path
 import yaml
 
 from hpcobs.lang.promql import duration_seconds
-from hpcobs.proof.servers import Labels, Prometheus
+from hpcobs.proof import backfill
+from hpcobs.proof.servers import QUERIES_AT_ONCE, Labels, Prometheus
 
 RESEND_DELAY = 60.0  # --rules.alert.resend-delay's default (cmd/prometheus/main.go)
 RESOLVED_RETENTION = 15 * 60.0  # resolvedRetention (rules/alerting.go)
 VALID_FOR_SENDS = 4  # ValidUntil = ts + 4 x max(interval, resend delay) (rules/alerting.go sendAlerts)
+QUERY_SPAN = 24 * 3600.0  # the longest range one query evaluates
 
 
 @dataclass(frozen=True)
@@ -189,17 +192,19 @@ def timelines(
     prometheus: Prometheus, rules: Sequence[Rule], start: float, end: float, resend_delay: float = RESEND_DELAY
 ) -> list[Timeline]:
     """Every rule's instances over [start, end], evaluated at start, start + its interval, ... by range queries
-    on `prometheus`."""
-    return [
-        timeline for rule in rules for timeline in evaluate(rule, _results(prometheus, rule, start, end), resend_delay)
-    ]
+    on `prometheus`, QUERIES_AT_ONCE rules at a time."""
+    with ThreadPoolExecutor(max_workers=QUERIES_AT_ONCE) as pool:
+        found = pool.map(lambda rule: evaluate(rule, _results(prometheus, rule, start, end), resend_delay), rules)
+        return [timeline for timelines in found for timeline in timelines]
 
 
 def _results(prometheus: Prometheus, rule: Rule, start: float, end: float) -> Iterable[tuple[float, list[Labels]]]:
-    """(evaluation time, label sets returned) at every evaluation, those returning nothing included."""
+    """(evaluation time, label sets returned) at every evaluation, those returning nothing included; queried a
+    day at a time (a week's range query at 30 s would pass Prometheus's 11,000 points per series)."""
     found: dict[float, list[Labels]] = defaultdict(list)
-    for series in prometheus.query_range(rule.expr, start, end, f"{rule.interval:g}s"):
-        for t, _ in series.points:
-            found[round(t, 3)].append(series.labels)
+    for first, last in backfill.pieces(start, end, rule.interval, QUERY_SPAN):
+        for series in prometheus.query_range(rule.expr, first, last, f"{rule.interval:g}s"):
+            for t, _ in series.points:
+                found[round(t, 3)].append(series.labels)
     evaluations = int((end - start) // rule.interval) + 1
     return [(start + n * rule.interval, found.get(round(start + n * rule.interval, 3), [])) for n in range(evaluations)]

@@ -41,14 +41,17 @@ from pathlib import Path
 
 from hpcobs.authoring.rules import Group
 from hpcobs.lang.promql import duration_ms
-from hpcobs.proof import alerting, loopback, servers, workload
+from hpcobs.proof import alerting, backfill, loopback, servers, workload
 from hpcobs.proof.alerting import Post, Timeline
 from hpcobs.proof.servers import Labels
-from hpcobs.proof.simulate import UP, Simulation, write
+from hpcobs.proof.simulate import UP, Simulation
 
 ROUTE_TIMINGS = {"group_wait": "30s", "group_interval": "5m", "repeat_interval": "4h"}  # DefaultRouteOpts
 RESOLVE_TIMEOUT = "5m"  # DefaultGlobalConfig
 LEAD = 0.2  # wall seconds from Alertmanager ready to the replay's start
+# The size of the 2-hour OpenMetrics documents promtool takes (hpcobs.proof.backfill): a range of the 1,024-GPU week
+# at a 1 m scrape (about 1.8 GB) gets 14 blocks, the whole chunk takes 11 GB of disk (twice: one being written).
+DOCUMENT_BYTES = 128 << 20
 
 
 @dataclass(frozen=True)
@@ -88,14 +91,14 @@ class Clock:
 def history(sim: Simulation, groups: Sequence[Group], folder: Path) -> servers.Prometheus:
     """A started Prometheus (the caller stops it) holding the simulation's raw series that `groups` read, and
     every record of `groups` replayed at each scrape of the window (servers.Prometheus.replay_rules), `folder`
-    holding the files between. Backfilled history has no staleness markers: the lookback is 1.5 scrapes, so a
+    holding the files between. The series are backfilled in chunks while the simulator writes the next
+    (hpcobs.proof.backfill). Backfilled history has no staleness markers: the lookback is 1.5 scrapes, so a
     series that stops vanishes within two scrapes, as a scraped one does at once."""
     step = sim.window.step
-    with open(folder / "cluster.om", "w", encoding="utf-8") as out:
-        write(sim, "openmetrics", out, names=workload.raw_names_read(sim.config, groups) | {UP})
     prometheus = servers.Prometheus(lookback_delta=f"{step * 3 // 2}s")
     try:
-        prometheus.load_openmetrics(folder / "cluster.om")
+        names = workload.raw_names_read(sim.config, groups) | {UP}
+        backfill.simulation(prometheus, sim, names, folder, DOCUMENT_BYTES)
         prometheus.start()
         end = sim.window.start + sim.window.duration - step
         prometheus.replay_rules(workload.recording_layer_files(groups, folder), sim.window.start, end, f"{step}s")

@@ -21,8 +21,10 @@ import urllib.parse
 import urllib.request
 from collections import defaultdict
 from collections.abc import Callable, Iterable, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from datetime import UTC, datetime
+from itertools import repeat
 from pathlib import Path
 from typing import NamedTuple
 
@@ -31,6 +33,7 @@ import yaml
 from hpcobs.build import tools
 from hpcobs.errors import ToolError
 from hpcobs.lang.promql import duration_ms
+from hpcobs.proof import backfill
 
 # (env var, binary, Debian package, minimum version), as in tools.find
 PROMETHEUS = ("PROMETHEUS", "prometheus", "prometheus", (2, 42))
@@ -43,6 +46,7 @@ STOP_TIMEOUT = 15.0
 RUN_TIMEOUT = 1800.0
 HTTP_TIMEOUT = 300.0
 LOG_TAIL_LINES = 20
+QUERIES_AT_ONCE = 2  # range queries in flight when replaying history: Prometheus runs each on a core of its own
 IMPORT_BATCH_BYTES = 8 << 20
 MAX_POINTS = 11_000  # steps of one range query Prometheus answers (web/api/v1/api.go, tag v2.42.0)
 
@@ -357,7 +361,7 @@ class Prometheus(Server):
     def load_openmetrics(self, openmetrics: Path) -> None:
         """Backfill an OpenMetrics file (`promtool tsdb create-blocks-from openmetrics`); cheapest before start."""
         with self._scratch_dir() as output:
-            _run(tools.PROMTOOL, "tsdb", "create-blocks-from", "openmetrics", "--quiet", str(openmetrics), output)
+            _create_blocks(openmetrics, Path(output))
             self.add_blocks(Path(output))
 
     def add_blocks(self, blocks_dir: Path) -> None:
@@ -408,24 +412,33 @@ class Prometheus(Server):
         replay does on VictoriaMetrics: each rule's expression is range-queried, the result backfilled as
         OpenMetrics blocks, layer after layer. Unlike `backfill_rules` (promtool shifts each group by a
         hash offset), both engines then evaluate the same expressions at the same instants, which is
-        what comparing their results needs."""
+        what comparing their results needs. Each layer is queried and written one block range at a time
+        (hpcobs.proof.backfill: promtool reads a document once per block range it spans), QUERIES_AT_ONCE rules
+        at a time, promtool taking each range's document while the next is queried; a layer's blocks are loaded
+        together: one restart per layer."""
         self._require_running("replay rules")
+        step_seconds = duration_ms(_duration(step)) / 1000
         for layer in layers:
-            with self._scratch_dir() as scratch:
-                openmetrics = Path(scratch) / "recorded.om"
-                with open(openmetrics, "w", encoding="utf-8") as out:
-                    for rule in _recording_rules(layer):
-                        out.write(f"# TYPE {rule['record']} gauge\n")
-                        for series in self.query_range(rule["expr"], start, end, step):
-                            labels = {**series.labels, **rule.get("labels", {})}
-                            labels.pop("__name__", None)
-                            text = ",".join(f'{k}="{_escape(v)}"' for k, v in sorted(labels.items()))
-                            out.writelines(
-                                f"{rule['record']}{{{text}}} {_openmetrics_value(v)} {t:.3f}\n"
-                                for t, v in series.points
-                            )
-                    out.write("# EOF\n")
-                self.load_openmetrics(openmetrics)
+            rules = list(_recording_rules(layer))
+            loader = backfill.OneAhead()
+            with (
+                self._scratch_dir() as scratch,
+                self._scratch_dir() as output,
+                ThreadPoolExecutor(max_workers=QUERIES_AT_ONCE) as pool,
+            ):
+                for first, last in backfill.pieces(_unix(start), _unix(end), step_seconds, backfill.BLOCK_SECONDS):
+                    openmetrics = Path(scratch) / f"recorded-{first:.0f}.om"
+                    with open(openmetrics, "w", encoding="utf-8") as out:
+                        exprs = [rule["expr"] for rule in rules]
+                        found = pool.map(self.query_range, exprs, repeat(first), repeat(last), repeat(step))
+                        for rule, result in zip(rules, found, strict=True):
+                            out.write(f"# TYPE {rule['record']} gauge\n")
+                            for series in result:
+                                out.write(_recorded_series(rule, series))
+                        out.write("# EOF\n")
+                    loader.submit(_create_blocks, openmetrics, Path(output))
+                loader.wait()
+                self.add_blocks(Path(output))
 
     def alerts(self) -> list[dict]:
         """The alerting rules' active alerts (/api/v1/alerts): labels, state (pending or firing), activeAt."""
@@ -606,6 +619,19 @@ def _run(tool: tuple[str, str, str, tuple[int, int]], *args: str) -> None:
     if done.returncode != 0:
         output = "\n".join((done.stdout + done.stderr).strip().splitlines()[-LOG_TAIL_LINES:])
         raise ToolError(f"{tool[1]} failed (exit {done.returncode}): {' '.join(command)}\n{output}")
+
+
+def _create_blocks(openmetrics: Path, output: Path) -> None:
+    """`promtool tsdb create-blocks-from openmetrics`: the document's blocks written into `output`."""
+    _run(tools.PROMTOOL, "tsdb", "create-blocks-from", "openmetrics", "--quiet", str(openmetrics), str(output))
+
+
+def _recorded_series(rule: dict, series: Series) -> str:
+    """A recording rule's result series as OpenMetrics sample lines, named by the rule, its labels added."""
+    labels = {**series.labels, **rule.get("labels", {})}
+    labels.pop("__name__", None)
+    text = ",".join(f'{k}="{_escape(v)}"' for k, v in sorted(labels.items()))
+    return "".join(f"{rule['record']}{{{text}}} {_openmetrics_value(v)} {t:.3f}\n" for t, v in series.points)
 
 
 def _die_with_parent() -> None:
