@@ -71,7 +71,9 @@ def run(
             prometheus.stop()
         alertmanager = yaml.safe_load(alertmanager_yml.read_text(encoding="utf-8"))
     kinds = scorecard.receiver_kinds(alertmanager)
-    card = scorecard.score(plan, found.timelines, found.notifications, kinds, start, sim.window.duration / DAY)
+    card = scorecard.score(
+        plan, found.timelines, found.notifications, kinds, start, sim.window.duration / DAY, jobs=sim.cluster.jobs
+    )
     return {
         "nodes": nodes,
         "gpus_per_node": gpus_per_node,
