@@ -65,7 +65,9 @@ def run(
             start = sim.window.start
             end = start + sim.window.duration - sim.window.step
             began = time.monotonic()
-            found = replay.replay(prometheus, rule_files, alertmanager_yml, start, end, k)
+            found = replay.replay(
+                prometheus, rule_files, alertmanager_yml, start, end, k, restarts=replay.restarts(sim)
+            )
             seconds["replay"] = time.monotonic() - began
         finally:
             prometheus.stop()

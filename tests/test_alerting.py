@@ -51,6 +51,39 @@ def test_keep_firing_for_holds_an_absent_alert_firing_then_resolves_it():
     assert timeline.episodes == [Episode(0, 0, 360)]
 
 
+# A Prometheus restart: down from 1200 s for 90 s, so the evaluations at 1200 and 1260 do not happen and the state
+# is lost; back at 1320, the `for` state is restored after the second evaluation (1380), from the ALERTS_FOR_STATE
+# sample written at 1140 (rules/manager.go RestoreForState, v2.42.0).
+DOWN = (1200.0, 1290.0)
+
+
+@pytest.mark.parametrize(
+    "hold, first, episodes",
+    [
+        # `for` under the grace period (10m): not restored, the whole `for` again from the first evaluation back.
+        (300, 0, [Episode(0, 300, 1200), Episode(1320, 1620, None)]),
+        (0, 0, [Episode(0, 0, 1200), Episode(1320, 1320, None)]),
+        # Fired before the restart: ActiveAt restored, it fires at the evaluation after the restore.
+        (900, 0, [Episode(0, 900, 1200), Episode(0, 1440, None)]),
+        # Pending with less than the grace period left (900 - 660 s): fires a grace period after the restore.
+        (900, 480, [Episode(480, None, 1200), Episode(1080, 1980, None)]),
+        # Pending with more left (1800 - 300 s): its ActiveAt moves by the downtime (1380 - 1140 s).
+        (1800, 840, [Episode(840, None, 1200), Episode(1080, 2880, None)]),
+    ],
+)
+def test_a_restart_loses_the_state_and_restores_for_state_as_prometheus_does(hold, first, episodes):
+    results = [(t, [{"node": "a"}] if t >= first else []) for t in range(0, 3600, int(STEP))]
+    [timeline] = evaluate(Rule("X", "x > 0", STEP, hold=hold), results, STEP, restarts=[DOWN])
+    assert timeline.episodes == episodes
+    assert not [p for p in timeline.posts if DOWN[0] <= p.at < 1320]
+
+
+def test_a_restart_longer_than_the_outage_tolerance_restores_nothing():
+    results = [(t, [{"node": "a"}]) for t in range(0, 7200, int(STEP))]
+    [timeline] = evaluate(Rule("X", "x > 0", STEP, hold=900), results, STEP, restarts=[(1200.0, 5000.0)])
+    assert timeline.episodes == [Episode(0, 900, 1200), Episode(5040, 5940, None)]
+
+
 # ------------------------------------------------------------------------------------ against promtool
 
 VALUES = {"a": "0 1 1 1 0 1 1 0 0 1 1 1 1 1 0 0 0 0 1 0", "b": "1 1 0 1 1 1 1 1 0 1 0 0 0 0 1 1 1 1 1 1"}

@@ -1,5 +1,5 @@
 """The replay's compressed clock (hpcobs.proof.replay): Alertmanager's timings divided by k, the defaults
-included, and what is posted at a slice's start."""
+included, what is posted at a slice's start, and when the simulated Prometheus is down."""
 
 import subprocess
 
@@ -8,6 +8,8 @@ import yaml
 from hpcobs.build import tools
 from hpcobs.proof import replay
 from hpcobs.proof.alerting import Post, Timeline
+from hpcobs.proof.simulate import Simulation
+from hpcobs.settings import config as config_module
 from tests.conftest import ROOT
 
 ALERTMANAGER_YML = ROOT / "out" / "alertmanager" / "alertmanager.yml"
@@ -58,3 +60,8 @@ def test_a_slice_starts_with_the_last_send_of_each_alert_still_active():
 def test_the_clock_maps_replay_time_to_wall_time_and_back():
     clock = replay.Clock(start=1000, origin=50, k=60)
     assert clock.wall(1600) == 60 and clock.replay(60) == 1600
+
+
+def test_the_simulated_prometheus_restarts_are_when_the_evaluator_is_down():
+    sim = Simulation(config_module.load(), nodes=2, hours=1, scenarios="prometheus_restart:start=20m", seed=1)
+    assert replay.restarts(sim) == [(sim.window.start + 1200, sim.window.start + 1290)]

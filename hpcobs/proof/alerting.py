@@ -18,7 +18,16 @@ commit 225c61122d88b01d1f0eaaee0e05b6f3e0567ac0):
   send sets ValidUntil = ts + 4 x max(group interval, resend_delay).
 - rules/manager.go `SendAlerts`: what reaches Alertmanager is startsAt = FiredAt, endsAt = ResolvedAt if resolved,
   else ValidUntil.
-- cmd/prometheus/main.go: `--rules.alert.resend-delay` defaults to 1m.
+- cmd/prometheus/main.go: `--rules.alert.resend-delay` defaults to 1m, `--rules.for-grace-period` 10m,
+  `--rules.for-outage-tolerance` 1h.
+- A restart (`restarts`: when Prometheus was down): nothing is evaluated or sent while it is down and the rule
+  manager's state is lost; every instance starts over (pending at its first evaluation back). rules/manager.go
+  `Group.run` evaluates twice, then `RestoreForState`: for a rule whose `for` is at least the grace period, an
+  instance that was active before the restart (its ALERTS_FOR_STATE sample, written at every evaluation, no older
+  than the outage tolerance) gets back its ActiveAt: unchanged if it had fired (it fires at the next evaluation),
+  else moved so that it fires a grace period from then at the earliest, else shifted by the downtime. A rule with a
+  shorter `for` is not restored: its alerts wait their whole `for` again, and Alertmanager resolves them meanwhile
+  once the endsAt of their last send passes.
 
 Evaluation times are start, start + interval, ... for every group, where live Prometheus shifts each group by a
 hash of its name: an alert's times can differ from a live server's by up to one interval, never its `for:`. The
@@ -44,6 +53,9 @@ from hpcobs.proof import backfill
 from hpcobs.proof.servers import QUERIES_AT_ONCE, Labels, Prometheus
 
 RESEND_DELAY = 60.0  # --rules.alert.resend-delay's default (cmd/prometheus/main.go)
+FOR_GRACE_PERIOD = 600.0  # --rules.for-grace-period's default
+OUTAGE_TOLERANCE = 3600.0  # --rules.for-outage-tolerance's default
+EVALUATIONS_BEFORE_RESTORE = 2  # Group.run evaluates twice after a start, then restores the `for` state
 RESOLVED_RETENTION = 15 * 60.0  # resolvedRetention (rules/alerting.go)
 VALID_FOR_SENDS = 4  # ValidUntil = ts + 4 x max(interval, resend delay) (rules/alerting.go sendAlerts)
 QUERY_SPAN = 24 * 3600.0  # the longest range one query evaluates
@@ -134,13 +146,30 @@ def rules_of(files: Sequence[Path], default_interval: str = "1m") -> list[Rule]:
 
 
 def evaluate(
-    rule: Rule, results: Iterable[tuple[float, Sequence[Labels]]], resend_delay: float = RESEND_DELAY
+    rule: Rule,
+    results: Iterable[tuple[float, Sequence[Labels]]],
+    resend_delay: float = RESEND_DELAY,
+    restarts: Sequence[tuple[float, float]] = (),
 ) -> list[Timeline]:
     """The rule's instances over its evaluations: `results` gives, at each evaluation time in order, the label sets
-    the expression returned. Returns the timelines, one per instance, in order of first appearance."""
+    the expression returned; `restarts`, the (from, to) times Prometheus was down. Returns the timelines, one per
+    instance, in order of first appearance."""
     timelines: dict[frozenset, Timeline] = {}
     active: dict[frozenset, _Active] = {}
+    # ALERTS_FOR_STATE: each pending or firing instance's ActiveAt and when it was last written
+    for_state: dict[frozenset, tuple[float, float]] = {}
+    down = sorted(restarts)
+    since_start = EVALUATIONS_BEFORE_RESTORE  # evaluations since the last start: no restore due
     for ts, samples in results:
+        if any(begin <= ts < end for begin, end in down):
+            continue
+        if down and ts >= down[0][1]:
+            for alert in active.values():
+                if alert.episode.resolved_at is None:
+                    alert.episode.resolved_at = down[0][0]  # what this Prometheus knew of it ends there
+            down = [d for d in down if ts < d[1]]
+            active.clear()
+            since_start = 0
         present = {}
         for sample in samples:
             labels = {k: v for k, v in sample.items() if k != "__name__"} | rule.labels | {"alertname": rule.name}
@@ -177,7 +206,35 @@ def evaluate(
                 ends_at = alert.resolved_at if alert.resolved_at is not None else alert.valid_until
                 assert alert.episode.fired_at is not None  # only firing or resolved instances are sent
                 alert.timeline.posts.append(Post(ts, alert.episode.fired_at, ends_at))
+        since_start += 1
+        if since_start == EVALUATIONS_BEFORE_RESTORE:
+            _restore_for_state(rule, active, for_state, ts)
+        for key, alert in active.items():  # a rule writes its ALERTS_FOR_STATE once restored (rules/alerting.go Eval)
+            if alert.state is not _State.INACTIVE and since_start >= EVALUATIONS_BEFORE_RESTORE:
+                for_state[key] = (alert.episode.active_at, ts)
     return list(timelines.values())
+
+
+def _restore_for_state(
+    rule: Rule, active: dict[frozenset, _Active], for_state: dict[frozenset, tuple[float, float]], ts: float
+) -> None:
+    """rules/manager.go `RestoreForState` at `ts`, once per start: the ActiveAt of the instances active before it."""
+    if rule.hold < FOR_GRACE_PERIOD:
+        return
+    for key, alert in active.items():
+        if key not in for_state or alert.state is not _State.PENDING:
+            continue
+        active_at, down_at = for_state[key]
+        if down_at < ts - OUTAGE_TOLERANCE:
+            continue
+        remaining = rule.hold - (down_at - active_at)
+        if remaining <= 0:
+            restored = active_at
+        elif remaining < FOR_GRACE_PERIOD:
+            restored = ts + FOR_GRACE_PERIOD - rule.hold
+        else:
+            restored = active_at + (ts - down_at)
+        alert.episode.active_at = restored
 
 
 def _needs_sending(alert: _Active, ts: float, resend_delay: float) -> bool:
@@ -189,12 +246,19 @@ def _needs_sending(alert: _Active, ts: float, resend_delay: float) -> bool:
 
 
 def timelines(
-    prometheus: Prometheus, rules: Sequence[Rule], start: float, end: float, resend_delay: float = RESEND_DELAY
+    prometheus: Prometheus,
+    rules: Sequence[Rule],
+    start: float,
+    end: float,
+    resend_delay: float = RESEND_DELAY,
+    restarts: Sequence[tuple[float, float]] = (),
 ) -> list[Timeline]:
-    """Every rule's instances over [start, end], evaluated at start, start + its interval, ... by range queries
-    on `prometheus`, QUERIES_AT_ONCE rules at a time."""
+    """Every rule's instances over [start, end], evaluated at start, start + its interval, ... (none while
+    Prometheus is down, `restarts`) by range queries on `prometheus`, QUERIES_AT_ONCE rules at a time."""
     with ThreadPoolExecutor(max_workers=QUERIES_AT_ONCE) as pool:
-        found = pool.map(lambda rule: evaluate(rule, _results(prometheus, rule, start, end), resend_delay), rules)
+        found = pool.map(
+            lambda rule: evaluate(rule, _results(prometheus, rule, start, end), resend_delay, restarts), rules
+        )
         return [timeline for timelines in found for timeline in timelines]
 
 

@@ -108,6 +108,12 @@ def history(sim: Simulation, groups: Sequence[Group], folder: Path) -> servers.P
     return prometheus
 
 
+def restarts(sim: Simulation) -> list[tuple[float, float]]:
+    """The (from, to) times the simulation's Prometheus was down (its `prometheus_restart` scenarios)."""
+    origin = sim.window.start
+    return [(origin + f.start, origin + f.end) for f in sim.faults.faults if f.kind == "prometheus_restart"]
+
+
 def replay(
     prometheus: servers.Prometheus,
     rule_files: Sequence[Path],
@@ -116,10 +122,13 @@ def replay(
     end: float,
     k: float,
     default_interval: str = "1m",
+    restarts: Sequence[tuple[float, float]] = (),
 ) -> Replay:
     """The alerts of `rule_files` over [start, end] on `prometheus` (holding the history and its records), and
-    the notifications of a real Alertmanager running `alertmanager_yml` for them, time compressed by k."""
-    timelines = alerting.timelines(prometheus, alerting.rules_of(rule_files, default_interval), start, end)
+    the notifications of a real Alertmanager running `alertmanager_yml` for them, time compressed by k.
+    `restarts`: when the Prometheus evaluating them was down (`restarts(sim)`)."""
+    rules = alerting.rules_of(rule_files, default_interval)
+    timelines = alerting.timelines(prometheus, rules, start, end, restarts=restarts)
     notifications, lag = deliver(timelines, alertmanager_yml, start, end, k)
     return Replay(timelines, notifications, lag)
 

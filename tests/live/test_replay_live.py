@@ -27,16 +27,21 @@ LATE = 15  # replay seconds a notification may come after it is due (HTTP and sc
 INHIBITED_BY_DBE = {"GpuXidDrainClass", "GpuHealthFail", "GpuRowRemapPending"}
 
 
-@pytest.fixture(scope="module")
-def replayed(config, tmp_path_factory):
-    """(start, end, the replay) of the simulated half hour at K."""
-    sim = Simulation(config, nodes=3, hours=0.5, scenarios=SCENARIOS, seed=1)
-    prometheus = replay.history(sim, rule_groups(config), tmp_path_factory.mktemp("replay"))
+def _half_hour(config, folder, scenarios: str):
+    """(start, end, the replay) of a simulated half hour of 3 nodes with `scenarios`, at K."""
+    sim = Simulation(config, nodes=3, hours=0.5, scenarios=scenarios, seed=1)
+    prometheus = replay.history(sim, rule_groups(config), folder)
     try:
         start, end = sim.window.start, sim.window.start + sim.window.duration - STEP
-        return start, end, replay.replay(prometheus, RULE_FILES, ALERTMANAGER_YML, start, end, K)
+        found = replay.replay(prometheus, RULE_FILES, ALERTMANAGER_YML, start, end, K, restarts=replay.restarts(sim))
+        return start, end, found
     finally:
         prometheus.stop()
+
+
+@pytest.fixture(scope="module")
+def replayed(config, tmp_path_factory):
+    return _half_hour(config, tmp_path_factory.mktemp("replay"), SCENARIOS)
 
 
 def episodes(timelines, alertname: str, **labels) -> list[alerting.Episode]:
@@ -161,14 +166,8 @@ ONE_PAGE = (
 @pytest.fixture(scope="module")
 def one_page(config, tmp_path_factory):
     """(timelines, notifications) of the half hour of ONE_PAGE, at K."""
-    sim = Simulation(config, nodes=3, hours=0.5, scenarios=ONE_PAGE, seed=1)
-    prometheus = replay.history(sim, rule_groups(config), tmp_path_factory.mktemp("one-page"))
-    try:
-        start, end = sim.window.start, sim.window.start + sim.window.duration - STEP
-        found = replay.replay(prometheus, RULE_FILES, ALERTMANAGER_YML, start, end, K)
-        return found.timelines, found.notifications
-    finally:
-        prometheus.stop()
+    _, _, found = _half_hour(config, tmp_path_factory.mktemp("one-page"), ONE_PAGE)
+    return found.timelines, found.notifications
 
 
 @pytest.mark.parametrize(
@@ -201,3 +200,29 @@ def test_one_fault_notifies_each_receiver_once(one_page, node, fired, notified):
     assert all(any(e.fired_at for e in episodes(timelines, name, node=node)) for name in fired)
     mine = [(n.receiver, a["alertname"]) for n in notifications for a in n.alerts if a.get("node") == node]
     assert sorted(mine) == notified
+
+
+# --------------------------------------------------------------------------- a Prometheus restart (issue 28)
+
+RESTART = 15 * 60
+
+
+@pytest.fixture(scope="module")
+def restarted(config, tmp_path_factory):
+    """A node down from ONSET, and Prometheus restarting at RESTART (down 90 s) while its alert fires."""
+    scenarios = f"slurm_nodes_down:start={ONSET // 60}m:node=gpu003,prometheus_restart:start={RESTART // 60}m"
+    return _half_hour(config, tmp_path_factory.mktemp("restart"), scenarios)
+
+
+def test_a_restart_stops_the_sends_and_starts_a_short_for_over(restarted):
+    """Nothing is evaluated or sent while Prometheus is down (not even the resolution of what it last saw), and
+    Prometheus 2.42 does not restore a `for:` under the grace period (10m): ExporterNodeDown (5m) is pending again
+    after the restart, Alertmanager resolves it once its last send's endsAt passes, and it notifies anew."""
+    start, _, found = restarted
+    down = (start + RESTART, start + RESTART + 90)
+    assert not [p for t in found.timelines for p in t.posts if down[0] <= p.at < down[1]]
+    [before, after] = episodes(found.timelines, "ExporterNodeDown", node="gpu003")
+    assert before.fired_at and before.resolved_at == down[0]
+    assert after.active_at >= down[1] and after.fired_at - after.active_at >= 300
+    notified = [n.at for n in found.notifications for a in n.alerts if a["alertname"] == "ExporterNodeDown"]
+    assert len(notified) == 2 and notified[1] > after.fired_at

@@ -219,8 +219,8 @@ def _node_leaves(scene: Scene, spec: Spec, start: int, end: int) -> Fault:
     "prometheus_restart",
     90,
     "Prometheus restarts (an upgrade, a config change that needs one): no scrape of any target for the duration, so "
-    "every series, `up` included, has a gap. Rule evaluation stops too; the replay's evaluator does not model that "
-    "(docs/simulator.md).",
+    "every series, `up` included, has a gap. Rule evaluation stops too: the replay's evaluator is told by "
+    "replay.restarts (docs/simulator.md).",
 )
 def _prometheus_restart(scene: Scene, spec: Spec, start: int, end: int) -> Fault:
     effects = (Effect("scrape_gap", (), scene.idx(start), scene.idx(end)),)
