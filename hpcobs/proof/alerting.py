@@ -164,9 +164,9 @@ def evaluate(
         if any(begin <= ts < end for begin, end in down):
             continue
         if down and ts >= down[0][1]:
-            for alert in active.values():
-                if alert.episode.resolved_at is None:
-                    alert.episode.resolved_at = down[0][0]  # what this Prometheus knew of it ends there
+            for lost in active.values():
+                if lost.episode.resolved_at is None:
+                    lost.episode.resolved_at = down[0][0]  # what this Prometheus knew of it ends there
             down = [d for d in down if ts < d[1]]
             active.clear()
             since_start = 0

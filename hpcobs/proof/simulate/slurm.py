@@ -325,7 +325,7 @@ def _finished_by_user_partition(state: str):
     return lambda v: iter(items(v))
 
 
-def _gpus_total(v: SlurmView) -> list[float]:
+def _gpus_total(v: SlurmView) -> list[int]:
     return v.listed(per_node=lambda n: n.gpus)
 
 

@@ -234,7 +234,7 @@ class _Draw:
             # may have ended or removed it) nor after (a fault on it would find it gone).
             if where == "busy":
                 runs = job is not None and job.end > start + self.cluster.window.step
-                fits = runs and self.holds.free((node.index,), job.start, job.end)
+                fits = runs and job is not None and self.holds.free((node.index,), job.start, job.end)
             else:
                 fits = job is None or job.end <= start + DRAIN_WAIT
             if fits:
@@ -374,8 +374,9 @@ def _background(draw: _Draw, duration: int) -> dict[Spec, str]:
     for fraction, bg in ONCE:
         add(bg.kind, bg.entity, _aligned(fraction * duration, step), bg.duration, bg.why, bg.nodes)
     for bg in BACKGROUND:
+        length = INF if bg.duration is None else bg.duration
         for _ in range(int(bg.per_day * duration / DAY)):
-            start = _aligned(rng.uniform(0, duration - bg.duration if bg.duration < INF else duration), step)
+            start = _aligned(rng.uniform(0, duration - length if length < INF else duration), step)
             add(bg.kind, bg.entity, start, bg.duration, bg.why, bg.nodes)
     return events
 
