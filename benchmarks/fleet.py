@@ -366,7 +366,7 @@ class Bench:
         try:
             began = time.monotonic()
             folder = Path(tempfile.mkdtemp(dir=self.scratch))
-            stats = backfill.simulation(prometheus, sim, self.names, folder, self.args.chunk_bytes)
+            stats = backfill.simulation(prometheus.load_openmetrics, sim, self.names, folder, self.args.chunk_bytes)
             result.update(raw_series=stats.series, raw_samples=stats.samples)
             prometheus.start()
             self._phase(result, "simulate and backfill raw (Prometheus)", began)

@@ -21,12 +21,9 @@ from __future__ import annotations
 from collections.abc import Callable
 from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, TextIO
+from typing import Any, TextIO
 
 from hpcobs.proof.simulate import Simulation, Stats, write
-
-if TYPE_CHECKING:  # servers imports this module (pieces, BLOCK_SECONDS): a type-only import, no cycle
-    from hpcobs.proof.servers import Prometheus
 
 BLOCK_SECONDS = 2 * 3600  # tsdb.DefaultBlockDuration: promtool's block ranges, aligned to multiples of it
 # promtool reads 4 to 5 times slower than the simulator writes (2026-12-04): two of a chunk's documents are loaded
@@ -145,14 +142,16 @@ def pieces(start: float, end: float, step: float, span: float) -> list[tuple[flo
     return found
 
 
-def simulation(prometheus: Prometheus, sim: Simulation, names: set[str], folder: Path, limit: int) -> Stats:
-    """Backfill the simulation's series named `names` into a Prometheus not started yet, chunk by chunk (documents
-    of about `limit` bytes), the simulator writing the next chunk while promtool takes the last; `folder` holds the
-    documents in between."""
+def simulation(
+    load_openmetrics: Callable[[Path], object], sim: Simulation, names: set[str], folder: Path, limit: int
+) -> Stats:
+    """Backfill the simulation's series named `names` with `load_openmetrics` (a Prometheus not started yet: its
+    `load_openmetrics`; servers imports this module), chunk by chunk (documents of about `limit` bytes), the
+    simulator writing the next chunk while promtool takes the last; `folder` holds the documents in between."""
     loader = OneAhead()
 
     def load_one(path: Path) -> None:
-        prometheus.load_openmetrics(path)
+        load_openmetrics(path)
         path.unlink()
 
     def load(paths: list[Path]) -> None:

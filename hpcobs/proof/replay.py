@@ -98,7 +98,7 @@ def history(sim: Simulation, groups: Sequence[Group], folder: Path) -> servers.P
     prometheus = servers.Prometheus(lookback_delta=f"{step * 3 // 2}s")
     try:
         names = workload.raw_names_read(sim.config, groups) | {UP}
-        backfill.simulation(prometheus, sim, names, folder, DOCUMENT_BYTES)
+        backfill.simulation(prometheus.load_openmetrics, sim, names, folder, DOCUMENT_BYTES)
         prometheus.start()
         end = sim.window.start + sim.window.duration - step
         prometheus.replay_rules(workload.recording_layer_files(groups, folder), sim.window.start, end, f"{step}s")
