@@ -26,6 +26,9 @@ IB_LINK_CAUSE, IB_LINK_EFFECTS = "IbSymbolErrors", "IbReceiveErrors"
 # One double-bit ECC error, as the driver's Xid (48, "DBE", NVIDIA's Xid catalogue) and DCGM's memory health watch
 # (DcgmHealthWatch's DCGM_FR_VOLATILE_DBE_DETECTED) report it beside the ECC counter GpuUncorrectableEcc reads.
 DBE_XID = "48"
+# A failed row remap, as the driver's Xid (64, "ECC page retirement or row remapping recording failure", NVIDIA's Xid
+# catalogue) reports it beside the ROW_REMAP_FAILURE field GpuRowRemapFailure reads.
+ROW_REMAP_XID = "64"
 DBE_HEALTH = ('health_watch="MEM"', 'health_error_code="DCGM_FR_VOLATILE_DBE_DETECTED"')
 # The recovery actions DCGM's health watch also fails the DRIVER watch for, with DCGM_FR_GPU_RECOVERY_RESET, _REBOOT
 # or _DRAIN_RESET (DcgmHealthWatch.cpp MonitorGpuRecoveryAction); the GpuRecovery* alert says what to do.
@@ -99,6 +102,19 @@ def _one_gpu_fault(cluster: str) -> list[dict]:
         {
             "source_matchers": ['alertname="GpuUncorrectableEcc"'],
             "target_matchers": ['alertname="GpuHealthFail"', *DBE_HEALTH],
+            "equal": [cluster, "node", "gpu"],
+        },
+        # The ECC counter's window ends (an hour) before the GPU is reset; the Xid and the health watch then still
+        # report that error until the reset, and the Xid, which says to drain, stands for both.
+        {
+            "source_matchers": ['alertname="GpuXidDrainClass"', f'err_code="{DBE_XID}"'],
+            "target_matchers": ['alertname="GpuHealthFail"', *DBE_HEALTH],
+            "equal": [cluster, "node", "gpu"],
+        },
+        # One failed row remap is one page: GpuRowRemapFailure, whose runbook is the RMA; its Xid is the echo.
+        {
+            "source_matchers": ['alertname="GpuRowRemapFailure"'],
+            "target_matchers": ['alertname="GpuXidDrainClass"', f'err_code="{ROW_REMAP_XID}"'],
             "equal": [cluster, "node", "gpu"],
         },
         # A recovery action is one page: the alert naming the action; DCGM's DRIVER health failure is its echo.

@@ -218,6 +218,16 @@ class _TestGpu:
         return self.ctx.cluster
 
     @cached_property
+    def outlasting_its_record(self) -> str:
+        """keep_firing_for of the pages for a GPU that node:gpus_unhealthy:count also counts (alerts/alertmanager.py
+        UNHEALTHY_GPU_PAGES): SlurmNodeScheduledWithUnhealthyGpu reads that record, which lags the raw series by up to
+        an evaluation (two rule groups, each on its own offset), and the page inhibits it: once the GPU is repaired
+        the page keeps firing two evaluations, so the Slurm alert resolves first instead of notifying for a minute
+        (the week benchmark: one message per repair)."""
+        t = self.ctx.timeline
+        return duration(2 * max(t.evaluation, t.step))
+
+    @cached_property
     def where(self) -> str:
         """The GPU an alert names, in its description."""
         return f"GPU {label('gpu')} on {label('node')} (cluster {label(self.cluster)})"
@@ -359,6 +369,7 @@ def _fell_off_bus(gpus: _TestGpu) -> Alert:
         team=Team.GPU_OPS,
         expr=f"{xid_79_within('5m')} or ({still_gone})",
         for_=ctx.thresholds.gpu_fell_off_bus_for,
+        keep_firing_for=gpus.outlasting_its_record,
         summary="A GPU has fallen off the bus.",
         description=f"{gpus.where} reported Xid 79 and stopped answering; drain the node and reboot it.",
         fired_by=("xid79",),
@@ -410,11 +421,15 @@ def _gone_half_an_hour(
     gpus: _TestGpu, xid79: Callable[[str, str], Series], temperature: Callable[[str, str], Series]
 ) -> tuple[Case, Case]:
     """GPU 5 reports Xid 79 for four scrapes, then nothing for half an hour; GPU 4 reports all along. Timed in scrapes
-    (its last silent one, and two after it reports again), so they hold at any scrape interval."""
-    ctx = gpus.ctx
-    scrape = duration_seconds(ctx.scrape_interval)
+    (its last silent one) and from its return (keep_firing_for and two evaluations after), so they hold at any scrape
+    and evaluation interval."""
+    ctx, t = gpus.ctx, gpus.ctx.timeline
+    scrape = t.step
     gone = duration_seconds("30m") // scrape
-    fell, neighbour = xid79("5", "79x3"), temperature("4", f"60x{gone + 12}")
+    back = (4 + gone) * scrape  # its first scrape after the reboot
+    resolved = t.tick(back + duration_seconds(gpus.outlasting_its_record) + 2 * max(t.evaluation, scrape))
+    after = (resolved - back) // scrape + 4
+    fell, neighbour = xid79("5", "79x3"), temperature("4", f"60x{gone + 4 + after}")
     return (
         Case(
             "Xid 79, then the GPU's series vanish for 30 minutes: still one firing alert",
@@ -423,12 +438,12 @@ def _gone_half_an_hour(
             expect=[gpus.on_gpu(gpu="5", err_code="79")],
         ),
         Case(
-            "the GPU returns after a reboot (its Xid cleared) after half an hour gone",
-            at=duration((6 + gone) * scrape),
+            "the GPU returns after a reboot (its Xid cleared) after half an hour gone, keep_firing_for ago",
+            at=duration(resolved),
             series=[
                 fell,
-                temperature("5", f"60x3 _x{gone} 60x8"),
-                dcgm(ctx, "xid", f"_x{gone + 4} 0x8", node="n1", gpu="5"),
+                temperature("5", f"60x3 _x{gone} 60x{after}"),
+                dcgm(ctx, "xid", f"_x{gone + 4} 0x{after}", node="n1", gpu="5"),
                 neighbour,
             ],
         ),
@@ -451,6 +466,7 @@ def _xid_drain_class(gpus: _TestGpu) -> Alert:
         team=Team.GPU_OPS,
         expr=ctx.xids_reported(drain, keep=("err_code",)),
         for_=FLAG_FOR,
+        keep_firing_for=gpus.outlasting_its_record,
         summary="A GPU reported an Xid error that needs a GPU reset or a node drain.",
         description=f"{gpus.where} reported Xid {label('err_code')}, a drain-class error: drain the node, "
         "reset the GPU or reboot, and run dcgmi diag before resuming it.",
@@ -638,6 +654,7 @@ class _Flag:
     fault: str  # the firing case's name
     pending: str  # the name of the case before `for` has elapsed
     fired_by: tuple[str, ...] = ()
+    unhealthy: bool = False  # node:gpus_unhealthy:count counts the GPU (_TestGpu.outlasting_its_record)
 
 
 MEMORY_REPAIR = (
@@ -651,6 +668,7 @@ MEMORY_REPAIR = (
         "remap failure flag set",
         "flag seen for less than the for: duration",
         ("row_remap_failure",),
+        unhealthy=True,
     ),
     _Flag(
         "GpuRowRemapPending",
@@ -684,6 +702,7 @@ def _memory_repair(gpus: _TestGpu) -> list[Alert]:
             team=Team.GPU_OPS,
             expr=gpus.per_gpu(flag.signal, when=ABOVE_ZERO),
             for_=FLAG_FOR,
+            keep_firing_for=gpus.outlasting_its_record if flag.unhealthy else None,
             summary=flag.summary,
             description=f"{gpus.where} {flag.problem}",
             fired_by=flag.fired_by,
@@ -1332,6 +1351,7 @@ def _amd_unhealthy(gpus: _TestGpu) -> Alert:
         team=Team.GPU_OPS,
         expr=gpus.ctx.select("amd", ["health"], GPU, when=("==", 0)),
         for_=FLAG_FOR,
+        keep_firing_for=gpus.outlasting_its_record,
         summary="The AMD Device Metrics Exporter reports a GPU as unhealthy.",
         description=f"{gpus.where} is reported unhealthy (gpu_health 0): drain the node, check amd-smi and the "
         "kernel log (amdgpu RAS events), run AGFHC or rvs before resuming it.",

@@ -47,8 +47,8 @@ THRESHOLDS = (
         "gpu_driver_drift_for",
         "1h",
         "How long a node may run another GPU driver than most nodes of its cluster before GpuDriverDrift: a node "
-        "back from repair on an old image shows within the hour; a rolling upgrade slower than that warns once per "
-        "node of the smaller side (silence it for the rollout).",
+        "back from repair on an old image shows within the hour; a rolling upgrade slower than that warns once for "
+        "the cluster (silence it for the rollout).",
     ),
     declare.duration(
         "gpu_values_frozen_window",
@@ -192,27 +192,43 @@ def _driver_drift(gpus: _TestGpu) -> Alert:
 
     most = aggregate("max", (cluster,), "cluster:gpu_driver_nodes:count")
     majority = f"cluster:gpu_driver_nodes:count == on ({cluster}) group_left () {most}"
-    return gpus.node_alert(
+    # One alert per driver the minority runs, valued by its nodes, not one per node: a rolling upgrade moves node
+    # after node for days, one message for the cluster (the week benchmark: one a node, every day, before).
+    minority = aggregate("group", (cluster, "node", "driver"), 'node:gpus_by_model:count{driver!=""}') + (
+        f" unless on ({cluster}, driver) ({majority})"
+    )
+    return alerts_of("gpu", DashboardUid.GPU_CLUSTER, cluster)(
         "GpuDriverDrift",
         severity="warning",
         team=Team.GPU_OPS,
-        expr=aggregate("group", (cluster, "node", "driver"), 'node:gpus_by_model:count{driver!=""}')
-        + f" unless on ({cluster}, driver) ({majority})",
+        expr=aggregate("count", (cluster, "driver"), minority),
         for_=drift_for,
-        summary="A node runs another GPU driver than most nodes of its cluster.",
-        description=f"{label('node')} (cluster {label(cluster)}) has run GPU driver {label('driver')} for "
-        f"{drift_for} while most nodes run another: a node reimaged with an old image, or left behind by an "
-        "upgrade. Fabric Manager and the CUDA user-mode driver must match the kernel driver, and jobs spanning "
-        "nodes behave differently; reinstall the fleet's driver and reboot the node.",
+        summary="Nodes run another GPU driver than most nodes of their cluster.",
+        description=f"Nodes of cluster {label(cluster)} (the alert's value: how many) have run GPU driver {label('driver')} "
+        f"for {drift_for} while most nodes run another: nodes reimaged with an old image, left behind by an upgrade, "
+        "or an upgrade under way. Fabric Manager and the CUDA user-mode driver must match the kernel driver, and "
+        "jobs spanning nodes behave differently; the GPU cluster dashboard lists each node's driver. Reinstall the "
+        "fleet's driver and reboot them, or silence this alert for the upgrade.",
         fired_by=("driver_drift",),
         **standard_cases(
             when,
             fault=f"n3 on {OLD_DRIVER}, n1 and n2 on {DRIVER}",
             fault_series=[*node_on("n1", DRIVER), *node_on("n2", DRIVER), *node_on("n3", OLD_DRIVER)],
-            expect=[alert(**ctx.cluster_labels, node="n3", driver=OLD_DRIVER)],
+            expect=[alert(**ctx.cluster_labels, driver=OLD_DRIVER)],
             healthy="every node on the same driver",
             healthy_series=[*node_on("n1", DRIVER), *node_on("n2", DRIVER), *node_on("n3", DRIVER)],
             pending="on another driver for less than the for: duration",
+            also_fires=[
+                when.fires(
+                    "an upgrade under way, two of five nodes on the new driver: one alert for both",
+                    [
+                        *(series for node in ("n1", "n2", "n3") for series in node_on(node, OLD_DRIVER)),
+                        *node_on("n4", DRIVER),
+                        *node_on("n5", DRIVER),
+                    ],
+                    [alert(**ctx.cluster_labels, driver=DRIVER)],
+                )
+            ],
             also_silent=[
                 when.silent(
                     "an upgrade half done: one node on each driver, no majority to drift from",

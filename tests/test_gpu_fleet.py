@@ -8,6 +8,7 @@ from hpcobs.authoring.context import Context
 from hpcobs.build import tools
 from hpcobs.lang.promql import duration_seconds
 from hpcobs.proof.simulate import Simulation
+from hpcobs.proof.simulate.scenarios import OLD_DRIVER
 from hpcobs.settings import config as config_module
 from tests.conftest import firing_over_simulated
 
@@ -16,12 +17,14 @@ START = 600  # seconds: every scenario starts at 10m
 
 
 def _fires(config, generated, tmp_path, alert, scenario, hours, signals, at, nodes=3):
-    """The nodes the built alert fires on at `at` seconds, over the simulated series of `signals` of a small cluster
-    running `scenario` from START on."""
+    """Whether the built alert fires at `at` seconds, exactly on the scenario's node (or, for the cluster-level
+    GpuDriverDrift, for the driver it runs), over the simulated series of `signals` of a small cluster running
+    `scenario` from START on."""
     sim = Simulation(config, nodes=nodes, gpus_per_node=2, hours=hours, scenarios=f"{scenario}:start=10m", seed=2)
     dcgm = sim.sources["dcgm"]
     series = sim.input_series({dcgm.name(s, v) for s in signals for v in dcgm.versions})
-    return firing_over_simulated(generated, tmp_path, TEST_FILES, alert, sim, series, "node", at, sim_target(sim))
+    by, expected = ("driver", [OLD_DRIVER]) if alert == "GpuDriverDrift" else ("node", sim_target(sim))
+    return firing_over_simulated(generated, tmp_path, TEST_FILES, alert, sim, series, by, at, expected)
 
 
 def sim_target(sim):

@@ -94,6 +94,26 @@ INHIBITIONS = [
         ),
         ({"gpu": "5"}, {"health_watch": "PCIE", "health_error_code": "DCGM_FR_PCI_REPLAY_RATE"}),
     ),
+    # Once the ECC counter's window has passed, the Xid 48 still standing for that error stands for its health failure
+    # too; another watch's failure still pages.
+    Inhibition(
+        alert("GpuXidDrainClass", "critical", node="n33", gpu="2", err_code="48"),
+        alert(
+            "GpuHealthFail",
+            "critical",
+            node="n33",
+            gpu="2",
+            health_watch="MEM",
+            health_error_code="DCGM_FR_VOLATILE_DBE_DETECTED",
+        ),
+        ({"gpu": "5"}, {"health_watch": "PCIE", "health_error_code": "DCGM_FR_PCI_REPLAY_RATE"}),
+    ),
+    # A failed row remap pages once: its Xid 64 is the echo; another drain-class Xid on the GPU still pages.
+    Inhibition(
+        alert("GpuRowRemapFailure", "critical", node="n34", gpu="4"),
+        alert("GpuXidDrainClass", "critical", node="n34", gpu="4", err_code="64"),
+        ({"gpu": "5"}, {"err_code": "79"}),
+    ),
     # A recovery action pages once: DCGM fails the DRIVER health watch for the same action; another watch still pages.
     Inhibition(
         alert("GpuRecoveryRebootRequired", "critical", node="n21", gpu="2"),
