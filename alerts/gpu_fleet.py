@@ -204,11 +204,11 @@ def _driver_drift(gpus: _TestGpu) -> Alert:
         expr=aggregate("count", (cluster, "driver"), minority),
         for_=drift_for,
         summary="Nodes run another GPU driver than most nodes of their cluster.",
-        description=f"Nodes of cluster {label(cluster)} (the alert's value: how many) have run GPU driver {label('driver')} "
-        f"for {drift_for} while most nodes run another: nodes reimaged with an old image, left behind by an upgrade, "
-        "or an upgrade under way. Fabric Manager and the CUDA user-mode driver must match the kernel driver, and "
-        "jobs spanning nodes behave differently; the GPU cluster dashboard lists each node's driver. Reinstall the "
-        "fleet's driver and reboot them, or silence this alert for the upgrade.",
+        description=f"Nodes of cluster {label(cluster)} (the alert's value: how many) have run GPU driver "
+        f"{label('driver')} for {drift_for} while most nodes run another: nodes reimaged with an old image, left "
+        "behind by an upgrade, or an upgrade under way. Fabric Manager and the CUDA user-mode driver must match the "
+        "kernel driver, and jobs spanning nodes behave differently; the GPU cluster dashboard lists each node's "
+        "driver. Reinstall the fleet's driver and reboot them, or silence this alert for the upgrade.",
         fired_by=("driver_drift",),
         **standard_cases(
             when,
