@@ -65,3 +65,30 @@ def test_the_clock_maps_replay_time_to_wall_time_and_back():
 def test_the_simulated_prometheus_restarts_are_when_the_evaluator_is_down():
     sim = Simulation(config_module.load(), nodes=2, hours=1, scenarios="prometheus_restart:start=20m", seed=1)
     assert replay.restarts(sim) == [(sim.window.start + 1200, sim.window.start + 1290)]
+
+
+def test_resolutions_are_posted_after_those_of_the_alerts_they_inhibit():
+    """With the generated inhibit rules: a host's exporters, then ExporterNodeDown; Xid 64, then the failed row remap
+    it echoes; alerts that inhibit nothing and every firing send first (SOURCES_RESOLVED_AFTER)."""
+    config = yaml.safe_load(ALERTMANAGER_YML.read_text())
+    node, gpu = {"cluster": "c", "node": "n1", "team": "gpu-ops"}, {"gpu": "1", "severity": "critical"}
+    instances = [
+        {"alertname": "ExporterNodeDown", "severity": "warning", **node},
+        {"alertname": "ExporterDcgmDown", "severity": "warning", **node},
+        {"alertname": "GpuSeriesMissing", "severity": "warning", **node},
+        {"alertname": "GpuRowRemapFailure", **gpu, **node},
+        {"alertname": "GpuXidDrainClass", "err_code": "64", **gpu, **node},
+        {"alertname": "IbReceiveErrors", "severity": "warning", **node, "team": "network"},
+    ]
+    ranks = replay.resolution_ranks(config, instances)
+    assert ranks["ExporterNodeDown"] > ranks["ExporterDcgmDown"] > ranks["GpuSeriesMissing"] == 0
+    assert ranks["GpuRowRemapFailure"] > ranks["GpuXidDrainClass"]
+    assert "IbReceiveErrors" not in ranks or ranks["IbReceiveErrors"] == 0
+    resolved, firing = Post(at=60, starts_at=0, ends_at=60), Post(at=60, starts_at=0, ends_at=240)
+    sends = [(i, resolved) for i in instances] + [(instances[0], firing)]
+    batches = [[labels["alertname"] for labels, _ in batch] for batch in replay._by_rank(sends, ranks)]
+    assert {"GpuSeriesMissing", "IbReceiveErrors", "ExporterNodeDown"} <= set(batches[0])  # the last one firing
+    assert batches[-1] == ["ExporterNodeDown"]
+    batch_of = {name: i for i, batch in enumerate(batches) for name in batch if i or name != "ExporterNodeDown"}
+    assert batch_of["GpuSeriesMissing"] < batch_of["ExporterDcgmDown"] < batch_of["ExporterNodeDown"]
+    assert batch_of["GpuXidDrainClass"] < batch_of["GpuRowRemapFailure"]
