@@ -50,7 +50,8 @@ ROUTE_TIMINGS = {"group_wait": "30s", "group_interval": "5m", "repeat_interval":
 RESOLVE_TIMEOUT = "5m"  # DefaultGlobalConfig
 LEAD = 0.2  # wall seconds from Alertmanager ready to the replay's start
 # The size of the 2-hour OpenMetrics documents promtool takes (hpcobs.proof.backfill): a range of the 1,024-GPU week
-# at a 1 m scrape (about 1.8 GB) gets 14 blocks, the whole chunk takes 11 GB of disk (twice: one being written).
+# at a 1 m scrape (about 1.8 GB) gets 14 blocks, the whole chunk takes 11 GB of disk (three times: one being written,
+# backfill.CHUNKS_AHEAD waiting or loading).
 DOCUMENT_BYTES = 128 << 20
 
 
