@@ -58,3 +58,24 @@ def test_pieces_evaluate_at_every_instant_once_within_one_span():
         instants = [t for first, last in found for t in range(int(first), int(last) + 1, step)]
         assert instants == list(range(start, end + 1, step))
         assert all(first // span == last // span for first, last in found)
+
+
+def test_the_loader_keeps_at_most_ahead_chunks_unloaded_and_raises_a_failed_load(tmp_path):
+    loaded: list = []
+    loader = backfill.Loader(loaded.append, ahead=1)
+    chunks = [[tmp_path / f"{c}-{d}" for d in range(3)] for c in range(4)]
+    for number, chunk in enumerate(chunks):
+        loader.take(chunk)
+        assert set(p for c in chunks[:number] for p in c) <= set(loaded)  # all but the last chunk handed over
+    loader.wait()
+    loader.close()
+    assert sorted(loaded) == sorted(p for c in chunks for p in c)
+
+    def fail(path):
+        raise OSError(f"promtool failed on {path.name}")
+
+    loader = backfill.Loader(fail, ahead=1)
+    loader.take(chunks[0])
+    with pytest.raises(OSError, match="promtool failed"):
+        loader.take(chunks[1])
+    loader.close()

@@ -28,7 +28,8 @@ def _card(detected: int = 2, cause: dict | None = None) -> dict:
     page = {"at": 600, "receiver": "gpu-ops-pager", "alerts": [{"alertname": "A"}], "cause": cause}
     return {
         "classes": [
-            {"class": "faulty GPU", "signal": True, "injected": 3, "unplaced": 1, "detected": detected},
+            # A signal class's `injected` counts the placed faults only: 2 placed, 1 more unplaced.
+            {"class": "faulty GPU", "signal": True, "injected": 2, "unplaced": 1, "detected": detected},
             {"class": "silent data corruption", "signal": False, "injected": 1, "unplaced": 0, "detected": 0},
         ],
         "false_pages": {"pager": {"per_day": 1.0, "pages": [page]}, "chat": {"per_day": 0.0, "pages": []}},
@@ -48,5 +49,11 @@ def test_a_missed_fault_or_a_page_without_a_cause_fails(week):
 
 def test_a_day_without_a_placed_fault_checks_nothing_and_fails(week):
     card = _card(cause={"event": "drain", "entity": "n", "why": "w"})
-    card["classes"][0]["unplaced"] = 3
+    card["classes"][0].update(injected=0, unplaced=3, detected=0)
     assert week.direction(card) == ["no fault with a signal was placed: nothing was checked"]
+
+
+def test_a_day_with_as_many_unplaced_as_placed_faults_is_checked(week):
+    card = _card(cause={"event": "drain", "entity": "n", "why": "w"})
+    card["classes"][0].update(injected=1, unplaced=1, detected=0)
+    assert week.direction(card) == ["faulty GPU: 0 of 1 placed faults detected"]

@@ -8,9 +8,10 @@ stream is cut two ways:
 
 - into one document per block range, so promtool reads each sample once;
 - in time, into chunks: a chunk's documents are handed over complete (`ready`) once they hold about `limit` bytes
-  each, and promtool takes them while the simulator writes the next chunk (`OneAhead`: promtool and the simulator
+  each, and promtool takes them while the simulator writes the next chunks (`Loader`: promtool and the simulator
   run side by side). Every chunk adds a block per range, so `limit` sets the blocks a range has (the range's
-  bytes / limit), which queries merge, and the disk the documents take (two chunks: ranges x limit each).
+  bytes / limit), which queries merge, and with CHUNKS_AHEAD the disk the documents take (CHUNKS_AHEAD + 1
+  chunks: ranges x limit each).
 
 A family's `# TYPE`/`# HELP` header opens every document its samples go to, once (a family cut between chunks gets
 it again in the next). A sample goes to exactly one document: the one of the block range holding its timestamp.
@@ -18,6 +19,7 @@ it again in the next). A sample goes to exactly one document: the one of the blo
 
 from __future__ import annotations
 
+from collections import deque
 from collections.abc import Callable
 from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
@@ -29,6 +31,10 @@ BLOCK_SECONDS = 2 * 3600  # tsdb.DefaultBlockDuration: promtool's block ranges, 
 # promtool reads 4 to 5 times slower than the simulator writes (2026-12-04): two of a chunk's documents are loaded
 # at once, so that promtool has both cores while the simulator waits for its next chunk.
 PROMTOOLS_AT_ONCE = 2
+# The simulator's time per chunk varies threefold with the families it writes (a 1,024-GPU day, 2026-12-04): with one
+# chunk handed over at a time, promtool sat idle for 13% of the backfill while a slow chunk was written, and the
+# simulator waited while a fast one loaded. Two chunks may wait or load while the next is written.
+CHUNKS_AHEAD = 2
 
 
 class OneAhead:
@@ -47,6 +53,34 @@ class OneAhead:
         if self.pending is not None:
             pending, self.pending = self.pending, None
             pending.result()
+
+
+class Loader:
+    """Loads documents with `load`, PROMTOOLS_AT_ONCE at a time in the order handed over, the next chunk's documents
+    starting as soon as a promtool is free. `take` returns once at most `ahead` chunks are still waiting or loading
+    (what bounds the documents on disk); `wait` until all are loaded. A failed load is raised by either."""
+
+    def __init__(self, load: Callable[[Path], None], ahead: int) -> None:
+        self.load, self.ahead = load, ahead
+        self.pool = ThreadPoolExecutor(max_workers=PROMTOOLS_AT_ONCE)
+        self.chunks: deque[list[Future]] = deque()
+
+    def take(self, paths: list[Path]) -> None:
+        self.chunks.append([self.pool.submit(self.load, path) for path in paths])
+        while len(self.chunks) > self.ahead:
+            self._oldest()
+
+    def wait(self) -> None:
+        while self.chunks:
+            self._oldest()
+
+    def close(self) -> None:
+        """Drop what has not started (after a failure) and wait for what has."""
+        self.pool.shutdown(cancel_futures=True)
+
+    def _oldest(self) -> None:
+        for loading in self.chunks.popleft():
+            loading.result()
 
 
 class OpenMetricsChunks:
@@ -147,18 +181,16 @@ def simulation(
 ) -> Stats:
     """Backfill the simulation's series named `names` with `load_openmetrics` (a Prometheus not started yet: its
     `load_openmetrics`; servers imports this module), chunk by chunk (documents of about `limit` bytes), the
-    simulator writing the next chunk while promtool takes the last; `folder` holds the documents in between."""
-    loader = OneAhead()
+    simulator writing the next chunk while promtool takes the last ones; `folder` holds the documents in between."""
 
-    def load_one(path: Path) -> None:
+    def load(path: Path) -> None:
         load_openmetrics(path)
         path.unlink()
 
-    def load(paths: list[Path]) -> None:
-        with ThreadPoolExecutor(max_workers=PROMTOOLS_AT_ONCE) as pool:
-            list(pool.map(load_one, paths))
-
-    chunks = OpenMetricsChunks(folder, limit, lambda paths: loader.submit(load, paths))
-    stats = write(sim, "openmetrics", chunks, names=names)  # type: ignore[arg-type]
-    loader.wait()
+    loader = Loader(load, CHUNKS_AHEAD)
+    try:
+        stats = write(sim, "openmetrics", OpenMetricsChunks(folder, limit, loader.take), names=names)  # type: ignore[arg-type]
+        loader.wait()
+    finally:
+        loader.close()
     return stats

@@ -60,7 +60,8 @@ LEAD = 0.2  # wall seconds from Alertmanager ready to the replay's start
 SOURCES_RESOLVED_AFTER = 0.005
 _MATCHER = re.compile(r'([a-zA-Z_][a-zA-Z0-9_]*)(=~|!~|!=|=)"((?:[^"\\]|\\.)*)"')
 # The size of the 2-hour OpenMetrics documents promtool takes (hpcobs.proof.backfill): a range of the 1,024-GPU week
-# at a 1 m scrape (about 1.8 GB) gets 14 blocks, the whole chunk takes 11 GB of disk (twice: one being written).
+# at a 1 m scrape (about 1.8 GB) gets 14 blocks, the whole chunk takes 11 GB of disk (three times: one being written,
+# backfill.CHUNKS_AHEAD waiting or loading).
 DOCUMENT_BYTES = 128 << 20
 
 
