@@ -228,6 +228,19 @@ def test_a_cluster_wide_alert_is_tied_to_a_fault_whose_scenario_its_declaration_
     assert card["fired_without_fault"] == {"SlurmNodesDown": {"nothing": 1}, "SlurmQueueBacklog": {"nothing": 1}}
 
 
+def test_a_cluster_wide_alert_declared_fired_by_a_node_event_is_not_put_on_a_cluster_wide_one():
+    """GpuDriverDrift (per driver, no node) fires during the peak-hour queue (cluster-wide) after the rolling update
+    reached a node: its cause is the update, as declared (the full week had listed the queue)."""
+    queue, drift = Spec("queue_backlog", start=0, duration=7200), Spec("driver_drift", start=600, node="gpu009")
+    plan = Plan((), {queue: "long queues at peak hours", drift: "a rolling driver update reaches the node"})
+    drifting = timeline("GpuDriverDrift", 700, 4300, driver="535.183.01")
+    notifications = [notify("gpu-ops", 4330, drifting)]
+    card = score(plan, [drifting], notifications, KINDS, ORIGIN, days=1, fired_by={"GpuDriverDrift": ("driver_drift",)})
+    [page] = card["false_pages"]["chat"]["pages"]
+    assert page["cause"]["event"] == "driver_drift"
+    assert card["fired_without_fault"] == {"GpuDriverDrift": {"driver_drift": 1}}
+
+
 def test_the_declarations_scored_by_default_are_the_builds_and_the_hand_made_ones_match_them():
     """What the benchmark scores by when it passes none: every alert's `fired_by` as built for the config."""
     declared = declared_firings(config_module.load())

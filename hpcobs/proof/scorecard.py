@@ -13,8 +13,10 @@ window's start; the replay's are Unix times, so the window's start (`origin`) is
   the job-info `hpc_job`.
 - **Cluster-wide alerts.** An alert that names no node, GPU, HCA or job (SlurmNodesDown counts a partition's
   nodes) cannot be placed by its labels; it is on an event of the window's cluster (the replay holds one) when its
-  declaration says the event's scenario kind fires it (`fired_by`, proven live by tests/live/test_alerts_live.py).
-  An alert is not tied to a fault merely because both happened at once.
+  declaration says the event's scenario kind fires it (`fired_by`, proven live by tests/live/test_alerts_live.py),
+  and a declared one only on those, a cluster-wide event too (GpuDriverDrift, per driver: on the rolling update
+  reaching a node, not on the peak-hour queue). An alert is not tied to a fault merely because both happened at
+  once.
 - **Caused by.** An alert episode is caused by the first event on its entity (faults first, then background) that
   it went pending during: from the event's start to SLACK after its end.
 - **Detected.** A fault is detected when an alert episode it caused fires; time to detect is from the fault's onset
@@ -153,10 +155,11 @@ def on_entity(labels: Labels, entity: dict[str, str]) -> bool:
 
 
 def on_event(labels: Labels, event: Event, fired_by: FiredBy) -> bool:
-    """The alert is on the event: by its entity, or, naming none on an event that has one, by its declaration
+    """The alert is on the event: by its entity, or, naming none, by its declaration when it has one, on any event
     (module docstring, cluster-wide alerts)."""
-    if event.entity and not _named(labels):
-        return event.kind in fired_by.get(labels["alertname"], ())
+    declared = fired_by.get(labels["alertname"], ())
+    if not _named(labels) and (event.entity or declared):
+        return event.kind in declared
     return on_entity(labels, event.entity)
 
 
