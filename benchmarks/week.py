@@ -58,9 +58,10 @@ def run(
         rule_files = sorted((out / "prometheus" / "rules").glob("*.rules.yaml"))
         alertmanager_yml = out / "alertmanager" / "alertmanager.yml"
         sim, plan = week(config, seed, nodes, gpus_per_node, days, rate_of(rate))  # lazy: history simulates
-        began = time.monotonic()
-        prometheus = replay.history(sim, alert_groups(config), Path(folder))
+        began, stages = time.monotonic(), {}
+        prometheus = replay.history(sim, alert_groups(config), Path(folder), stages)
         seconds["history"] = time.monotonic() - began
+        seconds |= {f"history {stage}": s for stage, s in stages.items()}
         try:
             start = sim.window.start
             end = start + sim.window.duration - sim.window.step

@@ -61,7 +61,8 @@ SOURCES_RESOLVED_AFTER = 0.005
 _MATCHER = re.compile(r'([a-zA-Z_][a-zA-Z0-9_]*)(=~|!~|!=|=)"((?:[^"\\]|\\.)*)"')
 # The size of the 2-hour OpenMetrics documents promtool takes (hpcobs.proof.backfill): a range of the 1,024-GPU week
 # at a 1 m scrape (about 1.8 GB) gets 14 blocks, the whole chunk takes 11 GB of disk (three times: one being written,
-# backfill.CHUNKS_AHEAD waiting or loading).
+# backfill.CHUNKS_AHEAD waiting or loading; backfill.WRITERS writers share it, each with documents as many times
+# smaller, so each range gets 28 blocks).
 DOCUMENT_BYTES = 128 << 20
 
 
@@ -99,20 +100,27 @@ class Clock:
         return self.start + (wall - self.origin) * self.k
 
 
-def history(sim: Simulation, groups: Sequence[Group], folder: Path) -> servers.Prometheus:
+def history(
+    sim: Simulation, groups: Sequence[Group], folder: Path, seconds: dict[str, float] | None = None
+) -> servers.Prometheus:
     """A started Prometheus (the caller stops it) holding the simulation's raw series that `groups` read, and
     every record of `groups` replayed at each scrape of the window (servers.Prometheus.replay_rules), `folder`
     holding the files between. The series are backfilled in chunks while the simulator writes the next
     (hpcobs.proof.backfill). Backfilled history has no staleness markers: the lookback is 1.5 scrapes, so a
-    series that stops vanishes within two scrapes, as a scraped one does at once."""
+    series that stops vanishes within two scrapes, as a scraped one does at once. `seconds` gets the wall time of
+    the backfill and of the records."""
     step = sim.window.step
     prometheus = servers.Prometheus(lookback_delta=f"{step * 3 // 2}s")
+    timed = {} if seconds is None else seconds
     try:
+        began = time.monotonic()
         names = workload.raw_names_read(sim.config, groups) | {UP}
         backfill.simulation(prometheus.load_openmetrics, sim, names, folder, DOCUMENT_BYTES)
         prometheus.start()
+        timed["backfill"], began = time.monotonic() - began, time.monotonic()
         end = sim.window.start + sim.window.duration - step
         prometheus.replay_rules(workload.recording_layer_files(groups, folder), sim.window.start, end, f"{step}s")
+        timed["records"] = time.monotonic() - began
     except BaseException:
         prometheus.stop()
         raise
