@@ -2,8 +2,6 @@
 hold every sample of the single-file write exactly once, each under its family's header."""
 
 import io
-import os
-import shutil
 from collections import Counter
 from datetime import UTC, datetime
 
@@ -81,32 +79,3 @@ def test_the_loader_keeps_at_most_ahead_chunks_unloaded_and_raises_a_failed_load
     with pytest.raises(OSError, match="promtool failed"):
         loader.take(chunks[1])
     loader.close()
-
-
-def test_the_writers_together_load_every_sample_once(sim, tmp_path):
-    """Each of the WRITERS processes writes and loads its share of the names; together, the single-file write."""
-    loaded = tmp_path / "loaded"
-    loaded.mkdir()
-
-    def load(path):
-        shutil.copy(path, loaded / f"{os.getpid()}-{path.parent.name}-{path.name}")
-
-    whole = io.StringIO()
-    write(sim, "openmetrics", whole)
-    names = {family.name for family in sim.families()}
-    stats = backfill.simulation(load, sim, names, tmp_path / "documents", 200_000)
-    documents = list(loaded.iterdir())
-    assert len({path.name.split("-")[0] for path in documents}) == backfill.WRITERS
-    assert Counter(s for path in documents for s in _samples(path.read_text())) == Counter(_samples(whole.getvalue()))
-    assert stats.samples == len(_samples(whole.getvalue()))
-
-
-def test_a_writer_that_fails_fails_the_backfill(sim, tmp_path):
-    parent = os.getpid()
-
-    def load(path):
-        if os.getpid() != parent:
-            raise OSError("promtool failed")
-
-    with pytest.raises(RuntimeError, match="a simulator writer died"):
-        backfill.simulation(load, sim, {"DCGM_FI_DEV_GPU_TEMP", "up"}, tmp_path, 200_000)

@@ -19,7 +19,6 @@ it again in the next). A sample goes to exactly one document: the one of the blo
 
 from __future__ import annotations
 
-import multiprocessing
 from collections import deque
 from collections.abc import Callable
 from concurrent.futures import Future, ThreadPoolExecutor
@@ -36,10 +35,6 @@ PROMTOOLS_AT_ONCE = 2
 # chunk handed over at a time, promtool sat idle for 13% of the backfill while a slow chunk was written, and the
 # simulator waited while a fast one loaded. Two chunks may wait or load while the next is written.
 CHUNKS_AHEAD = 2
-# The simulator is one Python thread, and it, not promtool, bounds the backfill once loads overlap (the 1,024-GPU
-# week at a 1 m scrape, 2026-12-04: the simulator at 86% of a core, promtool idle between its chunks, 45 minutes of
-# history): two processes each write a share of the names, with their own promtools.
-WRITERS = 2
 
 
 class OneAhead:
@@ -186,59 +181,12 @@ def simulation(
 ) -> Stats:
     """Backfill the simulation's series named `names` with `load_openmetrics` (a Prometheus not started yet: its
     `load_openmetrics`; servers imports this module), chunk by chunk (documents of about `limit` bytes), the
-    simulator writing the next chunk while promtool takes the last ones; `folder` holds the documents in between.
-    WRITERS processes write a share of the names each (`shares`): each its own chunks, loaded by its own promtools,
-    of documents `limit` / WRITERS bytes each, so that they take the disk one writer would."""
-    parts, limit = shares(names, WRITERS), limit // WRITERS
-    context = multiprocessing.get_context("fork")  # the children inherit the simulation: nothing is pickled
-    children = []
-    for i, share in enumerate(parts[1:], start=1):
-        receiver, sender = context.Pipe(duplex=False)
-        child = context.Process(target=_child, args=(sender, load_openmetrics, sim, share, folder / f"w{i}", limit))
-        child.start()
-        sender.close()  # the child's end only: its death is then an EOF here
-        children.append((child, receiver))
-    try:
-        stats = [_share(load_openmetrics, sim, parts[0], folder / "w0", limit)]
-        for child, receiver in children:
-            try:
-                stats.append(receiver.recv())
-            except EOFError:
-                child.join()
-                raise RuntimeError(
-                    f"a simulator writer died (exit code {child.exitcode}); its error is above"
-                ) from None
-            child.join()
-    finally:
-        for child, _ in children:
-            if child.is_alive():
-                child.terminate()
-                child.join()
-    return Stats(*(sum(getattr(s, field) for s in stats) for field in ("families", "series", "samples")))
-
-
-def shares(names: set[str], count: int) -> list[set[str]]:
-    """`names` dealt round-robin in sorted order into `count` shares: the GPU exporter's families, most of the
-    samples and alike in size, spread evenly."""
-    ordered = sorted(names)
-    return [set(ordered[i::count]) for i in range(count)]
-
-
-def _child(sender: Any, load_openmetrics: Callable[[Path], object], sim: Simulation, *share: Any) -> None:
-    sender.send(_share(load_openmetrics, sim, *share))
-    sender.close()
-
-
-def _share(
-    load_openmetrics: Callable[[Path], object], sim: Simulation, names: set[str], folder: Path, limit: int
-) -> Stats:
-    """One writer: the series named `names`, through its own chunks and promtools."""
+    simulator writing the next chunk while promtool takes the last ones; `folder` holds the documents in between."""
 
     def load(path: Path) -> None:
         load_openmetrics(path)
         path.unlink()
 
-    folder.mkdir(parents=True, exist_ok=True)
     loader = Loader(load, CHUNKS_AHEAD)
     try:
         stats = write(sim, "openmetrics", OpenMetricsChunks(folder, limit, loader.take), names=names)  # type: ignore[arg-type]

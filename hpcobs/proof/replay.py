@@ -61,8 +61,7 @@ SOURCES_RESOLVED_AFTER = 0.005
 _MATCHER = re.compile(r'([a-zA-Z_][a-zA-Z0-9_]*)(=~|!~|!=|=)"((?:[^"\\]|\\.)*)"')
 # The size of the 2-hour OpenMetrics documents promtool takes (hpcobs.proof.backfill): a range of the 1,024-GPU week
 # at a 1 m scrape (about 1.8 GB) gets 14 blocks, the whole chunk takes 11 GB of disk (three times: one being written,
-# backfill.CHUNKS_AHEAD waiting or loading; backfill.WRITERS writers share it, each with documents as many times
-# smaller, so each range gets 28 blocks).
+# backfill.CHUNKS_AHEAD waiting or loading).
 DOCUMENT_BYTES = 128 << 20
 
 
