@@ -160,14 +160,16 @@ def deliver(
     try:
         with loopback.Sink() as sink:
             document = scaled(loopback.loopback_document(alertmanager_yml, sink), k)
+            # Before the clock starts: the week's ranks take seconds, thousands of replay seconds at its k.
+            ranks = resolution_ranks(document, [t.labels for t in timelines])
+            posts = [(at, _by_rank(sends, ranks)) for at, sends in _sends(timelines, start, end)]
             alertmanager = servers.Alertmanager(loopback.write_config(document, folder))
             with alertmanager:
                 clock = Clock(start, time.time() + LEAD, k)
                 lag = 0.0
-                ranks = resolution_ranks(document, [t.labels for t in timelines])
-                for at, sends in _sends(timelines, start, end):
+                for at, batches in posts:
                     lag = max(lag, _sleep_until(clock.wall(at)) * k)
-                    for i, batch in enumerate(_by_rank(sends, ranks)):
+                    for i, batch in enumerate(batches):
                         if i:
                             time.sleep(SOURCES_RESOLVED_AFTER)
                         alertmanager.send([_alert(labels, post, clock) for labels, post in batch])
