@@ -25,6 +25,11 @@ def alert(name, severity, team="gpu-ops", **labels):
     return {"alertname": name, "severity": severity, "team": team, **CLUSTER, **labels}
 
 
+def health_fail(node: str, watch: str, code: str) -> dict:
+    """DCGM's health watch failing on GPU 2 of `node`."""
+    return alert("GpuHealthFail", "critical", node=node, gpu="2", health_watch=watch, health_error_code=code)
+
+
 class Inhibition(NamedTuple):
     cause: dict  # the source alert; never inhibited itself
     symptom: dict  # an alert it inhibits: same `equal` labels
@@ -84,28 +89,14 @@ INHIBITIONS = [
     ),
     Inhibition(
         alert("GpuUncorrectableEcc", "critical", node="n12", gpu="2"),
-        alert(
-            "GpuHealthFail",
-            "critical",
-            node="n12",
-            gpu="2",
-            health_watch="MEM",
-            health_error_code="DCGM_FR_VOLATILE_DBE_DETECTED",
-        ),
+        health_fail("n12", "MEM", "DCGM_FR_VOLATILE_DBE_DETECTED"),
         ({"gpu": "5"}, {"health_watch": "PCIE", "health_error_code": "DCGM_FR_PCI_REPLAY_RATE"}),
     ),
     # Once the ECC counter's window has passed, the Xid 48 still standing for that error stands for its health failure
     # too; another watch's failure still pages.
     Inhibition(
         alert("GpuXidDrainClass", "critical", node="n33", gpu="2", err_code="48"),
-        alert(
-            "GpuHealthFail",
-            "critical",
-            node="n33",
-            gpu="2",
-            health_watch="MEM",
-            health_error_code="DCGM_FR_VOLATILE_DBE_DETECTED",
-        ),
+        health_fail("n33", "MEM", "DCGM_FR_VOLATILE_DBE_DETECTED"),
         ({"gpu": "5"}, {"health_watch": "PCIE", "health_error_code": "DCGM_FR_PCI_REPLAY_RATE"}),
     ),
     # A failed row remap pages once: its Xid 64 is the echo; another drain-class Xid on the GPU still pages.
@@ -117,14 +108,7 @@ INHIBITIONS = [
     # A recovery action pages once: DCGM fails the DRIVER health watch for the same action; another watch still pages.
     Inhibition(
         alert("GpuRecoveryRebootRequired", "critical", node="n21", gpu="2"),
-        alert(
-            "GpuHealthFail",
-            "critical",
-            node="n21",
-            gpu="2",
-            health_watch="DRIVER",
-            health_error_code="DCGM_FR_GPU_RECOVERY_REBOOT",
-        ),
+        health_fail("n21", "DRIVER", "DCGM_FR_GPU_RECOVERY_REBOOT"),
         ({"gpu": "5"}, {"health_watch": "THERMAL", "health_error_code": "DCGM_FR_CLOCKS_EVENT_THERMAL"}),
     ),
     # A GPU that must be drained: its warnings wait; another GPU's, or a critical on it, still go out.
