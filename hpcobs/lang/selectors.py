@@ -58,6 +58,28 @@ def parse_selector(text: str) -> tuple[Matcher, ...]:
     )
 
 
+# An Alertmanager matcher may accept a missing label (severity!="info"), which PromQL refuses as a whole selector:
+# it is read beside one that cannot, then that one is dropped.
+_ANCHOR = Matcher("hpcobs_anchor", "=", "1")
+
+
+@cache
+def alertmanager_matchers(text: str) -> tuple[Matcher, ...]:
+    """Alertmanager matchers (`node=~"gpu0[0-4].*"`, as hpcobs.lang.escape.alertmanager_matcher writes one), read as
+    PromQL reads a selector's."""
+    try:
+        return parse_selector(f"{_ANCHOR}, {text}")[1:]
+    except ValueError as exc:
+        raise ValueError(str(exc).replace(f"{_ANCHOR}, ", "")) from None
+
+
+def satisfies(matcher: Matcher, value: str) -> bool:
+    """The label value (empty when missing) is selected by the matcher (regexes anchored, RE2)."""
+    if matcher.op in ("=", "!="):
+        return (value == matcher.value) == (matcher.op == "=")
+    return promregex.fullmatch(matcher.value, value) == (matcher.op == "=~")
+
+
 def scrape_labels(matchers: tuple[Matcher, ...]) -> dict[str, str]:
     """Labels a series must carry to match every matcher (for synthetic series); ValueError ("problem; fix")
     when no value can be invented for a label. A label left out is the empty value, which Prometheus
@@ -83,12 +105,6 @@ def _invent(matchers: tuple[Matcher, ...]) -> str | None:
     """A value of one label that satisfies all its matchers: the value an equality or a regex names, else none."""
     candidates = [m.value if m.op == "=" else promregex.example(m.value) for m in matchers if m.op in ("=", "=~")]
     for value in [c for c in candidates if c is not None] or ["", "synthetic"]:
-        if all(_satisfies(m, value) for m in matchers):
+        if all(satisfies(m, value) for m in matchers):
             return value
     return None
-
-
-def _satisfies(matcher: Matcher, value: str) -> bool:
-    if matcher.op in ("=", "!="):
-        return (value == matcher.value) == (matcher.op == "=")
-    return promregex.fullmatch(matcher.value, value) == (matcher.op == "=~")

@@ -30,7 +30,6 @@ would have sent them; notifications after `end` are not waited for.
 from __future__ import annotations
 
 import copy
-import re
 import shutil
 import tempfile
 import time
@@ -41,8 +40,8 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 from hpcobs.authoring.rules import Group
-from hpcobs.lang import promregex
 from hpcobs.lang.promql import duration_ms
+from hpcobs.lang.selectors import alertmanager_matchers, satisfies
 from hpcobs.proof import alerting, backfill, loopback, servers, workload
 from hpcobs.proof.alerting import Post, Timeline
 from hpcobs.proof.servers import Labels
@@ -58,7 +57,6 @@ LEAD = 0.2  # wall seconds from Alertmanager ready to the replay's start
 # large k (the full week at k = 2,880 saw a host's exporters notified by three teams as it came back). Prometheus too
 # sends each rule's alerts in the group's order, the node's after its exporters'.
 SOURCES_RESOLVED_AFTER = 0.005
-_MATCHER = re.compile(r'([a-zA-Z_][a-zA-Z0-9_]*)(=~|!~|!=|=)"((?:[^"\\]|\\.)*)"')
 # The size of the 2-hour OpenMetrics documents promtool takes (hpcobs.proof.backfill): a range of the 1,024-GPU week
 # at a 1 m scrape (about 1.8 GB) gets 14 blocks, the whole chunk takes 11 GB of disk (three times: one being written,
 # backfill.CHUNKS_AHEAD waiting or loading).
@@ -212,18 +210,8 @@ def resolution_ranks(config: dict, instances: Sequence[Labels]) -> dict[str, int
 
 
 def _matches(matchers: Sequence[str], labels: Labels) -> bool:
-    """All the Alertmanager matchers (`label op "value"`, as hpcobs.lang.escape.alertmanager_matcher writes them)
-    hold for the labels (a missing label is empty)."""
-    for matcher in matchers:
-        found = _MATCHER.fullmatch(matcher)
-        if found is None:
-            raise ValueError(f"not an Alertmanager matcher the replay reads: {matcher!r}")
-        name, op, quoted = found.groups()
-        value, actual = re.sub(r"\\(.)", r"\1", quoted), labels.get(name, "")
-        equal = actual == value if op in ("=", "!=") else promregex.fullmatch(value, actual)
-        if equal != (op in ("=", "=~")):
-            return False
-    return True
+    """All the Alertmanager matchers hold for the labels (a missing label is empty)."""
+    return all(satisfies(m, labels.get(m.label, "")) for text in matchers for m in alertmanager_matchers(text))
 
 
 def _by_rank(sends: list[tuple[Labels, Post]], ranks: dict[str, int]) -> list[list[tuple[Labels, Post]]]:

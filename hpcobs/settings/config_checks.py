@@ -31,7 +31,7 @@ import jsonschema
 from hpcobs.exporters import catalogue, releases
 from hpcobs.exporters.sources import GPU_ROLES
 from hpcobs.lang import escape, hostlist, promql, promregex, sensor_values
-from hpcobs.lang.selectors import Matcher, parse_selector, scrape_labels
+from hpcobs.lang.selectors import Matcher, alertmanager_matchers, parse_selector, scrape_labels
 from hpcobs.settings.names import INHIBIT_ONLY_RECEIVER, DashboardUid, Team
 
 KeyPath = list[Any]
@@ -315,24 +315,12 @@ def _alert_matcher(text: str) -> None:
     """One Alertmanager matcher (`node=~"gpu0[0-4].*"`), read as PromQL reads it: a label name, an operator and a
     quoted value, a regex checked as RE2 (Alertmanager's Go regexp)."""
     _no_control_character(text, "the matcher")
-    matchers = _alert_matchers(text)
+    matchers = alertmanager_matchers(text)
     if len(matchers) != 1:
         raise ValueError(f'{text!r} is {len(matchers)} matchers; write one per item (e.g. node=~"gpu0[0-4].*")')
     _label_name(matchers[0].label)
     if matchers[0].op in ("=~", "!~"):
         _re2(matchers[0].value)
-
-
-# An Alertmanager matcher may accept a missing label (severity!="info"), which PromQL refuses as a whole selector:
-# it is read beside one that cannot, then that one is dropped.
-_ANCHOR = Matcher("hpcobs_anchor", "=", "1")
-
-
-def _alert_matchers(text: str) -> tuple[Matcher, ...]:
-    try:
-        return parse_selector(f"{_ANCHOR}, {text}")[1:]
-    except ValueError as exc:
-        raise ValueError(str(exc).replace(f"{_ANCHOR}, ", "")) from None
 
 
 @_format("template-path")
@@ -359,7 +347,7 @@ def route_matchers(route: dict) -> list[Matcher]:
     return [
         *(Matcher(label, "=", value) for label, value in sorted(route.get("match", {}).items())),
         *(Matcher(label, "=~", value) for label, value in sorted(route.get("match_re", {}).items())),
-        *(_alert_matchers(text)[0] for text in route.get("matchers", [])),
+        *(alertmanager_matchers(text)[0] for text in route.get("matchers", [])),
     ]
 
 
