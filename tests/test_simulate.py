@@ -808,3 +808,38 @@ def _umask() -> int:
     mask = os.umask(0)
     os.umask(mask)
     return mask
+
+
+def test_runs_helpers_agree_with_masks():
+    from hpcobs.proof.simulate.core import blank, complement, where, window_mask, within
+
+    n, windows = 20, [(15, 30), (-3, 2), (5, 9), (7, 12), (18, 16)]
+    values = list(range(n))
+    outside = [not m for m in window_mask(n, windows)]
+    assert complement(windows, n) == [(2, 5), (12, 15)]
+    assert window_mask(n, complement(windows, n)) == outside
+    assert blank(values, windows) == where(outside, values)
+    assert within(values, complement(windows, n)) == where(outside, values)
+    assert complement([], n) == [(0, n)] and blank(values, []) == values
+
+
+def test_job_variants_split_a_gpu_at_its_jobs_and_the_prolog_gap():
+    """Each job's variant exists while the job runs and its mapping file is there; the job-less variant at every
+    other scrape; together they cover the window once."""
+    from hpcobs.proof.simulate.core import window_mask
+
+    sim = Simulation(config_module.load(), nodes=4, gpus_per_node=2, hours=3, scenarios="prolog_not_writing", seed=3)
+    (fault,) = sim.faults.faults
+    (effect,) = fault.effects
+    node = effect.key[0]
+    n = sim.window.steps
+    variants = sim.job_variants(node, 0)
+    masks = [[True] * n if runs is None else window_mask(n, runs) for _, runs in variants]
+    assert [sum(column) for column in zip(*masks)] == [1] * n
+    for job, mask in zip((job for job, _ in variants), masks):
+        if job is None:
+            continue
+        first, last = sim.activity.span(job)
+        expected = [first <= i < last and not effect.start <= i < effect.end for i in range(n)]
+        assert mask == expected
+    assert variants[0][0] is None and any(window_mask(n, variants[0][1])[effect.start : effect.end])

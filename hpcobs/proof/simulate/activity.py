@@ -14,6 +14,7 @@ from hpcobs.proof.simulate.model import Job
 
 CHECKPOINT_EVERY = 1800  # seconds between checkpoints of a training job
 CHECKPOINT_TAKES = 90  # seconds a healthy checkpoint blocks training
+JOBS_CACHED = 128
 
 
 class Activity:
@@ -22,10 +23,12 @@ class Activity:
         self.window = sim.window
         self.faults = sim.faults
         self.n = sim.window.steps
-        # Consecutive series are usually of the same job (GPU-major loops): a small cache suffices.
-        self.job_profile = lru_cache(maxsize=16)(self._job_profile)
-        self.job_speed = lru_cache(maxsize=16)(self._job_speed)
-        self.checkpoint_mask = lru_cache(maxsize=16)(self._checkpoint_mask)
+        # Emitters walk a node's GPUs one after the other, each through every job it ran in the window: the caches
+        # hold all of a node's jobs (58 at most in the 1,024-GPU week), or each lookup misses (a 16-entry LRU cycled
+        # through 20 jobs and computed every job's week again for every GPU of every family).
+        self.job_profile = lru_cache(maxsize=JOBS_CACHED)(self._job_profile)
+        self.job_speed = lru_cache(maxsize=JOBS_CACHED)(self._job_speed)
+        self.checkpoint_mask = lru_cache(maxsize=JOBS_CACHED)(self._checkpoint_mask)
         self.node_work = lru_cache(maxsize=4)(self._node_work)
 
     def span(self, job: Job) -> tuple[int, int]:

@@ -16,6 +16,9 @@ from hpcobs.exporters import catalogue
 from hpcobs.lang.promql import si_factor
 
 Values = list  # list[int | float | None], one entry per scrape
+# Scrape-index windows [start, end), ascending and disjoint: when a series exists, as spans rather than a mask, so
+# that a job's series over a week costs its own length, not the window's (a GPU runs tens of jobs in a week).
+Runs = list[tuple[int, int]]
 
 
 UP = catalogue.up_name()
@@ -99,6 +102,39 @@ def window_mask(n: int, windows: Iterable[tuple[int, int]]) -> list[bool]:
         if end > start:
             mask[start:end] = [True] * (end - start)
     return mask
+
+
+def complement(windows: Iterable[tuple[int, int]], n: int) -> Runs:
+    """The scrapes of [0, n) inside none of `windows` (which may overlap or reach past the grid), as runs."""
+    out, at = [], 0
+    for start, end in sorted(windows):
+        start, end = max(0, min(start, n)), max(0, min(end, n))
+        if end <= start:
+            continue
+        if start > at:
+            out.append((at, start))
+        at = max(at, end)
+    if at < n:
+        out.append((at, n))
+    return out
+
+
+def within(values: Values, runs: Runs) -> Values:
+    """values inside the runs, None elsewhere (slices: no per-scrape work outside them)."""
+    out: Values = [None] * len(values)
+    for start, end in runs:
+        out[start:end] = values[start:end]
+    return out
+
+
+def blank(values: Values, windows: Iterable[tuple[int, int]]) -> Values:
+    """values with None inside the windows (clipped to the grid)."""
+    out = list(values)
+    for start, end in windows:
+        start, end = max(0, start), min(len(out), end)
+        if end > start:
+            out[start:end] = [None] * (end - start)
+    return out
 
 
 def where(mask: list[bool], values: Values, other: Values | None = None) -> Values:

@@ -6,7 +6,9 @@ Labels with an empty value are dropped: Prometheus treats them as absent, and in
 
 from __future__ import annotations
 
+import itertools
 import json
+import operator
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from typing import TextIO
@@ -69,6 +71,12 @@ def _series(
             progress(stats)
 
 
+def _sampled(values: Values) -> Iterator[int]:
+    """The scrapes with a sample, found without a Python step per scrape: a job's series over a week is mostly
+    None."""
+    return itertools.compress(range(len(values)), map(operator.is_not, values, itertools.repeat(None)))
+
+
 def write_openmetrics(
     families: Iterable[Family], out: TextIO, window: Window, progress: Progress | None = None
 ) -> Stats:
@@ -78,7 +86,7 @@ def write_openmetrics(
         if first:
             out.write(_openmetrics_header(family.name, family.type, family.help))
         prefix = f"{family.name}{{{_labels_text(labels)}}} "
-        out.write("".join([prefix + str(v) + stamps[i] for i, v in enumerate(values) if v is not None]))
+        out.write("".join([prefix + str(values[i]) + stamps[i] for i in _sampled(values)]))
     out.write("# EOF\n")
     return stats
 
@@ -89,7 +97,7 @@ def write_vm(families: Iterable[Family], out: TextIO, window: Window, progress: 
     for family, labels, values, _ in _series(families, stats, progress):
         metric = {"__name__": family.name, **{k: v for k, v in sorted(labels.items()) if v != ""}}
         head = '{"metric":' + json.dumps(metric, separators=(",", ":"), ensure_ascii=False) + ',"values":['
-        points = [(str(v), stamps[i]) for i, v in enumerate(values) if v is not None]
+        points = [(str(values[i]), stamps[i]) for i in _sampled(values)]
         for start in range(0, len(points), VM_POINTS_PER_LINE):
             chunk = points[start : start + VM_POINTS_PER_LINE]
             out.write(

@@ -19,7 +19,17 @@ from hpcobs.exporters.labels import (
     amd_gpu_labels,
     dcgm_gpu_labels,
 )
-from hpcobs.proof.simulate.core import Family, accumulate, seeded, to_unit, trailing_count, where, window_mask
+from hpcobs.proof.simulate.core import (
+    Family,
+    accumulate,
+    blank,
+    seeded,
+    to_unit,
+    trailing_count,
+    where,
+    window_mask,
+    within,
+)
 from hpcobs.proof.simulate.model import AMD_VRAM_MIB, GPU_FB_MIB, GPU_FB_RESERVED_MIB, Node
 
 MIB = 1024**2
@@ -351,23 +361,22 @@ def _dcgm_series(sim, signal: str, metrics: dict, nodes: list[Node]):
     for node in nodes:
         metric = metrics[node.version]
         target = sim.target("dcgm", node.name)
-        scraped = sim.scraped("dcgm", node.index)
+        unscraped = sim.unscraped("dcgm", node.index)
         frozen = sim.faults.windows("dcgm_frozen", node.index)
         drivers = _drivers(sim, node)
         for gpu in range(node.gpus):
-            lost = sim.faults.mask("gpu_lost", node.index, gpu)
-            present = _and(scraped, [not x for x in lost] if lost else None)
+            absent = unscraped + sim.faults.windows("gpu_lost", node.index, gpu)
             base = {**dcgm_gpu_labels(source, node.version, node.name, gpu), **target}
             driver_label = source.exporter.info_labels(node.version)[-1]
             variants = sim.job_variants(node.index, gpu)
             for extra, values in model(Gpu(sim, node, gpu, signal)):
                 raw = to_unit(values, metric)
-                for (job, mask), (driver, running) in itertools.product(variants, drivers):
+                for (job, runs), (driver, running) in itertools.product(variants, drivers):
                     labels = {**base, **extra, driver_label: driver}
                     if job is not None:
                         labels["hpc_job"] = job.id
-                    served = _held(_only(_and(mask, running), raw), frozen)
-                    yield labels, served if present is None else where(present, served)
+                    served = _held(_only(running, raw if runs is None else within(raw, runs)), frozen)
+                    yield labels, blank(served, absent) if absent else served
 
 
 def _drivers(sim, node: Node) -> list[tuple[str, list[bool] | None]]:
@@ -395,12 +404,6 @@ def _held(values: list, windows: list[tuple[int, int]]) -> list:
         last = out[start - 1] if start > 0 else None
         out[start:end] = [last] * (min(end, len(out)) - start)
     return out
-
-
-def _and(a: list[bool] | None, b: list[bool] | None) -> list[bool] | None:
-    if a is None or b is None:
-        return a if b is None else b
-    return [x and y for x, y in zip(a, b)]
 
 
 # -- AMD -----------------------------------------------------------------------------------------
@@ -478,11 +481,11 @@ def _amd_series(sim, signal: str, metric, nodes: list[Node]):
                 if scraped is not None:
                     raw = where(scraped, raw)
                 # The exporter always has job_id/job_user/job_partition, empty without a job (= absent).
-                for job, mask in sim.job_variants(node.index, gpu):
+                for job, runs in sim.job_variants(node.index, gpu):
                     labels = {**base, **extra}
                     if job is not None:
                         labels.update(job_id=job.id, job_user=job.user, job_partition=job.partition)
-                    yield labels, where(mask, raw) if mask is not None else raw
+                    yield labels, raw if runs is None else within(raw, runs)
 
 
 def families(sim) -> Iterator[Family]:

@@ -17,7 +17,7 @@ from hpcobs.exporters.sources import Sources
 from hpcobs.lang.promql import duration_seconds
 from hpcobs.proof.simulate import gpu, model, node, security, slurm, storage, training, week
 from hpcobs.proof.simulate.activity import Activity
-from hpcobs.proof.simulate.core import UP, Family, Window, where, window_mask
+from hpcobs.proof.simulate.core import UP, Family, Runs, Window, blank, complement, where, window_mask
 from hpcobs.proof.simulate.expect import Expectation
 from hpcobs.proof.simulate.formats import promtool_series
 from hpcobs.proof.simulate.model import Job
@@ -92,51 +92,53 @@ class Simulation:
 
     def scraped(self, exporter: str, node_index: int) -> list[bool] | None:
         """Scrapes at which the exporter on that node answers; None = all of them."""
+        down = self.unscraped(exporter, node_index)
+        return [not d for d in window_mask(self.window.steps, down)] if down else None
+
+    def unscraped(self, exporter: str, node_index: int) -> list[tuple[int, int]]:
+        """The windows in which the exporter on that node does not answer (they may overlap)."""
         served_by = "node_exporter" if exporter == "job_info" else SERVED_BY.get(exporter, exporter)
-        down = (
+        return (
             self.faults.windows("host_down", node_index)
             + self.faults.windows("exporter_down", served_by, node_index)
             + self.faults.windows("node_absent", node_index)
         )
-        return [not d for d in window_mask(self.window.steps, down)] if down else None
 
     def in_cluster(self, node_index: int) -> list[bool] | None:
         """Scrapes at which the node is part of the cluster (in file_sd and slurm.conf); None = all of them."""
         absent = self.faults.mask("node_absent", node_index)
         return [not a for a in absent] if absent else None
 
-    def job_variants(self, node: int, gpu: int) -> list[tuple[Job | None, list[bool] | None]]:
+    def job_variants(self, node: int, gpu: int) -> list[tuple[Job | None, Runs | None]]:
         """The label variants of one GPU's series over time: one per job (mapping file present) and one
-        without a job; each with the scrapes where it exists (None = all of them)."""
+        without a job; each with the runs of scrapes where it exists (None = all of them)."""
         n = self.window.steps
-        no_mapping = self.faults.mask("no_mapping", node)
-        out: list[tuple[Job | None, list[bool] | None]] = []
-        covered = [False] * n
+        mapped = complement(self.faults.windows("no_mapping", node), n)
+        out: list[tuple[Job | None, Runs | None]] = []
         for job in self.cluster.jobs_on_gpu(node, gpu):
-            mask = window_mask(n, [self.activity.span(job)])
-            if no_mapping:
-                mask = [a and not b for a, b in zip(mask, no_mapping)]
-            if any(mask):
-                out.append((job, mask))
-                covered = [a or b for a, b in zip(covered, mask)]
+            first, last = self.activity.span(job)
+            runs = [(max(a, first), min(b, last)) for a, b in mapped if min(b, last) > max(a, first)]
+            if runs:
+                out.append((job, runs))
         if not out:
             return [(None, None)]
-        if not all(covered):
-            out.insert(0, (None, [not c for c in covered]))
+        unmapped = complement([run for _, runs in out for run in runs or ()], n)
+        if unmapped:
+            out.insert(0, (None, unmapped))
         return out
 
     # -- outputs ---------------------------------------------------------------------------------
     def families(self, names: set[str] | None = None) -> Iterator[Family]:
         """Every family, exporter by exporter; `names` keeps only those metric names."""
         emitted: set[str] = set()
-        gap = self.faults.mask("scrape_gap")
+        gap = self.faults.windows("scrape_gap")
         for family in self._all_families():
             if names is not None and family.name not in names:
                 continue
             if family.name in emitted:
                 raise AssertionError(f"metric {family.name} emitted by two families (catalogue clash)")
             emitted.add(family.name)
-            yield family if gap is None else _with_gap(family, gap)
+            yield _with_gap(family, gap) if gap else family
 
     def _all_families(self) -> Iterator[Family]:
         for domain in (gpu, node, slurm, storage, security, training):
@@ -182,7 +184,7 @@ class Simulation:
         return list(promtool_series(self.families(names)))
 
 
-def _with_gap(family: Family, gap: list[bool]) -> Family:
+def _with_gap(family: Family, gap: Runs) -> Family:
     """The family as Prometheus stores it when it scraped nothing during `gap` (it was restarting)."""
-    series = ((labels, [None if g else v for g, v in zip(gap, values)]) for labels, values in family.series)
+    series = ((labels, blank(values, gap)) for labels, values in family.series)
     return Family(family.name, family.type, family.help, series)
