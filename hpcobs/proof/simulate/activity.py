@@ -9,7 +9,7 @@ from __future__ import annotations
 import math
 from functools import lru_cache
 
-from hpcobs.proof.simulate.core import Values, seeded, window_mask
+from hpcobs.proof.simulate.core import seeded, window_mask
 from hpcobs.proof.simulate.model import Job
 
 CHECKPOINT_EVERY = 1800  # seconds between checkpoints of a training job
@@ -29,6 +29,7 @@ class Activity:
         self.job_profile = lru_cache(maxsize=JOBS_CACHED)(self._job_profile)
         self.job_speed = lru_cache(maxsize=JOBS_CACHED)(self._job_speed)
         self.checkpoint_mask = lru_cache(maxsize=JOBS_CACHED)(self._checkpoint_mask)
+        self.job_steps = lru_cache(maxsize=JOBS_CACHED)(self._job_steps)  # the same for every rank
         self.node_work = lru_cache(maxsize=4)(self._node_work)
 
     def span(self, job: Job) -> tuple[int, int]:
@@ -133,7 +134,7 @@ class Activity:
             for i in range(self.n)
         )
 
-    def job_steps(self, job: Job) -> Values:
+    def _job_steps(self, job: Job) -> tuple[float, ...]:
         """Optimizer steps completed since the job (process) started, at each scrape (float, floor it)."""
         speed = self.job_speed(job)
         first, _ = self.span(job)
@@ -143,4 +144,4 @@ class Activity:
             if i > first:
                 done += speed[i] * self.window.step
             out.append(done)
-        return out
+        return tuple(out)

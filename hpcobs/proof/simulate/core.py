@@ -119,6 +119,20 @@ def complement(windows: Iterable[tuple[int, int]], n: int) -> Runs:
     return out
 
 
+def between(runs: Runs, first: int, last: int) -> Runs:
+    """The runs cut to the scrapes [first, last)."""
+    return [(max(start, first), min(end, last)) for start, end in runs if min(end, last) > max(start, first)]
+
+
+def placed(n: int, first: int, on_span: Values, runs: Runs) -> Values:
+    """Values computed for the scrapes [first, first + len(on_span)) (a job's span) put on the window of n scrapes,
+    kept inside `runs` only (which lie within the span)."""
+    out: Values = [None] * n
+    for start, end in runs:
+        out[start:end] = on_span[start - first : end - first]
+    return out
+
+
 def within(values: Values, runs: Runs) -> Values:
     """values inside the runs, None elsewhere (slices: no per-scrape work outside them)."""
     out: Values = [None] * len(values)

@@ -17,7 +17,7 @@ from hpcobs.exporters.sources import Sources
 from hpcobs.lang.promql import duration_seconds
 from hpcobs.proof.simulate import gpu, model, node, security, slurm, storage, training, week
 from hpcobs.proof.simulate.activity import Activity
-from hpcobs.proof.simulate.core import UP, Family, Runs, Window, blank, complement, where, window_mask
+from hpcobs.proof.simulate.core import UP, Family, Runs, Window, between, blank, complement, where, window_mask
 from hpcobs.proof.simulate.expect import Expectation
 from hpcobs.proof.simulate.formats import promtool_series
 from hpcobs.proof.simulate.model import Job
@@ -116,9 +116,7 @@ class Simulation:
         mapped = complement(self.faults.windows("no_mapping", node), n)
         out: list[tuple[Job | None, Runs | None]] = []
         for job in self.cluster.jobs_on_gpu(node, gpu):
-            first, last = self.activity.span(job)
-            runs = [(max(a, first), min(b, last)) for a, b in mapped if min(b, last) > max(a, first)]
-            if runs:
+            if runs := between(mapped, *self.activity.span(job)):
                 out.append((job, runs))
         if not out:
             return [(None, None)]

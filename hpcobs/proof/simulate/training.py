@@ -16,7 +16,18 @@ import math
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 
-from hpcobs.proof.simulate.core import Family, accumulate, seeded, to_unit, where, window_mask
+from hpcobs.proof.simulate.core import (
+    Family,
+    Runs,
+    accumulate,
+    between,
+    complement,
+    placed,
+    seeded,
+    to_unit,
+    where,
+    window_mask,
+)
 from hpcobs.proof.simulate.model import Job
 
 TRAINING_SIGNALS = ("steps", "step_seconds", "tokens", "model_flops", "loss", "last_step_time")
@@ -111,15 +122,27 @@ def allreduce_time_us(job: Job) -> float:
     return exec_us(communicators(job, job.gpus[0][0])[0], GRADIENTS)
 
 
-def _rank_present(sim, job: Job, rank: int) -> list[bool]:
-    present = sim.activity.running(job)
-    lost = sim.faults.mask("rank_lost", job.id, rank)
-    return [here and not gone for here, gone in zip(present, lost)] if lost else present
+def _rank_values(sim, job: Job, rank: int, signal: str, metric) -> list:
+    """A rank's series over the window: computed over the job's span only (a week's training jobs are each a small
+    part of it), absent outside it and while the rank is lost."""
+    first, last = sim.activity.span(job)
+    on_span = to_unit(_training_values(sim, job, rank, signal, first, last), metric)
+    return placed(sim.window.steps, first, on_span, _rank_runs(sim, job, rank, first, last))
 
 
-def _training_values(sim, job: Job, rank: int, signal: str) -> list:
-    n, w = sim.window.steps, sim.window
-    steps = sim.activity.job_steps(job)
+def _rank_runs(sim, job: Job, rank: int, first: int, last: int, exporter: str | None = None) -> Runs:
+    """The scrapes of [first, last) at which the rank reports (not lost) and, given, its node's `exporter` is
+    scraped."""
+    absent = sim.faults.windows("rank_lost", job.id, rank)
+    if exporter is not None:
+        absent += sim.unscraped(exporter, job.gpus[rank][0])
+    return between(complement(absent, sim.window.steps), first, last)
+
+
+def _training_values(sim, job: Job, rank: int, signal: str, first: int, last: int) -> list:
+    """The signal at the scrapes [first, last) of the job's span."""
+    w = sim.window
+    steps = sim.activity.job_steps(job)[first:last]
     whole = [math.floor(s) for s in steps]
     if signal == "steps":
         return whole
@@ -131,25 +154,24 @@ def _training_values(sim, job: Job, rank: int, signal: str) -> list:
     if signal == "loss":
         return [1.7 + 4.5 * math.exp(-s / 20000) + 0.03 * (rng.random() - 0.5) for s in steps]
     if signal == "last_step_time":
-        out, last = [], None
-        for i in range(n):
-            moved = i == 0 or whole[i] != whole[i - 1]
+        out, stamp = [], 0.0
+        for i, step in enumerate(whole):
             jitter = rng.random()
-            if moved or last is None:
-                last = w.time(i) - jitter * min(w.step, job.step_seconds) + 0.001 * rank
-            out.append(round(last, 3))
+            if i == 0 or step != whole[i - 1]:
+                stamp = w.time(first + i) - jitter * min(w.step, job.step_seconds) + 0.001 * rank
+            out.append(round(stamp, 3))
         return out
     if signal == "step_seconds":
-        slow = [1.0] * n
+        slow = [1.0] * len(steps)
         for effect in sim.faults.effects("job_slow", job.id) + sim.faults.effects("rank_slow", job.id, rank):
-            for i in range(effect.start, min(effect.end, n)):
-                slow[i] *= effect.get("factor")
+            for i in range(max(effect.start, first), min(effect.end, last)):
+                slow[i - first] *= effect.get("factor")
         r = seeded(sim.seed, "rank-time", job.id, rank)
         increments = [0.0] + [
             (steps[i] - steps[i - 1]) * job.step_seconds * slow[i] * (1 + 0.01 * (r.random() - 0.5))
-            for i in range(1, n)
+            for i in range(1, len(steps))
         ]
-        return accumulate(increments, steps[0] * job.step_seconds)
+        return accumulate(increments, steps[0] * job.step_seconds if steps else 0.0)
     raise KeyError(signal)
 
 
@@ -169,23 +191,23 @@ def training_families(sim) -> Iterator[Family]:
                         "node": node.name,
                         **sim.target("training", node.name),
                     }
-                    yield (
-                        labels,
-                        where(_rank_present(sim, job, rank), to_unit(_training_values(sim, job, rank, signal), metric)),
-                    )
+                    yield labels, _rank_values(sim, job, rank, signal, metric)
 
         yield Family(metric.name, metric.type, metric.help, series())
 
 
-def _nccl_values(sim, job: Job, rank: int, comm: Communicator, bucket: Bucket, bandwidth: bool) -> list[float]:
-    n = sim.window.steps
-    slow = [1.0] * n
+def _nccl_values(
+    sim, job: Job, rank: int, comm: Communicator, bucket: Bucket, bandwidth: bool, first: int, last: int
+) -> list[float]:
+    """The collective's time (or bus bandwidth) at the scrapes [first, last) of the job's span."""
+    slow = [1.0] * (last - first)
     if comm.network:  # a slow fabric slows the collectives that cross it
         for effect in sim.faults.effects("nccl_slow", job.id):
-            for i in range(effect.start, min(effect.end, n)):
-                slow[i] *= effect.get("factor")
+            for i in range(max(effect.start, first), min(effect.end, last)):
+                slow[i - first] *= effect.get("factor")
     rng = seeded(sim.seed, "nccl", job.id, rank, comm.name, bucket.collective, bucket.message_size)
-    times = [exec_us(comm, bucket) * s * (0.95 + 0.1 * rng.random()) for s in slow]
+    nominal = exec_us(comm, bucket)
+    times = [nominal * s * (0.95 + 0.1 * rng.random()) for s in slow]
     return [busbw_gbs(comm, bucket, t) for t in times] if bandwidth else times
 
 
@@ -198,11 +220,11 @@ def _nccl_dumped(sim, job: Job) -> list[bool]:
     return [not (b or c) for b, c in zip(blocked, sim.activity.checkpoint_mask(job))]
 
 
-def _in_dump(sim, job: Job, dumped: list[bool], comm: Communicator, bucket: Bucket) -> list[bool]:
-    """Scrapes whose file holds this bucket: each dump writes only the buckets of the collectives completed since
-    the previous one (the per-dump bucket map, inspectorPromCommInfoListDump), so a training bucket leaves the file
-    while the job evaluates and an evaluation bucket leaves it when training resumes."""
-    evaluating = window_mask(sim.window.steps, sim.faults.windows("evaluate", job.id))
+def _in_dump(dumped: list[bool], evaluating: list[bool], comm: Communicator, bucket: Bucket) -> list[bool]:
+    """Scrapes (of the job's span) whose file holds this bucket: each dump writes only the buckets of the
+    collectives completed since the previous one (the per-dump bucket map, inspectorPromCommInfoListDump), so a
+    training bucket leaves the file while the job evaluates and an evaluation bucket leaves it when training
+    resumes."""
     out, last = [], bucket in comm.train
     for rewritten, evaluation in zip(dumped, evaluating):
         if rewritten:
@@ -218,14 +240,15 @@ def nccl_families(sim) -> Iterator[Family]:
         metric = source.metric(signal)
 
         def series(signal=signal, metric=metric):
+            n = sim.window.steps
+            scale = 1e9 if signal == "coll_busbw" else 1e-6
             for job in jobs:
-                dumped = _nccl_dumped(sim, job)
+                first, last = sim.activity.span(job)
+                dumped = _nccl_dumped(sim, job)[first:last]
+                evaluating = window_mask(n, sim.faults.windows("evaluate", job.id))[first:last]
                 for rank, (node_index, gpu) in enumerate(job.gpus):
                     node = sim.cluster.nodes[node_index]
-                    present = _rank_present(sim, job, rank)
-                    scraped = sim.scraped("nccl_inspector", node_index)
-                    if scraped is not None:
-                        present = [a and b for a, b in zip(present, scraped)]
+                    present = _rank_runs(sim, job, rank, first, last, "nccl_inspector")
                     for comm in communicators(job, node_index):
                         for bucket in comm.buckets():
                             labels = {
@@ -241,19 +264,15 @@ def nccl_families(sim) -> Iterator[Family]:
                                 "algo_proto": "Ring_ll128" if comm.network else "NVLS_simple",
                                 **sim.target("nccl_inspector", node.name),
                             }
-                            values = _nccl_values(sim, job, rank, comm, bucket, signal == "coll_busbw")
+                            values = _nccl_values(sim, job, rank, comm, bucket, signal == "coll_busbw", first, last)
                             # A file the plugin did not rewrite keeps the values of its last dump.
                             for i in range(1, len(values)):
                                 if not dumped[i]:
                                     values[i] = values[i - 1]
-                            held = [p and b for p, b in zip(present, _in_dump(sim, job, dumped, comm, bucket))]
-                            yield (
-                                labels,
-                                where(
-                                    held,
-                                    to_unit([v * (1e9 if signal == "coll_busbw" else 1e-6) for v in values], metric),
-                                ),
+                            on_span = where(
+                                _in_dump(dumped, evaluating, comm, bucket), to_unit([v * scale for v in values], metric)
                             )
+                            yield labels, placed(n, first, on_span, present)
 
         yield Family(metric.name, metric.type, metric.help, series())
 
