@@ -28,8 +28,9 @@ from typing import Any, TextIO
 from hpcobs.proof.simulate import Simulation, Stats, write
 
 BLOCK_SECONDS = 2 * 3600  # tsdb.DefaultBlockDuration: promtool's block ranges, aligned to multiples of it
-# promtool reads 4 to 5 times slower than the simulator writes (2026-12-04): two of a chunk's documents are loaded
-# at once, so that promtool has both cores while the simulator waits for its next chunk.
+# promtool reads about half as fast as the simulator writes (the 1,024-GPU week, 2026-12-05: some 110 MB/s against
+# 200 MB/s of a core): two of a chunk's documents are loaded at once, so that promtool has both cores while the
+# simulator waits for its next chunk.
 PROMTOOLS_AT_ONCE = 2
 # The simulator's time per chunk varies threefold with the families it writes (a 1,024-GPU day, 2026-12-04): with one
 # chunk handed over at a time, promtool sat idle for 13% of the backfill while a slow chunk was written, and the
