@@ -1,0 +1,110 @@
+"""`build.py preview`'s queries, without a Prometheus or a browser: the intervals, variables and frames Grafana's
+Prometheus data source would use. (The picture has no test yet: issue 29's spike proved it by hand.)"""
+
+import pytest
+
+from hpcobs.delivery import preview
+from hpcobs.delivery.preview import Window
+
+SIX_HOURS = Window(0, 6 * 3600)
+
+
+@pytest.mark.parametrize(
+    ("width", "scrape", "interval", "rate_interval"),
+    [
+        (1600, 30, "30s", "2m"),  # 13.5 s a pixel: rounded to 15 s, below the scrape interval
+        (267, 30, "1m", "2m"),  # a quarter-width panel: 81 s a pixel, rounded to 1 m
+        (267, 120, "2m", "8m"),  # a 2 m scrape: never under it, and $__rate_interval four scrapes
+    ],
+)
+def test_intervals_follow_the_width_and_never_go_under_the_scrape(width, scrape, interval, rate_interval):
+    step = preview.interval(SIX_HOURS, width, scrape)
+    values = preview.builtins(SIX_HOURS, step, scrape)
+    assert (values["__interval"], values["__rate_interval"], values["__range"]) == (interval, rate_interval, "21600s")
+
+
+def test_legend_format_renders_as_grafana_does():
+    # A label the series lacks is written as its name (Grafana's renderLegendFormat).
+    assert preview.legend("GPU {{gpu}} {{ clock_event }}", {"gpu": "3"}) == "GPU 3 clock_event"
+
+
+class _Prometheus:
+    """Answers label values and queries from fixed results, recording what was asked."""
+
+    def __init__(self, labels: dict[str, list[str]], results: dict[str, list[dict]]):
+        self.labels, self.results, self.asked = labels, results, []
+
+    def get(self, path, params):
+        self.asked.append((path, params))
+        if path.startswith("/api/v1/label/"):
+            return self.labels[path.split("/")[4]]
+        return {"result": self.results[params["query"]]}
+
+
+def test_variables_default_to_all_or_the_first_value_in_order():
+    dashboard = {
+        "templating": {
+            "list": [
+                {"name": "datasource", "type": "datasource"},
+                {"name": "cluster", "type": "query", "query": "label_values(cluster:gpus:count, cluster)"},
+                {
+                    "name": "node",
+                    "type": "query",
+                    "query": 'label_values(node:gpus:count{cluster="$cluster"}, node)',
+                    "multi": True,
+                    "includeAll": True,
+                    "allValue": ".*",
+                    "current": {"value": "$__all"},
+                },
+                {"name": "log_selector", "type": "textbox", "query": '{job="node-journal"}'},
+            ]
+        }
+    }
+    prometheus = _Prometheus({"cluster": ["b", "a"], "node": ["gpu1"]}, {})
+    variables = preview.resolve(dashboard, prometheus, SIX_HOURS)
+    assert variables.query == {"cluster": "a", "node": ".*", "log_selector": '{job="node-journal"}'}
+    assert variables.shown["node"] == "All"
+    assert prometheus.asked[1][1]["match[]"] == 'node:gpus:count{cluster="a"}'
+
+
+def _target(ref_id, expr, **keywords):
+    return {"refId": ref_id, "expr": expr, "legendFormat": "", "format": "time_series", **keywords}
+
+
+def _panel(*targets):
+    return {"type": "table", "datasource": {"type": "prometheus"}, "gridPos": {"w": 24}, "targets": list(targets)}
+
+
+def test_a_table_of_two_queries_has_a_frame_per_query_with_value_columns_named_by_ref_id():
+    series = [{"metric": {"__name__": "up", "node": "gpu1"}, "value": [100, "1"]}]
+    prometheus = _Prometheus({}, {"up": series, "down": [{"metric": {"node": "gpu1"}, "value": [100, "NaN"]}]})
+    panel = _panel(_target("A", "up", format="table", instant=True), _target("B", "down", format="table", instant=True))
+    frames = preview.panel_input(panel, {}, prometheus, SIX_HOURS, 30)["frames"]
+    assert [[f["name"] for f in frame["fields"]] for frame in frames] == [
+        ["Time", "__name__", "node", "Value #A"],
+        ["Time", "node", "Value #B"],
+    ]
+    assert frames[1]["fields"][-1]["values"] == [None]  # NaN is a gap, as in Grafana
+
+
+def test_a_range_query_is_aligned_to_its_step_with_one_frame_per_series_named_by_its_legend():
+    series = [{"metric": {"gpu": "0"}, "values": [[0, "1"], [30, "2"]]}]
+    prometheus = _Prometheus({}, {"rate(x[2m])": series})
+    panel = {**_panel(_target("A", "rate(x[$__rate_interval])", legendFormat="GPU {{gpu}}")), "type": "timeseries"}
+    (frame,) = preview.panel_input(panel, {}, prometheus, Window(7, 6 * 3600 + 7), 30)["frames"]
+    assert prometheus.asked[0][1] == {"query": "rate(x[2m])", "start": 0, "end": 21600, "step": 30}
+    assert frame["fields"][1]["config"] == {"displayNameFromDS": "GPU 0"}
+    assert frame["fields"][0]["values"] == [0, 30000]
+
+
+def test_a_loki_panel_is_a_placeholder_naming_its_query():
+    panel = {"type": "logs", "datasource": {"type": "loki"}, "targets": [{"expr": '{job="x"} |= "Xid"'}]}
+    shown = preview.panel_input(panel, {}, _Prometheus({}, {}), SIX_HOURS, 30)
+    assert shown == {"frames": [], "placeholder": 'loki query, not run (no loki given): {job="x"} |= "Xid"'}
+
+
+def test_a_panel_of_today_reads_since_midnight():
+    prometheus = _Prometheus({}, {"sum_over_time(x[3600s])": []})
+    panel = {**_panel(_target("A", "sum_over_time(x[$__range])", instant=True)), "timeFrom": "now/d"}
+    preview.panel_input(panel, {}, prometheus, Window(3 * 86400 - 6 * 3600, 3 * 86400 + 3600), 30)
+    assert prometheus.asked == [("/api/v1/query", {"query": "sum_over_time(x[3600s])", "time": 3 * 86400 + 3600})]
