@@ -24,13 +24,13 @@ import time
 import urllib.error
 import urllib.parse
 import urllib.request
-from collections.abc import Iterator
-from contextlib import contextmanager
+from collections.abc import Callable, Iterator
+from contextlib import AbstractContextManager, contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from hpcobs.delivery import chromium
+from hpcobs.delivery import chromium, preview_digests
 from hpcobs.errors import UserError
 from hpcobs.lang.lint import GRAFANA_VARIABLE
 from hpcobs.lang.promql import duration, duration_seconds
@@ -276,13 +276,15 @@ class Rendered:
     render_seconds: float
 
 
-def render(dashboard_path: Path, prometheus_url: str, png: Path, scrape: int, window: Window | None = None) -> Rendered:
-    """Query, draw and photograph one dashboard; `window` defaults to the dashboard's range ending now."""
+def preflight() -> None:
+    """One line naming the install command when the page is not built or Chromium is missing, before any work."""
     if not (PAGE / "preview.js").exists():
         raise UserError(NOT_BUILT)
     chromium.find()
-    dashboard = json.loads(dashboard_path.read_text(encoding="utf-8"))
-    window = window or dashboard_window(dashboard, time.time())
+
+
+def render(dashboard: dict, prometheus_url: str, png: Path, scrape: int, window: Window) -> Rendered:
+    """Query, draw and photograph one dashboard over `window`."""
     prometheus = Prometheus(prometheus_url)
     began = time.monotonic()
     variables = resolve(dashboard, prometheus, window)
@@ -334,14 +336,22 @@ def _served(folder: Path) -> Iterator[str]:
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
-        "--prometheus", required=True, metavar="URL", help="Prometheus' root URL, e.g. http://127.0.0.1:9090"
+        "--prometheus",
+        metavar="URL",
+        help="a site's Prometheus, e.g. http://127.0.0.1:9090 (default: a simulated cluster with faults, on a "
+        "loopback Prometheus started and stopped by this command)",
     )
     parser.add_argument("--dashboard", action="append", metavar="UID", help="only this dashboard (repeatable)")
     parser.add_argument("--images", required=True, metavar="DIR", help="where the PNGs go, one per dashboard")
     parser.add_argument("--range", metavar="DURATION", help="the range ending now (default: the dashboard's own)")
 
 
-def run(args: argparse.Namespace) -> int:
+# The simulated cluster (hpcobs.proof.fault_cluster.serving, which cli passes in: delivery does not import proof):
+# given the config and a window in seconds, a loopback Prometheus' URL while the block runs.
+Simulated = Callable[[config_module.Config, int], AbstractContextManager[str]]
+
+
+def run(args: argparse.Namespace, simulated: Simulated) -> int:
     config = config_module.load(args.config)
     folder = Path(args.out) / folder_dir(config)
     paths = sorted(folder.glob("*.json"))
@@ -351,25 +361,57 @@ def run(args: argparse.Namespace) -> int:
             f"preview: no dashboard {args.dashboard} in {folder}; build first, or pick one of "
             f"{', '.join(p.stem for p in paths)}"
         )
+    preflight()
     images = Path(args.images)
     images.mkdir(parents=True, exist_ok=True)
-    now = time.time()
-    window = Window(now - duration_seconds(args.range), now) if args.range else None
-    failed = 0
-    for path in chosen:
-        png = images / f"{path.stem}.png"
-        rendered = render(path, args.prometheus, png, duration_seconds(config["scrape_interval"]), window)
-        panels, errors = rendered.report["panels"], rendered.report["errors"]
-        states = {state: sum(1 for p in panels if p["state"] == state) for state in STATES}
-        print(
-            f"{png}: {len(panels)} panels, "
-            + ", ".join(f"{n} {state}" for state, n in states.items())
-            + f"; queries {rendered.query_seconds:.1f} s, drawing {rendered.render_seconds:.1f} s"
+    dashboards = {path: json.loads(path.read_text(encoding="utf-8")) for path in chosen}
+    longest = max(_range_seconds(args.range, dashboard) for dashboard in dashboards.values())
+    with _prometheus(args.prometheus, simulated, config, longest) as url:
+        now = time.time()  # the simulated cluster's window ends at its start, now
+        failed = sum(
+            _drawn(path, dashboard, url, images, config, _window(args.range, dashboard, now))
+            for path, dashboard in dashboards.items()
         )
-        for panel in panels:
-            if panel["state"] != "drawn":
-                print(f"  {panel['state']:11} {panel['title']} ({panel['type']}): {panel['message'][:160]}")
-        for error in errors:
-            print(f"  page error: {error[:200]}")
-        failed += states["error"] + len(errors)
+    preview_digests.record(images, chosen)
     return 1 if failed else 0
+
+
+def _range_seconds(range_: str | None, dashboard: dict) -> int:
+    return _window(range_, dashboard, 0).seconds
+
+
+def _window(range_: str | None, dashboard: dict, end: float) -> Window:
+    """`--range` ending at `end`, else the dashboard's own range."""
+    return Window(end - duration_seconds(range_), end) if range_ else dashboard_window(dashboard, end)
+
+
+@contextmanager
+def _prometheus(
+    url: str | None, simulated: Simulated, config: config_module.Config, window_seconds: int
+) -> Iterator[str]:
+    """The site's Prometheus, or the simulated fault cluster's for the window."""
+    if url:
+        yield url
+        return
+    print("Simulating a cluster with faults on a loopback Prometheus (docs/preview.md)...", flush=True)
+    with simulated(config, window_seconds) as served:
+        yield served
+
+
+def _drawn(path: Path, dashboard: dict, url: str, images: Path, config: config_module.Config, window: Window) -> int:
+    """Draw one dashboard to `images`, print its summary and panels not drawn; the count of errors."""
+    png = images / f"{path.stem}.png"
+    rendered = render(dashboard, url, png, duration_seconds(config["scrape_interval"]), window)
+    panels, errors = rendered.report["panels"], rendered.report["errors"]
+    states = {state: sum(1 for p in panels if p["state"] == state) for state in STATES}
+    print(
+        f"{png}: {len(panels)} panels, "
+        + ", ".join(f"{n} {state}" for state, n in states.items())
+        + f"; queries {rendered.query_seconds:.1f} s, drawing {rendered.render_seconds:.1f} s"
+    )
+    for panel in panels:
+        if panel["state"] != "drawn":
+            print(f"  {panel['state']:11} {panel['title']} ({panel['type']}): {panel['message'][:160]}")
+    for error in errors:
+        print(f"  page error: {error[:200]}")
+    return states["error"] + len(errors)
