@@ -1,10 +1,13 @@
-"""`build.py preview`'s queries, without a Prometheus or a browser: the intervals, variables and frames Grafana's
-Prometheus data source would use. (The picture has no test yet: issue 29's spike proved it by hand.)"""
+"""`build.py preview` without a Prometheus or a browser: the intervals, variables and frames Grafana's Prometheus
+data source would use, the one line a machine without Chromium or the built page gets, and docs/img's pictures
+drawn from the dashboards out/ holds now. (The picture itself has no test yet: issue 29's spike proved it by hand.)"""
 
 import pytest
 
-from hpcobs.delivery import preview
+from hpcobs import cli
+from hpcobs.delivery import chromium, preview, preview_digests
 from hpcobs.delivery.preview import Window
+from tests.conftest import ROOT
 
 SIX_HOURS = Window(0, 6 * 3600)
 
@@ -108,3 +111,42 @@ def test_a_panel_of_today_reads_since_midnight():
     panel = {**_panel(_target("A", "sum_over_time(x[$__range])", instant=True)), "timeFrom": "now/d"}
     preview.panel_input(panel, {}, prometheus, Window(3 * 86400 - 6 * 3600, 3 * 86400 + 3600), 30)
     assert prometheus.asked == [("/api/v1/query", {"query": "sum_over_time(x[3600s])", "time": 3 * 86400 + 3600})]
+
+
+DOCS_IMAGES = ROOT / "docs" / "img"
+REGENERATE = "python build.py preview --images docs/img"
+
+
+def test_docs_images_were_drawn_from_the_dashboards_out_holds():
+    dashboards = sorted((ROOT / "out" / "grafana" / "dashboards").glob("*/*.json"))
+    stale = preview_digests.stale(DOCS_IMAGES, dashboards)
+    assert not stale, f"docs/img is older than the dashboards {', '.join(stale)} in out/: {REGENERATE}"
+
+
+def test_a_digest_names_the_dashboards_changed_since_their_picture(tmp_path):
+    drawn, changed = tmp_path / "a.json", tmp_path / "b.json"
+    for path in (drawn, changed):
+        path.write_text("{}")
+        (tmp_path / f"{path.stem}.png").write_bytes(b"")
+    preview_digests.record(tmp_path, [drawn, changed])
+    changed.write_text('{"title": "new"}')
+    assert preview_digests.stale(tmp_path, [drawn, changed]) == ["b"]
+
+
+@pytest.mark.parametrize("missing", ["page", "chromium"])
+def test_a_machine_without_chromium_or_the_built_page_gets_one_line_naming_the_install(missing, monkeypatch, tmp_path):
+    if missing == "page":
+        monkeypatch.setattr(preview, "PAGE", tmp_path)
+    else:
+        monkeypatch.setattr(chromium.shutil, "which", lambda name: None)
+    with pytest.raises(preview.UserError) as raised:
+        preview.preflight()
+    expected = preview.NOT_BUILT if missing == "page" else chromium.MISSING
+    assert raised.value.lines == [expected]
+
+
+def test_preview_without_the_built_page_says_so_in_one_line_before_simulating(monkeypatch, tmp_path, capsys):
+    monkeypatch.setattr(preview, "PAGE", tmp_path)
+    monkeypatch.setattr(preview, "_prometheus", None)  # reached only past the check: it would fail loudly
+    assert cli.main(["preview", "--images", str(tmp_path / "img")]) == 2
+    assert capsys.readouterr().err == preview.NOT_BUILT + "\n"
