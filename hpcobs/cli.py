@@ -16,7 +16,7 @@ from hpcobs.build import cache as cache_module
 from hpcobs.build import outdir, pipeline, validate
 from hpcobs.build.cache import Cache
 from hpcobs.build.timing import Timings
-from hpcobs.delivery import deploy, doctor, review
+from hpcobs.delivery import deploy, doctor, preview, review
 from hpcobs.errors import UserError
 from hpcobs.paths import ROOT
 from hpcobs.settings import config as config_module
@@ -126,6 +126,19 @@ def parser() -> argparse.ArgumentParser:
             "up, carry the cluster label, export the metrics the rules read, and name nodes the way the joins need; "
             "one line per check, ok or problem with its fix. Exit 0 when all is well, 1 on a problem, 2 when "
             "Prometheus cannot be reached. See docs/doctor.md.",
+        )
+    )
+    preview.add_arguments(
+        _command(
+            sub,
+            "preview",
+            ("--config", "--out"),
+            "draw built dashboards to PNG with Grafana's own panel libraries, from a simulated fault cluster",
+            "Issue each panel's queries as Grafana would against a simulated cluster with faults on a loopback "
+            "Prometheus (started and stopped here) or against --prometheus, draw the dashboard with Grafana's "
+            "Apache-2.0 panel libraries (preview/, built with npm) in headless Chromium and write one PNG per "
+            "dashboard and digests.json (the dashboard JSON each was drawn from); one line per panel that shows no "
+            "data, a placeholder or an error. Exit 1 on a panel error. See docs/preview.md.",
         )
     )
     _simulate_parser(sub)
@@ -278,6 +291,13 @@ def demo(args: argparse.Namespace) -> int:
     return demo_module.run(config, options)
 
 
+def preview_dashboards(args: argparse.Namespace) -> int:
+    """`preview`, its default data the simulated fault cluster (imported only here: it brings the simulator)."""
+    from hpcobs.proof import fault_cluster
+
+    return preview.run(args, fault_cluster.serving)
+
+
 class _ProgressBar:
     """A one-line bar on stderr, redrawn per metric family; silent when stderr is not a terminal."""
 
@@ -352,6 +372,7 @@ def _run(name: str, args: argparse.Namespace) -> int:
             "diff": review.run,
             "deploy": deploy.run,
             "doctor": doctor.run,
+            "preview": preview_dashboards,
         }
         return commands[name](args)
     except UserError as exc:

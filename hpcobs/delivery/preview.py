@@ -1,0 +1,417 @@
+"""A built dashboard drawn as Grafana draws it, from a running Prometheus, to PNG (issue 29's spike).
+
+The queries are issued as Grafana 11.6 and its Prometheus data source issue them: variables resolved with
+label_values() in order (All where the dashboard defaults to All, else the first value), `$__interval` from the
+range and the panel's width, never under the scrape interval (the data source's timeInterval), `$__rate_interval`
+from it, range queries aligned to their step, instant queries at the range's end. The answers become the data
+frames Grafana's data source returns: one per series (Time, Value with its labels and the rendered legendFormat),
+or one per query for a table (Time, a column per label, `Value`, or `Value #<refId>` beside other queries).
+
+The page (preview/, bundled with Grafana's Apache-2.0 libraries) draws them and reports from its DOM what each
+panel shows; headless Chromium (chromium.py) takes the picture.
+"""
+
+from __future__ import annotations
+
+import argparse
+import http.server
+import json
+import math
+import re
+import tempfile
+import threading
+import time
+import urllib.error
+import urllib.parse
+import urllib.request
+from collections.abc import Callable, Iterator
+from contextlib import AbstractContextManager, contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from hpcobs.delivery import chromium, preview_digests
+from hpcobs.errors import UserError
+from hpcobs.lang.lint import GRAFANA_VARIABLE
+from hpcobs.lang.promql import duration, duration_seconds
+from hpcobs.paths import ROOT
+from hpcobs.settings import config as config_module
+from hpcobs.targets.dashboards import folder_dir
+
+PAGE = ROOT / "preview" / "dist"
+NOT_BUILT = "preview: the page is not built: npm ci --prefix preview && npm run build --prefix preview"
+# The page: its input and Grafana's public path (icons under img/icons/) beside it, served from a scratch folder.
+PAGE_HTML = (
+    '<!doctype html><html><head><meta charset="utf-8"><script>window.__grafana_public_path__ = "/dist/";</script>'
+    '<link rel="stylesheet" href="dist/preview.css"></head><body><div id="root"></div>'
+    '<script src="input.js"></script><script src="dist/preview.js"></script></body></html>\n'
+)
+PAGE_WIDTH = 1600  # CSS pixels; Grafana's grid spreads its 24 columns over it
+GRID_COLUMNS = 24
+TIMEOUT = 30
+ALL = "$__all"
+STATES = ("drawn", "nodata", "placeholder", "error")  # what the page reports a panel shows
+# Grafana rounds the raw interval (range / data points) to the nearest of these steps: (below, step) in seconds.
+ROUNDED_INTERVALS = (
+    (7.5, 5), (12.5, 10), (17.5, 15), (25, 20), (45, 30), (90, 60), (210, 120), (450, 300), (750, 600),
+    (1050, 900), (1500, 1200), (2700, 1800), (5400, 3600), (9000, 7200), (16200, 10800), (32400, 21600),
+    (86400, 43200), (604800, 86400),
+)  # fmt: skip
+_LEGEND = re.compile(r"\{\{\s*(.+?)\s*\}\}")
+_LABEL_VALUES = re.compile(r"\s*label_values\(\s*(?:(.*),\s*)?(\w+)\s*\)\s*", re.S)
+_RELATIVE = re.compile(r"now-(\d+[smhdw])")
+_REGEX_SPECIAL = re.compile(r"[\\^$*+?.()|{}\[\]]")
+
+
+@dataclass(frozen=True)
+class Window:
+    start: float
+    end: float
+
+    @property
+    def seconds(self) -> int:
+        return round(self.end - self.start)
+
+
+class QueryError(Exception):
+    """Prometheus refused a query: the panel shows the error, as Grafana's would."""
+
+
+class Prometheus:
+    def __init__(self, url: str):
+        self.url = url.rstrip("/")
+
+    def get(self, path: str, params: dict[str, Any]) -> Any:
+        address = f"{self.url}{path}?{urllib.parse.urlencode(params, doseq=True)}"
+        try:
+            with urllib.request.urlopen(address, timeout=TIMEOUT) as response:
+                return json.load(response)["data"]
+        except urllib.error.HTTPError as exc:
+            body = json.load(exc)
+            raise QueryError(f"{body.get('errorType')}: {body.get('error')}") from None
+        except (urllib.error.URLError, OSError) as exc:
+            raise UserError(f"preview: cannot reach Prometheus at {self.url}: {getattr(exc, 'reason', exc)}") from None
+
+
+def interval(window: Window, width_px: int, min_interval: int) -> int:
+    """Grafana's $__interval in seconds: the range over one point per pixel, rounded, at least `min_interval`."""
+    raw = window.seconds / max(width_px, 1)
+    rounded = next((step for below, step in ROUNDED_INTERVALS if raw < below), 604800)
+    return max(rounded, min_interval)
+
+
+def builtins(window: Window, step: int, scrape: int) -> dict[str, str]:
+    return {
+        "__interval": duration(step),
+        "__interval_ms": str(step * 1000),
+        "__rate_interval": duration(max(step + scrape, 4 * scrape)),
+        "__range": f"{window.seconds}s",
+        "__range_s": str(window.seconds),
+        "__range_ms": str(window.seconds * 1000),
+    }
+
+
+def substituted(expr: str, values: dict[str, str]) -> str:
+    def value(match: re.Match) -> str:
+        name = next(g for g in match.groups() if g)
+        return values.get(name, match.group(0))
+
+    return GRAFANA_VARIABLE.sub(value, expr)
+
+
+@dataclass(frozen=True)
+class Variables:
+    """Each variable's text in a query (a regex for multi-value ones, as Grafana's Prometheus data source writes
+    it) and as shown in titles."""
+
+    query: dict[str, str]
+    shown: dict[str, str]
+
+
+def resolve(dashboard: dict, prometheus: Prometheus, window: Window) -> Variables:
+    query: dict[str, str] = {}
+    shown: dict[str, str] = {}
+    for variable in dashboard["templating"]["list"]:
+        name, kind = variable["name"], variable["type"]
+        if kind == "textbox":
+            query[name] = shown[name] = variable.get("query", "")
+        elif kind == "query":
+            options = _label_values(variable["query"], query, prometheus, window)
+            current = (variable.get("current") or {}).get("value")
+            if variable.get("includeAll") and current in (ALL, [ALL]):
+                query[name] = variable.get("allValue") or f"({'|'.join(map(_regex_escaped, options))})"
+                shown[name] = "All"
+            else:
+                picked = current if current in options else (options[0] if options else "")
+                regex = variable.get("multi") or variable.get("includeAll")
+                query[name] = _regex_escaped(picked) if regex else picked
+                shown[name] = picked
+    return Variables(query, shown)
+
+
+def _regex_escaped(value: str) -> str:
+    """A value inside a PromQL regex matcher's string: its regex metacharacters escaped, the backslash doubled."""
+    return _REGEX_SPECIAL.sub(lambda m: "\\\\" + m.group(0), value)
+
+
+def _label_values(text: str, values: dict[str, str], prometheus: Prometheus, window: Window) -> list[str]:
+    match = _LABEL_VALUES.fullmatch(text)
+    if not match:
+        raise UserError(f"preview: variable query {text!r}: only label_values() is supported")
+    selector, label = match.groups()
+    params: dict[str, Any] = {"start": window.start, "end": window.end}
+    if selector:
+        params["match[]"] = substituted(selector, values)
+    return sorted(prometheus.get(f"/api/v1/label/{label}/values", params))
+
+
+def legend(pattern: str, labels: dict[str, str]) -> str:
+    """Grafana's renderLegendFormat: {{label}} becomes its value, or the label's name when the series lacks it."""
+    return _LEGEND.sub(lambda m: labels.get(m.group(1)) or m.group(1), pattern)
+
+
+def _number(text: str) -> float | None:
+    value = float(text)
+    return value if math.isfinite(value) else None  # JSON has no NaN or infinity; Grafana draws a gap
+
+
+def _series_frames(target: dict, result: list[dict], step: int) -> list[dict]:
+    frames = []
+    for series in result:
+        points = series.get("values") or [series["value"]]
+        config = (
+            {"displayNameFromDS": legend(target["legendFormat"], series["metric"])}
+            if target.get("legendFormat")
+            else {}
+        )
+        frames.append(
+            {
+                "refId": target["refId"],
+                "fields": [
+                    {
+                        "name": "Time",
+                        "type": "time",
+                        "values": [t * 1000 for t, _ in points],
+                        "config": {"interval": step * 1000},
+                    },
+                    {
+                        "name": "Value",
+                        "type": "number",
+                        "values": [_number(v) for _, v in points],
+                        "labels": series["metric"],
+                        "config": config,
+                    },
+                ],
+            }
+        )
+    return frames
+
+
+def _table_frame(target: dict, result: list[dict], value_name: str) -> dict:
+    names = sorted({k for series in result for k in series["metric"]})
+    return {
+        "refId": target["refId"],
+        "fields": [
+            {"name": "Time", "type": "time", "values": [series["value"][0] * 1000 for series in result]},
+            *(
+                {"name": name, "type": "string", "values": [series["metric"].get(name, "") for series in result]}
+                for name in names
+            ),
+            {"name": value_name, "type": "number", "values": [_number(series["value"][1]) for series in result]},
+        ],
+    }
+
+
+def panel_input(panel: dict, values: dict[str, str], prometheus: Prometheus, window: Window, scrape: int) -> dict:
+    """The frames of one panel, or the error or placeholder it shows instead."""
+    kind = panel.get("datasource", {}).get("type", "prometheus")
+    if kind != "prometheus":
+        queries = "; ".join(t.get("expr", "") for t in panel.get("targets", []))
+        return {"frames": [], "placeholder": f"{kind} query, not run (no {kind} given): {queries}"}
+    window = _panel_window(panel.get("timeFrom"), window)
+    width = round(PAGE_WIDTH * panel["gridPos"]["w"] / GRID_COLUMNS)
+    step = interval(window, width, duration_seconds(panel.get("interval") or f"{scrape}s"))
+    targets = [t for t in panel.get("targets", []) if not t.get("hide")]
+    frames: list[dict] = []
+    for target in targets:
+        expr = substituted(target["expr"], {**values, **builtins(window, step, scrape)})
+        try:
+            if target.get("instant") and not target.get("range"):
+                result = prometheus.get("/api/v1/query", {"query": expr, "time": window.end})["result"]
+            else:
+                start, end = (math.floor(t / step) * step for t in (window.start, window.end))
+                result = prometheus.get(
+                    "/api/v1/query_range", {"query": expr, "start": start, "end": end, "step": step}
+                )["result"]
+        except QueryError as exc:
+            return {"frames": [], "error": f"query {target['refId']}: {exc}"}
+        if target.get("format") == "table":
+            value_name = f"Value #{target['refId']}" if len(targets) > 1 else "Value"
+            frames.append(_table_frame(target, result, value_name))
+        else:
+            frames.extend(_series_frames(target, result, step))
+    return {"frames": frames}
+
+
+def _panel_window(time_from: str | None, window: Window) -> Window:
+    """A panel's own relative time (`timeFrom`): a duration before the end, or `now/d`, since midnight (UTC)."""
+    if not time_from:
+        return window
+    if time_from == "now/d":
+        return Window(window.end - window.end % 86400, window.end)
+    return Window(window.end - duration_seconds(time_from), window.end)
+
+
+def dashboard_window(dashboard: dict, end: float) -> Window:
+    match = _RELATIVE.fullmatch(dashboard["time"]["from"])
+    if not match or dashboard["time"]["to"] != "now":
+        raise UserError(f"preview: time range {dashboard['time']}: only now-<duration> to now is supported")
+    return Window(end - duration_seconds(match.group(1)), end)
+
+
+@dataclass(frozen=True)
+class Rendered:
+    report: dict  # per panel: state (drawn, nodata, placeholder, error), message, text; the page's errors
+    query_seconds: float
+    render_seconds: float
+
+
+def preflight() -> None:
+    """One line naming the install command when the page is not built or Chromium is missing, before any work."""
+    if not (PAGE / "preview.js").exists():
+        raise UserError(NOT_BUILT)
+    chromium.find()
+
+
+def render(dashboard: dict, prometheus_url: str, png: Path, scrape: int, window: Window) -> Rendered:
+    """Query, draw and photograph one dashboard over `window`."""
+    prometheus = Prometheus(prometheus_url)
+    began = time.monotonic()
+    variables = resolve(dashboard, prometheus, window)
+    panels = {
+        # A collapsed row holds its panels, which stay hidden: only the panels on the grid are queried.
+        str(p["id"]): panel_input(p, variables.query, prometheus, window, scrape)
+        for p in dashboard["panels"]
+        if p["type"] != "row"
+    }
+    queried = time.monotonic()
+    page_input = {
+        "dashboard": dashboard,
+        "width": PAGE_WIDTH,
+        "from": window.start * 1000,
+        "to": window.end * 1000,
+        "variables": variables.shown,
+        "panels": panels,
+    }
+    with tempfile.TemporaryDirectory(prefix="hpcobs-preview-") as scratch:
+        folder = Path(scratch)
+        (folder / "input.js").write_text(f"window.PREVIEW_INPUT = {json.dumps(page_input)};\n", encoding="utf-8")
+        (folder / "index.html").write_text(PAGE_HTML, encoding="utf-8")
+        (folder / "dist").symlink_to(PAGE)
+        with _served(folder) as url, chromium.Browser(folder / "chromium.log") as browser:
+            report = browser.screenshot(f"{url}/index.html", PAGE_WIDTH, "window.previewReport", png)
+    return Rendered(report, queried - began, time.monotonic() - queried)
+
+
+@contextmanager
+def _served(folder: Path) -> Iterator[str]:
+    """`folder` over HTTP on loopback while the page is taken: @grafana/ui fetches its icons, and a page opened
+    from file:// may not fetch."""
+
+    class Quiet(http.server.SimpleHTTPRequestHandler):
+        def __init__(self, *args, **kwargs):
+            super().__init__(*args, directory=str(folder), **kwargs)
+
+        def log_message(self, format: str, *args: Any) -> None:
+            pass
+
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Quiet)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        yield f"http://127.0.0.1:{server.server_address[1]}"
+    finally:
+        server.shutdown()
+        server.server_close()
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--prometheus",
+        metavar="URL",
+        help="a site's Prometheus, e.g. http://127.0.0.1:9090 (default: a simulated cluster with faults, on a "
+        "loopback Prometheus started and stopped by this command)",
+    )
+    parser.add_argument("--dashboard", action="append", metavar="UID", help="only this dashboard (repeatable)")
+    parser.add_argument("--images", required=True, metavar="DIR", help="where the PNGs go, one per dashboard")
+    parser.add_argument("--range", metavar="DURATION", help="the range ending now (default: the dashboard's own)")
+
+
+# The simulated cluster (hpcobs.proof.fault_cluster.serving, which cli passes in: delivery does not import proof):
+# given the config and a window in seconds, a loopback Prometheus' URL while the block runs.
+Simulated = Callable[[config_module.Config, int], AbstractContextManager[str]]
+
+
+def run(args: argparse.Namespace, simulated: Simulated) -> int:
+    config = config_module.load(args.config)
+    folder = Path(args.out) / folder_dir(config)
+    paths = sorted(folder.glob("*.json"))
+    chosen = [p for p in paths if not args.dashboard or p.stem in args.dashboard]
+    if not chosen:
+        raise UserError(
+            f"preview: no dashboard {args.dashboard} in {folder}; build first, or pick one of "
+            f"{', '.join(p.stem for p in paths)}"
+        )
+    preflight()
+    images = Path(args.images)
+    images.mkdir(parents=True, exist_ok=True)
+    dashboards = {path: json.loads(path.read_text(encoding="utf-8")) for path in chosen}
+    longest = max(_range_seconds(args.range, dashboard) for dashboard in dashboards.values())
+    with _prometheus(args.prometheus, simulated, config, longest) as url:
+        now = time.time()  # the simulated cluster's window ends at its start, now
+        failed = sum(
+            _drawn(path, dashboard, url, images, config, _window(args.range, dashboard, now))
+            for path, dashboard in dashboards.items()
+        )
+    preview_digests.record(images, chosen)
+    return 1 if failed else 0
+
+
+def _range_seconds(range_: str | None, dashboard: dict) -> int:
+    return _window(range_, dashboard, 0).seconds
+
+
+def _window(range_: str | None, dashboard: dict, end: float) -> Window:
+    """`--range` ending at `end`, else the dashboard's own range."""
+    return Window(end - duration_seconds(range_), end) if range_ else dashboard_window(dashboard, end)
+
+
+@contextmanager
+def _prometheus(
+    url: str | None, simulated: Simulated, config: config_module.Config, window_seconds: int
+) -> Iterator[str]:
+    """The site's Prometheus, or the simulated fault cluster's for the window."""
+    if url:
+        yield url
+        return
+    print("Simulating a cluster with faults on a loopback Prometheus (docs/preview.md)...", flush=True)
+    with simulated(config, window_seconds) as served:
+        yield served
+
+
+def _drawn(path: Path, dashboard: dict, url: str, images: Path, config: config_module.Config, window: Window) -> int:
+    """Draw one dashboard to `images`, print its summary and panels not drawn; the count of errors."""
+    png = images / f"{path.stem}.png"
+    rendered = render(dashboard, url, png, duration_seconds(config["scrape_interval"]), window)
+    panels, errors = rendered.report["panels"], rendered.report["errors"]
+    states = {state: sum(1 for p in panels if p["state"] == state) for state in STATES}
+    print(
+        f"{png}: {len(panels)} panels, "
+        + ", ".join(f"{n} {state}" for state, n in states.items())
+        + f"; queries {rendered.query_seconds:.1f} s, drawing {rendered.render_seconds:.1f} s"
+    )
+    for panel in panels:
+        if panel["state"] != "drawn":
+            print(f"  {panel['state']:11} {panel['title']} ({panel['type']}): {panel['message'][:160]}")
+    for error in errors:
+        print(f"  page error: {error[:200]}")
+    return states["error"] + len(errors)
