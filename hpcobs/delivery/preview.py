@@ -1,4 +1,4 @@
-"""A built dashboard drawn as Grafana draws it, from a running Prometheus, to PNG (issue 29's spike).
+"""A built dashboard drawn as Grafana draws it, from a running Prometheus, to PNG (docs/preview.md).
 
 The queries are issued as Grafana 11.6 and its Prometheus data source issue them: variables resolved with
 label_values() in order (All where the dashboard defaults to All, else the first value), `$__interval` from the
