@@ -16,32 +16,35 @@ TEST_FILES = "prometheus/tests/gpu/"
 START = 600  # seconds: every scenario starts at 10m
 
 
-def _fires(config, generated, tmp_path, alert, scenario, hours, signals, at, nodes=3):
-    """Whether the built alert fires at `at` seconds, exactly on the scenario's node (or, for the cluster-level
-    GpuDriverDrift, for the driver it runs), over the simulated series of `signals` of a small cluster running
+def _fires(config, generated, tmp_path, alert, scenario, hours, signals, at, entity, nodes=3):
+    """Whether the built alert fires at `at` seconds, exactly on the scenario's `entity` (its node, or the driver it
+    runs for the cluster-level GpuDriverDrift), over the simulated series of `signals` of a small cluster running
     `scenario` from START on."""
     sim = Simulation(config, nodes=nodes, gpus_per_node=2, hours=hours, scenarios=f"{scenario}:start=10m", seed=2)
     dcgm = sim.sources["dcgm"]
     series = sim.input_series({dcgm.name(s, v) for s in signals for v in dcgm.versions})
-    by, expected = ("driver", [OLD_DRIVER]) if alert == "GpuDriverDrift" else ("node", sim_target(sim))
-    return firing_over_simulated(generated, tmp_path, TEST_FILES, alert, sim, series, by, at, expected)
+    expected = FAULTY[entity](sim)
+    return firing_over_simulated(generated, tmp_path, TEST_FILES, alert, sim, series, entity, at, expected)
 
 
 def sim_target(sim):
     return [fault.target["node"] for fault in sim.faults.faults if "node" in fault.target]
 
 
+FAULTY = {"node": sim_target, "driver": lambda sim: [OLD_DRIVER]}  # the label an alert fires on -> its values
+
+
 @pytest.mark.parametrize(
-    ("alert", "scenario", "signals", "after"),
+    ("alert", "scenario", "signals", "after", "entity"),
     [
-        ("GpuFabricNotReady", "fabric_not_ready", ("fabric_manager_status",), "gpu_fabric_not_ready_for"),
-        ("GpuEccDisabled", "ecc_disabled", ("ecc_mode", "ecc_pending"), None),
-        ("ExporterDcgmValuesFrozen", "dcgm_values_frozen", ("energy",), "gpu_values_frozen_window"),
-        ("GpuDriverDrift", "driver_drift", ("gpu_utilization",), "gpu_driver_drift_for"),
+        ("GpuFabricNotReady", "fabric_not_ready", ("fabric_manager_status",), "gpu_fabric_not_ready_for", "node"),
+        ("GpuEccDisabled", "ecc_disabled", ("ecc_mode", "ecc_pending"), None, "node"),
+        ("ExporterDcgmValuesFrozen", "dcgm_values_frozen", ("energy",), "gpu_values_frozen_window", "node"),
+        ("GpuDriverDrift", "driver_drift", ("gpu_utilization",), "gpu_driver_drift_for", "driver"),
     ],
 )
 def test_each_simulated_fault_fires_its_fleet_alert_in_promtool(
-    config, generated, tmp_path, alert, scenario, signals, after
+    config, generated, tmp_path, alert, scenario, signals, after, entity
 ):
     """The simulator's emulation of the exporter (fabric state, pending ECC mode, frozen output, another driver
     label) through the built rule and the records it reads, on the scenario's node only, once its threshold has
@@ -49,7 +52,7 @@ def test_each_simulated_fault_fires_its_fleet_alert_in_promtool(
     thresholds = Context(config).thresholds
     wait = duration_seconds(getattr(thresholds, after)) if after else 60
     at = START + wait + 180
-    result = _fires(config, generated, tmp_path, alert, scenario, (at + 600) / 3600, signals, at)
+    result = _fires(config, generated, tmp_path, alert, scenario, (at + 600) / 3600, signals, at, entity)
     assert result.ok, result.output
 
 
