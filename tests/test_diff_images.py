@@ -62,7 +62,7 @@ def test_a_dashboard_with_only_noise_has_no_pictures():
     assert _panels(BUILT, moved) == []
 
 
-def test_one_cluster_draws_every_picture_alone_over_the_dashboards_window_ending_at_one_moment(tmp_path):
+def test_one_cluster_draws_every_picture_alone_over_the_dashboards_window_ending_at_one_moment(tmp_path, capsys):
     old, new = _changed()
     panels = _panels(old, new)
     started = []
@@ -83,6 +83,7 @@ def test_one_cluster_draws_every_picture_alone_over_the_dashboards_window_ending
         (picture.title, picture.name) for panel in panels for picture in panel.pictures
     ]
     assert len({end for _, _, end in drawn}) == 1
+    assert capsys.readouterr().out == ""  # the Markdown may be going to standard output
 
 
 def test_the_links_are_relative_to_the_folder_the_markdown_is_written_to(tmp_path):

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import json
 import os
+import sys
 import time
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
@@ -106,7 +107,8 @@ def draw(
     folder.mkdir(parents=True, exist_ok=True)
     longest = max(preview.dashboard_window(p.dashboard, 0).seconds for p in pictures)
     scrape = duration_seconds(config["scrape_interval"])
-    print("Simulating a cluster with faults on a loopback Prometheus (docs/preview.md)...", flush=True)
+    # On stderr: the Markdown may be going to standard output.
+    print("Simulating a cluster with faults on a loopback Prometheus (docs/preview.md)...", file=sys.stderr)
     with simulated(config, longest) as url:
         now = time.time()  # the cluster's window ends at its start: every picture reads up to this moment
         for picture in pictures:
