@@ -291,6 +291,15 @@ def demo(args: argparse.Namespace) -> int:
     return demo_module.run(config, options)
 
 
+def diff_builds(args: argparse.Namespace) -> int:
+    """`diff`; with --images its pictures read the simulated fault cluster (imported only then)."""
+    if not args.images:
+        return review.run(args)
+    from hpcobs.proof import fault_cluster
+
+    return review.run(args, fault_cluster.serving)
+
+
 def preview_dashboards(args: argparse.Namespace) -> int:
     """`preview`, its default data the simulated fault cluster (imported only here: it brings the simulator)."""
     from hpcobs.proof import fault_cluster
@@ -369,7 +378,7 @@ def _run(name: str, args: argparse.Namespace) -> int:
             "check": check,
             "simulate": simulate,
             "demo": demo,
-            "diff": review.run,
+            "diff": diff_builds,
             "deploy": deploy.run,
             "doctor": doctor.run,
             "preview": preview_dashboards,

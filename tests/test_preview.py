@@ -1,6 +1,9 @@
 """`build.py preview` without a Prometheus or a browser: the intervals, variables and frames Grafana's Prometheus
 data source would use, the one line a machine without Chromium or the built page gets, and docs/img's pictures
-drawn from the dashboards out/ holds now. (The picture itself has no test yet: issue 29's spike proved it by hand.)"""
+drawn from the dashboards out/ holds now, and which panel --panel draws. (A picture itself is drawn by the live test
+of tests/test_diff_images.py.)"""
+
+from pathlib import Path
 
 import pytest
 
@@ -150,3 +153,14 @@ def test_preview_without_the_built_page_says_so_in_one_line_before_simulating(mo
     monkeypatch.setattr(preview, "_prometheus", None)  # reached only past the check: it would fail loudly
     assert cli.main(["preview", "--images", str(tmp_path / "img")]) == 2
     assert capsys.readouterr().err == preview.NOT_BUILT + "\n"
+
+
+def test_preview_panel_draws_that_panel_alone_from_each_dashboard_that_has_it():
+    stat = {"type": "stat", "title": "Up", "id": 4, "gridPos": {"x": 8, "y": 2, "w": 6, "h": 4}}
+    dashboards = {Path("a.json"): {"uid": "a", "panels": [stat]}, Path("b.json"): {"uid": "b", "panels": []}}
+    drawings = preview._drawings(dashboards, "Up")
+    assert list(drawings) == ["a-panel4.png"]
+    assert drawings["a-panel4.png"]["panels"] == [{**stat, "gridPos": {"x": 0, "y": 0, "w": 6, "h": 4}}]
+    assert list(preview._drawings(dashboards, None)) == ["a.png", "b.png"]
+    with pytest.raises(preview.UserError, match="no panel titled 'Down' in a, b; check the title"):
+        preview._drawings(dashboards, "Down")

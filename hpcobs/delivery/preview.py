@@ -269,6 +269,21 @@ def dashboard_window(dashboard: dict, end: float) -> Window:
     return Window(end - duration_seconds(match.group(1)), end)
 
 
+def find_panel(dashboard: dict, title: str) -> dict | None:
+    """The panel titled `title`, on the grid or inside a collapsed row."""
+    inner = (p for row in dashboard["panels"] if row["type"] == "row" for p in row.get("panels", []))
+    return next((p for p in (*dashboard["panels"], *inner) if p["type"] != "row" and p.get("title") == title), None)
+
+
+def panel_alone(dashboard: dict, title: str) -> dict:
+    """The dashboard with only the panel titled `title`, at the top left at its own size: drawn so, it queries with
+    the step it has on the dashboard, under the same variables."""
+    found = find_panel(dashboard, title)
+    if found is None:
+        raise UserError(f"preview: no panel titled {title!r} in dashboard {dashboard.get('uid')}; check the title")
+    return {**dashboard, "panels": [{**found, "gridPos": {**found["gridPos"], "x": 0, "y": 0}}]}
+
+
 @dataclass(frozen=True)
 class Rendered:
     report: dict  # per panel: state (drawn, nodata, placeholder, error), message, text; the page's errors
@@ -342,6 +357,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "loopback Prometheus started and stopped by this command)",
     )
     parser.add_argument("--dashboard", action="append", metavar="UID", help="only this dashboard (repeatable)")
+    parser.add_argument(
+        "--panel",
+        metavar="TITLE",
+        help="only the panel with this title, drawn alone at its own size, to <uid>-panel<id>.png (in every "
+        "dashboard chosen that has it)",
+    )
     parser.add_argument("--images", required=True, metavar="DIR", help="where the PNGs go, one per dashboard")
     parser.add_argument("--range", metavar="DURATION", help="the range ending now (default: the dashboard's own)")
 
@@ -364,16 +385,33 @@ def run(args: argparse.Namespace, simulated: Simulated) -> int:
     preflight()
     images = Path(args.images)
     images.mkdir(parents=True, exist_ok=True)
-    dashboards = {path: json.loads(path.read_text(encoding="utf-8")) for path in chosen}
+    dashboards = _drawings({path: json.loads(path.read_text(encoding="utf-8")) for path in chosen}, args.panel)
     longest = max(_range_seconds(args.range, dashboard) for dashboard in dashboards.values())
     with _prometheus(args.prometheus, simulated, config, longest) as url:
         now = time.time()  # the simulated cluster's window ends at its start, now
         failed = sum(
-            _drawn(path, dashboard, url, images, config, _window(args.range, dashboard, now))
-            for path, dashboard in dashboards.items()
+            _drawn(images / name, dashboard, url, config, _window(args.range, dashboard, now))
+            for name, dashboard in dashboards.items()
         )
-    preview_digests.record(images, chosen)
+    if not args.panel:  # a digest stands for a whole dashboard's picture
+        preview_digests.record(images, chosen)
     return 1 if failed else 0
+
+
+def _drawings(dashboards: dict[Path, dict], panel: str | None) -> dict[str, dict]:
+    """What is drawn, by PNG name: each dashboard whole, or with --panel that panel alone where it is found."""
+    if not panel:
+        return {f"{path.stem}.png": dashboard for path, dashboard in dashboards.items()}
+    drawings = {
+        f"{path.stem}-panel{found['id']}.png": panel_alone(dashboard, panel)
+        for path, dashboard in dashboards.items()
+        if (found := find_panel(dashboard, panel))
+    }
+    if not drawings:
+        raise UserError(
+            f"preview: no panel titled {panel!r} in {', '.join(p.stem for p in dashboards)}; check the title"
+        )
+    return drawings
 
 
 def _range_seconds(range_: str | None, dashboard: dict) -> int:
@@ -398,9 +436,8 @@ def _prometheus(
         yield served
 
 
-def _drawn(path: Path, dashboard: dict, url: str, images: Path, config: config_module.Config, window: Window) -> int:
-    """Draw one dashboard to `images`, print its summary and panels not drawn; the count of errors."""
-    png = images / f"{path.stem}.png"
+def _drawn(png: Path, dashboard: dict, url: str, config: config_module.Config, window: Window) -> int:
+    """Draw one dashboard to `png`, print its summary and panels not drawn; the count of errors."""
     rendered = render(dashboard, url, png, duration_seconds(config["scrape_interval"]), window)
     panels, errors = rendered.report["panels"], rendered.report["errors"]
     states = {state: sum(1 for p in panels if p["state"] == state) for state in STATES}

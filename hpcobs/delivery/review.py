@@ -20,7 +20,7 @@ import tempfile
 from pathlib import Path
 
 from hpcobs.build import outdir, pipeline
-from hpcobs.delivery import semantic_diff
+from hpcobs.delivery import diff_images, preview, semantic_diff
 from hpcobs.delivery.semantic_diff import Side, compare_dashboards
 from hpcobs.errors import UserError
 from hpcobs.paths import ROOT
@@ -81,11 +81,28 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="Markdown for a pull-request comment (the default), or JSON for tools",
     )
     parser.add_argument(
+        "--images",
+        metavar="DIR",
+        help="draw each changed panel before and after to PNGs in DIR, from a simulated fault cluster, and link them "
+        "in the Markdown (needs Chromium and the built preview/ page, docs/preview.md)",
+    )
+    parser.add_argument(
+        "--output",
+        metavar="FILE",
+        help="write the report to FILE instead of standard output; --images links are relative to FILE's folder "
+        "(to the current directory on standard output)",
+    )
+    parser.add_argument(
         "--exit-code", action="store_true", help="exit 1 when anything changed (noise aside), 0 when nothing did"
     )
 
 
-def run(args: argparse.Namespace) -> int:
+def run(args: argparse.Namespace, simulated: preview.Simulated | None = None) -> int:
+    """The report; with --images, `simulated` (the fault cluster, which cli passes in) gives the pictures' data."""
+    if args.images and args.format == "json":
+        raise UserError("diff error: --images links its pictures in the Markdown; drop --format json")
+    if args.images:
+        preview.preflight()  # one line naming the install, before BASE is built or a cluster simulated
     # The site file is checked first: a mistake in it is reported before any checkout or build of BASE.
     config = config_module.load(args.config) if args.new is None else None
     base_files, base_side = _base(args)
@@ -95,8 +112,31 @@ def run(args: argparse.Namespace) -> int:
         new_files, new_side = pipeline.generate(config), None
     report = semantic_diff.compare(base_files, new_files)
     render = semantic_diff.as_json if args.format == "json" else semantic_diff.markdown
-    sys.stdout.write(render(report, base_side, new_side))
+    text = render(report, base_side, new_side)
+    if args.images:
+        assert simulated is not None, "cli passes the fault cluster with --images"
+        text += _pictures(args, report, base_files, new_files, simulated)
+    if args.output:
+        Path(args.output).write_text(text, encoding="utf-8")
+    else:
+        sys.stdout.write(text)
     return 1 if args.exit_code and report.changed else 0
+
+
+def _pictures(
+    args: argparse.Namespace,
+    report: semantic_diff.Report,
+    base_files: dict[str, str],
+    new_files: dict[str, str],
+    simulated: preview.Simulated,
+) -> str:
+    """Each changed panel drawn before and after into --images, and their links, relative to where the Markdown
+    goes."""
+    panels = diff_images.changed_panels(report, diff_images.dashboards(base_files), diff_images.dashboards(new_files))
+    folder = Path(args.images)
+    diff_images.draw(panels, folder, config_module.load(args.config), simulated)
+    written_in = Path(args.output).resolve().parent if args.output else Path.cwd()
+    return diff_images.markdown(panels, folder.resolve(), written_in)
 
 
 def _base(args: argparse.Namespace) -> tuple[dict[str, str], Side]:
