@@ -21,6 +21,7 @@ from datetime import datetime
 
 from hpcobs.authoring.context import Context
 from hpcobs.build import pipeline
+from hpcobs.delivery import prometheus_api
 from hpcobs.errors import UserError
 from hpcobs.exporters import catalogue
 from hpcobs.exporters.catalogue import Metric
@@ -47,12 +48,7 @@ class Prometheus:
     """Instant queries against Prometheus' HTTP API; every failure to get an answer is one line, exit 2."""
 
     def __init__(self, url: str, at: float | None):
-        parts = urllib.parse.urlsplit(url)
-        if parts.scheme not in ("http", "https") or not parts.hostname:
-            raise UserError(
-                f"doctor error: --prometheus {url}: not an http(s) URL with a host; write e.g. http://prometheus:9090"
-            )
-        self.url, self.at = url.rstrip("/"), at
+        self.url, self.at = prometheus_api.root_url(url, "doctor"), at
 
     def query(self, expr: str) -> list[tuple[dict[str, str], float]]:
         params = {"query": expr, **({"time": str(self.at)} if self.at is not None else {})}
@@ -61,7 +57,7 @@ class Prometheus:
             with urllib.request.urlopen(address, timeout=TIMEOUT) as response:
                 body = json.load(response)
         except urllib.error.HTTPError as exc:
-            refused = _api_error(exc)
+            refused = prometheus_api.api_error(exc)
             raise UserError(
                 f"doctor error: Prometheus at {self.url} refused a query ({refused}): {expr}"
                 if refused
@@ -86,15 +82,6 @@ class Prometheus:
             for labels, _ in self.query(f"topk({EXAMPLES}, {expr})")
         )
         return ", ".join(dict.fromkeys(values))
-
-
-def _api_error(exc: urllib.error.HTTPError) -> str | None:
-    """The error a Prometheus API answer carries (bad_data, execution, timeout), or None: no Prometheus API there."""
-    try:
-        body = json.load(exc)
-    except ValueError:
-        return None
-    return f"{body.get('errorType')}: {body.get('error')}" if isinstance(body, dict) and "error" in body else None
 
 
 @dataclass(frozen=True)

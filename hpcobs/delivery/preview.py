@@ -30,7 +30,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from hpcobs.delivery import chromium, preview_digests
+from hpcobs.delivery import chromium, preview_digests, prometheus_api
 from hpcobs.errors import UserError
 from hpcobs.lang.lint import GRAFANA_VARIABLE
 from hpcobs.lang.promql import duration, duration_seconds
@@ -79,7 +79,7 @@ class QueryError(Exception):
 
 class Prometheus:
     def __init__(self, url: str):
-        self.url = url.rstrip("/")
+        self.url = prometheus_api.root_url(url, "preview")
 
     def get(self, path: str, params: dict[str, Any]) -> Any:
         address = f"{self.url}{path}?{urllib.parse.urlencode(params, doseq=True)}"
@@ -87,8 +87,12 @@ class Prometheus:
             with urllib.request.urlopen(address, timeout=TIMEOUT) as response:
                 return json.load(response)["data"]
         except urllib.error.HTTPError as exc:
-            body = json.load(exc)
-            raise QueryError(f"{body.get('errorType')}: {body.get('error')}") from None
+            refused = prometheus_api.api_error(exc)
+            if refused is None:
+                raise UserError(
+                    f"preview: {self.url} answered HTTP {exc.code} to {path}: no Prometheus API at that URL"
+                ) from None
+            raise QueryError(refused) from None
         except (urllib.error.URLError, OSError) as exc:
             raise UserError(f"preview: cannot reach Prometheus at {self.url}: {getattr(exc, 'reason', exc)}") from None
 
