@@ -8,9 +8,11 @@ venv:  # the virtualenv with hpcobs installed editable: enough to build
 	python3 -m venv .venv
 	$(PYTHON) -m pip install -e .
 
-setup: venv  # plus the test extras (pytest, ruff, mypy, import-linter) and the pinned LogQL parser
+setup: venv  # plus the test extras (pytest, ruff, mypy, import-linter), the pinned LogQL parser and the preview page
 	$(PYTHON) -m pip install -e '.[test]'
 	npm ci --prefix tests/logql
+	npm ci --prefix preview
+	npm run build --prefix preview
 
 generate:  # every generated file: the settings files from the threshold declarations, then out/ (validated)
 	$(PYTHON) -m hpcobs.build.codegen
