@@ -363,13 +363,14 @@ def _column_override(field_names: list[str], column: Column) -> tuple[grafana.Ma
 
 
 def _table_transformations(labels: Sequence[str], raw: list[str], columns: Sequence[Column]) -> list[Any]:
-    """Merge the instant queries on their labels, keep the label columns asked for, order and rename them."""
+    """Keep the label columns asked for, merge the instant queries on them, order and rename the columns. The
+    labels go first: a label one query keeps and another drops (`__name__` after `> 0`) would split a row in two."""
     order = {name: index for index, name in enumerate([*labels, *raw])}
     kept = f"^({'|'.join(labels)}|Value.*)$"
     renamed = {field: column.name for field, column in zip(raw, columns)}
     return [
-        grafana.DataTransformerConfig(id_val="merge", options={}),
         grafana.DataTransformerConfig(id_val="filterFieldsByName", options={"include": {"pattern": kept}}),
+        grafana.DataTransformerConfig(id_val="merge", options={}),
         grafana.DataTransformerConfig(
             id_val="organize", options={"excludeByName": {}, "indexByName": order, "renameByName": renamed}
         ),
