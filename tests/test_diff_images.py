@@ -2,12 +2,11 @@
 
 import copy
 import json
-import shutil
 from contextlib import contextmanager
 
 import pytest
 
-from hpcobs.delivery import chromium, diff_images, preview, semantic_diff
+from hpcobs.delivery import diff_images, preview, semantic_diff
 from hpcobs.proof import fault_cluster
 from hpcobs.settings import config as config_module
 from tests.conftest import ROOT
@@ -115,10 +114,7 @@ def test_a_panel_in_a_collapsed_row_is_drawn_alone_at_the_top_left():
 
 @pytest.mark.live
 def test_a_changed_threshold_is_drawn_before_and_after_from_the_fault_cluster(tmp_path):
-    if not (preview.PAGE / "preview.js").exists():
-        pytest.skip(preview.NOT_BUILT)
-    if not any(shutil.which(name) for name in chromium.EXECUTABLES):
-        pytest.skip(chromium.MISSING)
+    preview.preflight()  # `make setup` builds the page and the README's command installs Chromium
     old, new = (copy.deepcopy(side) for side in _changed())
     for side in (old, new):
         side["time"]["from"] = "now-90m"  # the shortest window that shows every fault: a quicker cluster

@@ -164,3 +164,20 @@ def test_preview_panel_draws_that_panel_alone_from_each_dashboard_that_has_it():
     assert list(preview._drawings(dashboards, None)) == ["a.png", "b.png"]
     with pytest.raises(preview.UserError, match="no panel titled 'Down' in a, b; check the title"):
         preview._drawings(dashboards, "Down")
+
+
+def test_rows_opened_puts_a_collapsed_rows_panels_under_it_and_moves_the_rest_down():
+    def at(y, h=4, **keywords):
+        return {"gridPos": {"x": 0, "y": y, "w": 12, "h": h}, **keywords}
+
+    inner = [at(40, type="stat", id=3), at(44, h=6, type="table", id=4)]  # where they were when the row was open
+    dashboard = {
+        "panels": [
+            at(0, type="stat", id=1),
+            at(4, h=1, type="row", id=2, collapsed=True, panels=inner),
+            at(5, h=1, type="row", id=5, collapsed=False, panels=[]),
+        ]
+    }
+    opened = preview.rows_opened(dashboard)["panels"]
+    assert [(p["id"], p["gridPos"]["y"]) for p in opened] == [(1, 0), (2, 4), (3, 5), (4, 9), (5, 15)]
+    assert opened[1]["collapsed"] is False and opened[1]["panels"] == []

@@ -88,7 +88,7 @@ class Browser:
 
     def screenshot(self, url: str, width: int, ready: str, png: Path) -> Any:
         """Open `url` in a page `width` CSS pixels wide, wait for the promise `ready` names (it resolves to a
-        JSON value with the page's `height`), write a PNG of the whole page and return that value."""
+        JSON value with the `height` and `width` the page drew), write a PNG of that much and return the value."""
         target = self.call("Target.createTarget", {"url": "about:blank"})["targetId"]
         session = self.call("Target.attachToTarget", {"targetId": target, "flatten": True})["sessionId"]
         metrics = {"width": width, "height": 1000, "deviceScaleFactor": 1, "mobile": False}
@@ -102,7 +102,8 @@ class Browser:
         if "exceptionDetails" in answer:
             raise self._failure(f"the page failed: {answer['exceptionDetails'].get('text')}")
         value = answer["result"]["value"]
-        clip = {"x": 0, "y": 0, "width": width, "height": value["height"], "scale": 1}
+        # Cropped to what the page drew: a panel drawn alone is a picture of that panel.
+        clip = {"x": 0, "y": 0, "width": min(width, value["width"]), "height": value["height"], "scale": 1}
         shot = self.call(
             "Page.captureScreenshot", {"format": "png", "captureBeyondViewport": True, "clip": clip}, session
         )

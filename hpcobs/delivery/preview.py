@@ -30,7 +30,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from hpcobs.delivery import chromium, preview_digests, prometheus_api
+from hpcobs.delivery import chromium, preview_checks, preview_digests, prometheus_api
 from hpcobs.errors import UserError
 from hpcobs.lang.lint import GRAFANA_VARIABLE
 from hpcobs.lang.promql import duration, duration_seconds
@@ -288,9 +288,29 @@ def panel_alone(dashboard: dict, title: str) -> dict:
     return {**dashboard, "panels": [{**found, "gridPos": {**found["gridPos"], "x": 0, "y": 0}}]}
 
 
+def rows_opened(dashboard: dict) -> dict:
+    """The dashboard as a user sees it after opening every collapsed row: a row's panels under it, in their order,
+    and what is below moved down by their height."""
+    panels: list[dict] = []
+    shift = 0
+    for panel in dashboard["panels"]:
+        moved = {**panel, "gridPos": {**panel["gridPos"], "y": panel["gridPos"]["y"] + shift}}
+        inner = panel.get("panels", []) if panel["type"] == "row" and panel.get("collapsed") else []
+        if not inner:
+            panels.append(moved)
+            continue
+        top = min(p["gridPos"]["y"] for p in inner)
+        first = moved["gridPos"]["y"] + 1
+        panels.append({**moved, "collapsed": False, "panels": []})
+        panels += [{**p, "gridPos": {**p["gridPos"], "y": first + p["gridPos"]["y"] - top}} for p in inner]
+        shift += max(p["gridPos"]["y"] + p["gridPos"]["h"] for p in inner) - top
+    return {**dashboard, "panels": panels}
+
+
 @dataclass(frozen=True)
 class Rendered:
     report: dict  # per panel: state (drawn, nodata, placeholder, error), message, text; the page's errors
+    problems: list[str]  # what a drawn panel lost of its JSON (preview_checks), "title: problem"
     query_seconds: float
     render_seconds: float
 
@@ -329,7 +349,15 @@ def render(dashboard: dict, prometheus_url: str, png: Path, scrape: int, window:
         (folder / "dist").symlink_to(PAGE)
         with _served(folder) as url, chromium.Browser(folder / "chromium.log") as browser:
             report = browser.screenshot(f"{url}/index.html", PAGE_WIDTH, "window.previewReport", png)
-    return Rendered(report, queried - began, time.monotonic() - queried)
+    by_id = {str(p["id"]): p for p in dashboard["panels"]}
+    problems = [
+        f"{shown['title']}: {problem}"
+        for shown in report["panels"]
+        for problem in preview_checks.problems(
+            by_id[str(shown["id"])], panels[str(shown["id"])], shown, report["palette"]
+        )
+    ]
+    return Rendered(report, problems, queried - began, time.monotonic() - queried)
 
 
 @contextmanager
@@ -367,6 +395,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="only the panel with this title, drawn alone at its own size, to <uid>-panel<id>.png (in every "
         "dashboard chosen that has it)",
     )
+    parser.add_argument(
+        "--open-rows",
+        action="store_true",
+        help="draw every collapsed row opened, so that every panel is queried and drawn (default: as the dashboard "
+        "opens)",
+    )
     parser.add_argument("--images", required=True, metavar="DIR", help="where the PNGs go, one per dashboard")
     parser.add_argument("--range", metavar="DURATION", help="the range ending now (default: the dashboard's own)")
 
@@ -389,7 +423,10 @@ def run(args: argparse.Namespace, simulated: Simulated) -> int:
     preflight()
     images = Path(args.images)
     images.mkdir(parents=True, exist_ok=True)
-    dashboards = _drawings({path: json.loads(path.read_text(encoding="utf-8")) for path in chosen}, args.panel)
+    loaded = {path: json.loads(path.read_text(encoding="utf-8")) for path in chosen}
+    if args.open_rows:
+        loaded = {path: rows_opened(dashboard) for path, dashboard in loaded.items()}
+    dashboards = _drawings(loaded, args.panel)
     longest = max(_range_seconds(args.range, dashboard) for dashboard in dashboards.values())
     with _prometheus(args.prometheus, simulated, config, longest) as url:
         now = time.time()  # the simulated cluster's window ends at its start, now
@@ -397,7 +434,7 @@ def run(args: argparse.Namespace, simulated: Simulated) -> int:
             _drawn(images / name, dashboard, url, config, _window(args.range, dashboard, now))
             for name, dashboard in dashboards.items()
         )
-    if not args.panel:  # a digest stands for a whole dashboard's picture
+    if not args.panel and not args.open_rows:  # a digest stands for a dashboard's picture as it opens
         preview_digests.record(images, chosen)
     return 1 if failed else 0
 
@@ -455,4 +492,6 @@ def _drawn(png: Path, dashboard: dict, url: str, config: config_module.Config, w
             print(f"  {panel['state']:11} {panel['title']} ({panel['type']}): {panel['message'][:160]}")
     for error in errors:
         print(f"  page error: {error[:200]}")
-    return states["error"] + len(errors)
+    for problem in rendered.problems:
+        print(f"  lost: {problem[:300]}")
+    return states["error"] + len(errors) + len(rendered.problems)

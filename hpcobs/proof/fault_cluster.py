@@ -4,8 +4,9 @@ records into a loopback Prometheus (the live tests' harness, hpcobs.proof.server
 Each dashboard has a fault to show: the GPU cluster a double-bit ECC error, a thermal slowdown, NVLink errors and a
 GPU fallen off the bus; network and storage an InfiniBand port down, a marginal link, a bad cable and a Lustre OST
 filling; security a crypto miner, an unexpected outbound connection and foreign checkpoint reads (Falco and
-Tetragon); training a straggler; Slurm a job whose GPUs have idled for an hour. They fall in the last 75 minutes, so
-any window of 90 minutes or more shows all of them. No Alertmanager, no live scraping: a preview reads the past.
+Tetragon); training a straggler; Slurm a job whose GPUs have idled for an hour, a node down and another drained.
+They fall in the last 75 minutes, so any window of 90 minutes or more shows all of them. No Alertmanager, no live
+scraping: a preview reads the past.
 """
 
 from __future__ import annotations
@@ -22,12 +23,14 @@ from hpcobs.proof import demo, servers, workload
 from hpcobs.proof.simulate import Simulation, write
 from hpcobs.settings.config import Config
 
-NODES = 4
+NODES = 5  # two on the hero job, two batch nodes (one goes down, one is drained), one shared
 # name -> (start counted back from the window's end, its other parameters). Most last to the end (a scenario's own
 # duration is often shorter), so the tables of what is wrong now list them; the OST fills to 98% over its duration.
 # Xid 79 takes a GPU of the shared node: on the hero job it would stop a rank, and a hung job has no straggler.
+# The down node stops its exporters: it hosts no other fault.
 FAULTS = {
     "idle_gpus": ("75m", "duration=inf"),  # listed as idle after a whole hour at 0% (node:gpus_allocated_idle_by_job)
+    "slurm_nodes_down": ("60m", "duration=inf"),
     "straggler": ("50m", "duration=inf"),
     "fs_filling": ("45m", "duration=40m"),
     "thermal": ("45m", "duration=30m"),
@@ -39,7 +42,7 @@ FAULTS = {
     "crypto_miner": ("20m", "duration=inf"),
     "checkpoint_foreign_read": ("15m", "duration=inf"),
     "dbe": ("10m", "duration=inf"),
-    "xid79": ("5m", "node=gpu004:gpu=7"),
+    "xid79": ("5m", "node=gpu005:gpu=7"),
 }
 MIN_WINDOW = "90m"  # the earliest fault's start, and a quarter of an hour of calm before it
 

@@ -69,7 +69,7 @@ window.previewReport = new Promise((resolve) => {
   createRoot(document.getElementById('root')!).render(
     <ThemeContext.Provider value={theme}>
       <GlobalStyles />
-      <Dashboard input={input} onDrawn={() => void report().then(resolve)} />
+      <Dashboard input={input} onDrawn={() => void report(theme).then(resolve)} />
     </ThemeContext.Provider>
   );
 });

@@ -5,6 +5,7 @@ import { PanelChrome } from '@grafana/ui';
 import React from 'react';
 
 import { panelFieldConfig, panelOptions } from './defaults';
+import { recordFields } from './drawn';
 import { loaded, withFieldConfig } from './fieldConfig';
 import { Box } from './grid';
 import { PanelInput } from './input';
@@ -74,11 +75,12 @@ function Body(props: Props & { width: number; height: number }) {
     theme,
     replaceVariables
   );
+  recordFields(panel.id, frames);
   if (!hasValues(frames)) {
     return <Message kind="nodata" text={fieldConfig.defaults.noValue ?? 'No data'} />;
   }
   const options = panelOptions(panel);
-  return draw({ frames, options, fieldConfig, width, height, theme, timeRange, replaceVariables });
+  return draw({ panelId: panel.id, frames, options, fieldConfig, width, height, theme, timeRange, replaceVariables });
 }
 
 export function Panel(props: Props) {

@@ -1,6 +1,13 @@
-// What the page shows, read from its DOM once drawn: per panel its state and text, the page's height for the
-// screenshot, and every uncaught error or console error (React reports render failures there).
+// What the page shows, read from its DOM once drawn: per panel its state and text, the legend, table headers and
+// cells with their colours, what it drew (drawn.ts); the page's height and width for the screenshot, and every
+// uncaught error or console error (React reports render failures there). Colours are given as the browser computes
+// them (rgb(...)), so that a threshold's colour name, a display colour and a cell's style compare as equal strings.
+import { GrafanaTheme2 } from '@grafana/data';
+
+import { Drawn, drawn } from './drawn';
+
 const SETTLE_MS = 300; // icons arrive by fetch after the first paint
+const TABLE_ROWS = 30;
 
 const errors: string[] = [];
 
@@ -24,7 +31,51 @@ function state(panel: Element): { state: string; message?: string } {
   return { state: 'drawn' };
 }
 
-export async function report() {
+// Any CSS colour as the browser computes it.
+function computed(colour: string): string {
+  const probe = document.createElement('span');
+  probe.style.color = colour;
+  document.body.appendChild(probe);
+  const rgb = getComputedStyle(probe).color;
+  probe.remove();
+  return rgb;
+}
+
+function texts(panel: Element, selector: string): string[] {
+  return [...panel.querySelectorAll(selector)].map((element) => (element.textContent ?? '').trim());
+}
+
+function tableRows(panel: Element) {
+  const rows = [...panel.querySelectorAll('[role="row"]')].filter((row) => row.querySelector('[role="cell"]'));
+  return rows.slice(0, TABLE_ROWS).map((row) =>
+    [...row.querySelectorAll('[role="cell"]')].map((cell) => {
+      const style = getComputedStyle(cell);
+      return { text: (cell.textContent ?? '').trim(), color: style.color, background: style.backgroundColor };
+    })
+  );
+}
+
+// Display colours in the browser's terms, and every threshold colour name the panels use with its colour.
+function inBrowserColours(shown: Drawn | undefined): Drawn | undefined {
+  return (
+    shown && {
+      fields: shown.fields.map((field) => ({
+        ...field,
+        shown: field.shown?.map((cell) => ({ ...cell, color: computed(cell.color) })),
+      })),
+      values: shown.values?.map((value) => ({ ...value, color: computed(value.color) })),
+    }
+  );
+}
+
+function palette(theme: GrafanaTheme2): Record<string, string> {
+  const names = Object.values(drawn).flatMap((shown) =>
+    shown.fields.flatMap((field) => (field.thresholds ?? []).map((step) => step.color))
+  );
+  return Object.fromEntries(names.map((name) => [name, computed(theme.visualization.getColorByName(name))]));
+}
+
+export async function report(theme: GrafanaTheme2) {
   await document.fonts.ready;
   await new Promise((resolve) => setTimeout(resolve, SETTLE_MS));
   const panels = [...document.querySelectorAll<HTMLElement>('[data-preview-panel]')].map((panel) => ({
@@ -33,11 +84,15 @@ export async function report() {
     type: panel.dataset.type,
     ...state(panel),
     text: panel.innerText.slice(0, 400),
+    legend: texts(panel, '[data-testid^="data-testid VizLegend series"]'),
+    headers: texts(panel, '[role="columnheader"]'),
+    rows: tableRows(panel),
+    drawn: inBrowserColours(drawn[panel.dataset.previewPanel!]),
   }));
-  const bottom = Math.max(
-    ...[...document.querySelectorAll('[data-preview-panel], [data-preview-row]')].map(
-      (element) => element.getBoundingClientRect().bottom + window.scrollY
-    )
+  const boxes = [...document.querySelectorAll('[data-preview-panel], [data-preview-row]')].map((element) =>
+    element.getBoundingClientRect()
   );
-  return { panels, height: Math.ceil(bottom) + 16, errors };
+  const bottom = Math.max(...boxes.map((box) => box.bottom + window.scrollY));
+  const right = Math.max(...boxes.map((box) => box.right + window.scrollX));
+  return { panels, palette: palette(theme), height: Math.ceil(bottom) + 16, width: Math.ceil(right) + 16, errors };
 }

@@ -14,7 +14,10 @@ import {
 import { BarGauge, BigValue, Table, TimeSeries, VizRepeater } from '@grafana/ui';
 import React from 'react';
 
+import { recordValues } from './drawn';
+
 export interface VizProps {
+  panelId: number;
   frames: DataFrame[];
   options: any;
   fieldConfig: any;
@@ -41,7 +44,7 @@ function TimeSeriesViz({ frames, options, width, height, timeRange }: VizProps) 
 
 // Stat and bar gauge repeat one drawing per value the reduce options give, as Grafana's panels do.
 function repeated(
-  { frames, options, fieldConfig, width, height, theme, replaceVariables }: VizProps,
+  { panelId, frames, options, fieldConfig, width, height, theme, replaceVariables }: VizProps,
   draw: (value: FieldDisplay, width: number, height: number, alignment: any, count: number) => React.JSX.Element,
   sparkline = false
 ) {
@@ -54,6 +57,7 @@ function repeated(
     sparkline,
     timeZone: 'utc',
   });
+  recordValues(panelId, values);
   return (
     <VizRepeater
       source={frames}
