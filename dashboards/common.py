@@ -1,11 +1,40 @@
-"""What the dashboards share: titles, cross links, common variables and query pieces (uids: hpcobs.settings.names)."""
+"""What the dashboards share: titles, cross links, common variables and query pieces (uids: hpcobs.settings.names),
+and one vocabulary of colours and words: the same value has the same colour and name on every dashboard."""
+
+from typing import Any
 
 from hpcobs.authoring.context import Context
-from hpcobs.authoring.dashboard import Link, Variable, dashboard_url
+from hpcobs.authoring.dashboard import (
+    Column,
+    Link,
+    Mappings,
+    Panel,
+    Thresholds,
+    Variable,
+    dashboard_url,
+    scaled,
+    table,
+)
 from hpcobs.authoring.logs import NODE as NODE_LOGS
 from hpcobs.authoring.logs import LogStreams
 from hpcobs.lang import promql
+from hpcobs.settings import declare
 from hpcobs.settings.names import DashboardUid
+
+THRESHOLDS = (
+    declare.ratio(
+        "dashboard_utilization_poor",
+        0.15,
+        "GPU utilisation below which a GPU, node, job or account is drawn red on every dashboard (Princeton "
+        "jobstats flags jobs under 15%). Presentation only: no alert reads it (GpuAllocatedIdle reads zero).",
+    ),
+    declare.ratio(
+        "dashboard_utilization_good",
+        0.5,
+        "GPU utilisation from which a GPU, node, job or account is drawn green on every dashboard; between the "
+        "poor and the good level it is orange. Presentation only.",
+    ),
+)
 
 TITLES = {
     DashboardUid.GPU_CLUSTER: "GPU cluster",
@@ -108,6 +137,30 @@ def alerts(ctx: Context, *prefixes: str) -> str:
     return f'alertname=~"({"|".join(prefixes)}).*", {label}=~"${label}|"'
 
 
+SEVERITY: Mappings = (("critical", "critical", "red"), ("warning", "warning", "orange"), ("info", "info", "blue"))
+
+
+def firing_alerts(
+    ctx: Context, *prefixes: str, labels: tuple[str, ...] = ("node", "gpu", "hpc_job", "user"), **options: Any
+) -> Panel:
+    """The first panel of a dashboard: its domain's alerts firing now, with where (node, GPU...) and who (job and
+    the job's user, joined from the job-info record), each node and job a link to its own view."""
+    firing = f'ALERTS{{alertstate="firing", {alerts(ctx, *prefixes)}}}'
+    users = f"group by ({ctx.cluster}, hpc_job, user) (job:slurm_job_info:max{{{in_cluster(ctx)}}})"
+    # Alerts with a job gain its user; `or ignoring (user)` adds the others (a metric name never takes part).
+    expr = f"{firing} * on ({ctx.cluster}, hpc_job) group_left (user) {users} or ignoring (user) {firing}"
+    return table(
+        "Firing alerts",
+        [Column(expr, "State", mappings=((1, "firing", "red"),), cell="color-text")],
+        labels=["alertname", "severity", *labels],
+        label_links={"node": node_link(ctx), "hpc_job": training_link(ctx)},
+        label_words={"severity": SEVERITY},
+        description="Alerts of this dashboard's domain firing now (Prometheus' ALERTS series): what, how bad, "
+        "where and whose job; click a node or a job for its own view.",
+        **{"width": 24, "height": 6, **options},
+    )
+
+
 def training_link(ctx: Context, job_field: str = "hpc_job") -> Link:
     """A table cell link to the training dashboard for the job in the row."""
     label = ctx.cluster
@@ -116,8 +169,75 @@ def training_link(ctx: Context, job_field: str = "hpc_job") -> Link:
     return Link(f"Training dashboard for job {job}", url)
 
 
-def node_link(ctx: Context, uid: DashboardUid = DashboardUid.GPU_CLUSTER, what: str = "GPUs") -> Link:
-    """A table cell link to a dashboard's node drill-down (GPUs by default) for the node in the row."""
+def node_link(ctx: Context, uid: DashboardUid = DashboardUid.NODE, what: str = "Node dashboard") -> Link:
+    """A table cell link to a node's view (the node dashboard by default) for the node in the row."""
     label = ctx.cluster
     url = dashboard_url(uid, **{label: f"${label}", "node": "${__data.fields.node}"})
     return Link(f"{what} of node ${{__data.fields.node}}", url)
+
+
+# --------------------------------------------------------------------------------------------- vocabulary
+# Green is fine, orange needs a look, red needs action; blue is information. Counts of problems are orange from one
+# (ANY) or red from one (BAD) depending on whether one alone needs action.
+ANY: Thresholds = ((None, "green"), (1, "orange"))
+BAD: Thresholds = ((None, "green"), (1, "red"))
+
+
+def utilization(ctx: Context, unit: str = "percentunit") -> Thresholds:
+    """Red below the poor level, orange below the good one, green above, drawn in `unit`."""
+    poor, good = ctx.thresholds.dashboard_utilization_poor, ctx.thresholds.dashboard_utilization_good
+    return scaled(((None, "red"), (poor, "orange"), (good, "green")), unit)
+
+
+def temperature(ctx: Context) -> Thresholds:
+    """Red from the temperature GpuTemperatureHigh warns at."""
+    return ((None, "green"), (ctx.thresholds.gpu_temperature_celsius, "red"))
+
+
+# InfiniBand port state and physical state as node_exporter's infiniband collector reports them (the kernel's
+# /sys/class/infiniband/*/ports/*/state and phys_state numbers; docs/exporters.md).
+IB_PORT_STATE: Mappings = (
+    (1, "DOWN", "red"),
+    (2, "INIT", "orange"),
+    (3, "ARMED", "orange"),
+    (4, "ACTIVE", "green"),
+    (5, "ACTIVE_DEFER", "orange"),
+)
+IB_PHYSICAL_STATE: Mappings = (
+    (1, "Sleep", "red"),
+    (2, "Polling", "red"),
+    (3, "Disabled", "red"),
+    (4, "Training", "orange"),
+    (5, "LinkUp", "green"),
+    (6, "LinkErrorRecovery", "orange"),
+    (7, "PhyTest", "orange"),
+)
+# Falco's priority numbers (falcosecurity/falco: 0 Emergency .. 7 Debug), as its metrics and our records carry them.
+FALCO_PRIORITY: Mappings = (
+    (0, "Emergency", "red"),
+    (1, "Alert", "red"),
+    (2, "Critical", "red"),
+    (3, "Error", "orange"),
+    (4, "Warning", "orange"),
+    (5, "Notice", "blue"),
+    (6, "Informational", "blue"),
+    (7, "Debug", "blue"),
+)
+# Xid classes of the node:gpus_by_xid:count record (recording_rules/gpu_health.py) and Slurm node states.
+XID_CLASS: Mappings = (
+    ("fell_off_bus", "fell off the bus", "red"),
+    ("drain", "drain", "red"),
+    ("warning", "warning", "orange"),
+    ("application", "application", "blue"),
+    ("other", "other", "blue"),
+)
+SLURM_NODE_STATE: Mappings = (
+    ("down", "down", "red"),
+    ("drain", "drain", "orange"),
+    ("draining", "draining", "orange"),
+    ("fail", "fail", "red"),
+    ("maint", "maint", "blue"),
+    ("alloc", "alloc", "green"),
+    ("mixed", "mixed", "green"),
+    ("idle", "idle", "green"),
+)

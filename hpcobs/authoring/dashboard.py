@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import copy
 import dataclasses
+import itertools
 import json
 import re
 from collections.abc import Callable, Collection, Mapping, Sequence
@@ -75,15 +76,21 @@ class Query:
     instant: bool = False
 
 
+# A value shown as a word: (value, text, colour), e.g. an InfiniBand port state 4 drawn "ACTIVE" in green.
+Mappings = tuple[tuple[float | str, str, str], ...]
+
+
 @dataclass(frozen=True)
 class Column:
-    """A value column of a table: one instant query, its header (a table has one unit, so the header names the
-    column's unit) and colours."""
+    """A value column of a table: one instant query, its header, unit and colours, its values' words, and links
+    from its cells (e.g. the node dashboard from a node column; `${__data.fields.<label>}` names the row's value)."""
 
     expr: str
     name: str
     thresholds: Thresholds = ()
     cell: str = "auto"  # auto | color-text | color-background
+    unit: str = ""  # the table's own unit when empty
+    mappings: Mappings = ()
 
 
 @dataclass(frozen=True)
@@ -116,6 +123,7 @@ class FieldOptions(TypedDict, total=False):
     links: tuple[Link, ...]
     time_from: str  # panel-relative time, e.g. "now/d" (today so far)
     shows: tuple[str, ...]
+    mappings: Mappings
 
 
 def drawn(limit: float, unit: str) -> float:
@@ -127,6 +135,14 @@ def drawn(limit: float, unit: str) -> float:
 def scaled(steps: Thresholds, unit: str) -> Thresholds:
     """Colour steps written in the config's units, drawn in `unit`."""
     return tuple((None if value is None else drawn(value, unit), color) for value, color in steps)
+
+
+def _mappings(mappings: Mappings) -> list[grafana.ValueMap]:
+    results = {
+        str(value): grafana.ValueMappingResult(text=text, color=colour, index=index)
+        for index, (value, text, colour) in enumerate(mappings)
+    }
+    return [grafana.ValueMap(options=results)] if results else []
 
 
 def _thresholds(steps: Thresholds) -> dashboard_builders.ThresholdsConfig:
@@ -195,6 +211,8 @@ def _with_fields(builder: _Built, unit: str, color: grafana.FieldColorModeId, op
         builder = builder.max(options["max"])
     if options.get("links"):
         builder = builder.data_links([_data_link(link) for link in options["links"]])
+    if options.get("mappings"):
+        builder = builder.mappings(_mappings(options["mappings"]))
     if "time_from" in options:
         builder = builder.time_from(options["time_from"])
     return builder
@@ -351,6 +369,10 @@ def _column_override(field_names: list[str], column: Column) -> tuple[grafana.Ma
                 id_val="color", value=grafana.FieldColor(mode=grafana.FieldColorModeId.THRESHOLDS)
             ),
         ]
+    if column.unit:
+        properties.append(grafana.DynamicConfigValue(id_val="unit", value=column.unit))
+    if column.mappings:
+        properties.append(grafana.DynamicConfigValue(id_val="mappings", value=_mappings(column.mappings)))
     if column.cell == "color-text":
         properties.append(
             grafana.DynamicConfigValue(id_val="custom.cellOptions", value=models.TableColorTextCellOptions())
@@ -385,9 +407,13 @@ def table(
     description: str,
     width: int = 24,
     height: int = 10,
+    label_links: Mapping[str, Link] = {},
+    label_words: Mapping[str, Mappings] = {},
     **options: Unpack[FieldOptions],
 ) -> Panel:
-    """Instant queries merged on their labels: the label columns, then one column per query, sorted on the first."""
+    """Instant queries merged on their labels: the label columns, then one column per query, sorted on the first.
+    `label_links` makes a label column's cells links (the node column to the node dashboard, the job to its view);
+    `label_words` names and colours a label column's values (a severity, a Slurm state)."""
     # One query: Grafana names its value field "Value", not "Value #A".
     raw = ["Value"] if len(columns) == 1 else [f"Value #{chr(ord('A') + index)}" for index in range(len(columns))]
     builder = (
@@ -402,6 +428,19 @@ def table(
         matcher, properties = _column_override([field, column.name], column)
         if properties:
             builder = builder.with_override(matcher, properties)
+    for label in sorted({*label_links, *label_words}):
+        properties = []
+        if label in label_links:
+            properties.append(
+                grafana.DynamicConfigValue(id_val="links", value=[_data_link(label_links[label]).build()])
+            )
+        if label in label_words:
+            properties += [
+                grafana.DynamicConfigValue(id_val="mappings", value=_mappings(label_words[label])),
+                grafana.DynamicConfigValue(id_val="custom.cellOptions", value=models.TableColorTextCellOptions()),
+            ]
+        matcher = grafana.MatcherConfig(id_val="byNames", options={"mode": "include", "names": [label]})
+        builder = builder.with_override(matcher, properties)
     builder = _with_fields(builder, "none", grafana.FieldColorModeId.THRESHOLDS, options)
     return Panel(builder, options.get("shows", ()))
 
@@ -463,8 +502,11 @@ def explore_url(datasource_uid: str, datasource_type: str, query: str, query_typ
 
 @dataclass(frozen=True)
 class Row:
+    """A row of panels; a collapsed one holds its panels closed, not queried until a viewer opens it."""
+
     title: str
     panels: list[Panel]
+    collapsed: bool = False
 
 
 @dataclass(frozen=True)
@@ -592,26 +634,33 @@ def _referred_to(spec: DashboardSpec) -> tuple[Variable, ...]:
 
 def _layout(rows: tuple[Row, ...]) -> list[grafana.Panel | grafana.RowPanel]:
     """Each row's header, then its panels packed left to right, wrapping before one would cross the grid's edge
-    (the SDK's own packing only wraps after); ids in order. Panels are copies: a spec can be built again."""
+    (the SDK's own packing only wraps after); ids in order. A collapsed row holds its panels at the places they
+    take when it is opened, and the next row follows its header. Panels are copies: a spec can be built again."""
     out: list[grafana.Panel | grafana.RowPanel] = []
+    ids = itertools.count(1)
     y = 0
     for row in rows:
-        out.append(
-            grafana.RowPanel(title=row.title, id_val=len(out) + 1, grid_pos=grafana.GridPos(h=1, w=GRID_WIDTH, y=y))
-        )
-        y += 1
+        header = grafana.RowPanel(title=row.title, id_val=next(ids), grid_pos=grafana.GridPos(h=1, w=GRID_WIDTH, y=y))
+        top, y = y, y + 1
+        inside: list[grafana.Panel] = []
         x, line_height = 0, 0
         for panel in row.panels:
             model = copy.deepcopy(panel.builder.build())
             size = model.grid_pos or grafana.GridPos()
             if x + size.w > GRID_WIDTH:
                 x, y, line_height = 0, y + line_height, 0
-            model.id_val = len(out) + 1
+            model.id_val = next(ids)
             model.grid_pos = grafana.GridPos(h=size.h, w=size.w, x=x, y=y)
-            out.append(model)
+            inside.append(model)
             x += size.w
             line_height = max(line_height, size.h)
         y += line_height
+        if row.collapsed:
+            header.collapsed, header.panels = True, inside
+            out.append(header)
+            y = top + 1
+        else:
+            out += [header, *inside]
     return out
 
 
@@ -726,6 +775,7 @@ def build(spec: DashboardSpec, datasources: Mapping[str, Provisioned]) -> dict:
         .time(spec.time_from, "now")
         .refresh(spec.refresh)
         .timezone("browser")
+        .tooltip(grafana.DashboardCursorSync.CROSSHAIR)
         .editable()
         .variables(_variables(spec, uses_loki, datasources))
         .annotations(_annotations(spec))

@@ -60,10 +60,12 @@ Check = Callable[[Drawn], Iterator[str]]
 
 
 def overrides_match_a_field(drawn: Drawn) -> Iterator[str]:
+    """An override that draws (unit, colours, words) must find its field; one that only links a label column's
+    cells may find none (a table shows a label only where some series has it)."""
     names = {field["name"] for field in drawn.fields}
     for override in drawn.panel["fieldConfig"]["overrides"]:
         named = _names(override)
-        if not names.intersection(named):
+        if {p["id"] for p in override["properties"]} != {"links"} and not names.intersection(named):
             lost = ", ".join(p["id"] for p in override["properties"])
             drawn_names = ", ".join(sorted(names))
             yield f"the override for {' / '.join(named)} matches no field (drawn: {drawn_names}): {lost} lost"

@@ -17,6 +17,7 @@ class DashboardUid(StrEnum):
     TRAINING = "hpcobs-training"
     SECURITY = "hpcobs-security"
     SLURM_JOBS = "hpcobs-slurm-jobs"
+    NODE = "hpcobs-node"
 
 
 class Team(StrEnum):

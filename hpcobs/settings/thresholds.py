@@ -110,6 +110,9 @@ class Thresholds:
     training_nccl_slow_for: Duration
     training_throughput_drop_ratio: float  # a ratio above 0 and at most 1, such as 0.8
     training_throughput_drop_for: Duration
+    # dashboards/common.py
+    dashboard_utilization_poor: float  # a ratio between 0 and 1 such as 0.1
+    dashboard_utilization_good: float  # a ratio between 0 and 1 such as 0.1
     # recording_rules/slurm.py
     slurm_gres_mig_types: Regex
     # security/names.py
