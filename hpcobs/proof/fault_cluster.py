@@ -74,7 +74,9 @@ def serving(config: Config, window_seconds: int) -> Iterator[str]:
         try:
             prometheus.load_openmetrics(history)  # before the start: no restart
             prometheus.start()
-            layers = workload.recording_layer_files(demo.rule_groups(config), Path(scratch))
+            groups = demo.rule_groups(config)
+            layers = workload.recording_layer_files(groups, Path(scratch))
+            layers.append(workload.firing_as_recorded(groups, Path(scratch)))  # the firing-alerts panels read
             last = sim.window.time(sim.window.steps - 1)
             prometheus.replay_rules(layers, sim.window.start, last, step)
             yield prometheus.url

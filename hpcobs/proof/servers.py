@@ -432,10 +432,14 @@ class Prometheus(Server):
                     with open(openmetrics, "w", encoding="utf-8") as out:
                         exprs = [rule["expr"] for rule in rules]
                         found = pool.map(self.query_range, exprs, repeat(first), repeat(last), repeat(step))
+                        # OpenMetrics wants each family once: rules recording one name (ALERTS) are written together.
+                        families: dict[str, list[str]] = {}
                         for rule, result in zip(rules, found, strict=True):
-                            out.write(f"# TYPE {rule['record']} gauge\n")
-                            for series in result:
-                                out.write(_recorded_series(rule, series, stamps))
+                            lines = families.setdefault(rule["record"], [])
+                            lines += (_recorded_series(rule, series, stamps) for series in result)
+                        for name, lines in families.items():
+                            out.write(f"# TYPE {name} gauge\n")
+                            out.writelines(lines)
                         out.write("# EOF\n")
                     loader.submit(_create_blocks, openmetrics, Path(output))
                 loader.wait()

@@ -27,7 +27,7 @@ from typing import Protocol
 import promql_parser
 
 from hpcobs.authoring.context import raw_matcher
-from hpcobs.authoring.rules import Group, Record, layers
+from hpcobs.authoring.rules import Alert, Group, Record, layers
 from hpcobs.exporters.sources import Sources
 from hpcobs.lang import escape, lint
 from hpcobs.lang.lint import GRAFANA_VARIABLE
@@ -101,6 +101,35 @@ def recording_layer_files(groups: Sequence[Group], folder: Path) -> list[list[Pa
             path.write_text(yaml_text({"groups": recording}))
             files.append([path])
     return files
+
+
+def firing_as_recorded(groups: Sequence[Group], folder: Path) -> list[Path]:
+    """A rule file that records each alert's condition as Prometheus' ALERTS series (alertname, alertstate
+    "firing", the alert's labels, value 1), to load after every recording layer: a backfill (promtool, vmalert
+    replay) records, it does not alert, and the dashboards' firing-alerts panels read ALERTS. Ignores `for` and
+    `keep_firing_for`: a condition shows as firing from its first evaluation (pending alerts included)."""
+    recorded = [
+        {
+            "name": f"{group.name}-as-ALERTS",
+            "interval": group.interval,
+            "rules": [
+                {
+                    "record": "ALERTS",
+                    "expr": f"({alert.expr}) * 0 + 1",  # ALERTS is 1, and the condition's metric name goes
+                    "labels": {"alertname": alert.alert, "alertstate": "firing", **alert.all_labels()},
+                }
+                for alert in group.rules
+                if isinstance(alert, Alert)
+            ],
+        }
+        for group in groups
+        if any(isinstance(rule, Alert) for rule in group.rules)
+    ]
+    if not recorded:
+        return []
+    path = folder / "alerts-as-series.rules.yaml"
+    path.write_text(yaml_text({"groups": recorded}))
+    return [path]
 
 
 class Expander:
