@@ -11,6 +11,7 @@ import jsonschema
 import pytest
 import yaml
 
+from hpcobs.authoring.dashboard import every_panel
 from hpcobs.errors import UserError
 from hpcobs.exporters import catalogue, releases
 from hpcobs.exporters.sources import PROFILES, Sources
@@ -37,7 +38,7 @@ def expressions(generated):
                     yield path, rule["expr"]
         elif path.startswith("grafana/dashboards/"):
             dashboard = json.loads(text)
-            for panel in dashboard["panels"]:
+            for panel in every_panel(dashboard):
                 for target in panel.get("targets", []):
                     if target["datasource"]["type"] == "prometheus":  # Loki's are LogQL
                         yield path, target["expr"]

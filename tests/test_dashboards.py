@@ -7,6 +7,7 @@ import pytest
 import yaml
 
 from hpcobs.authoring import dashboard as engine
+from hpcobs.authoring.dashboard import every_panel
 from hpcobs.build import tools, validate
 from hpcobs.lang import lint
 from hpcobs.settings.names import DashboardUid
@@ -39,7 +40,7 @@ def recorded(generated):
 
 
 def panels(dashboard):
-    return [p for p in dashboard["panels"] if p["type"] != "row"]
+    return every_panel(dashboard)
 
 
 def variable_names(text):

@@ -19,7 +19,7 @@ import pytest
 import yaml
 
 from hpcobs import alerts, cli, dashboards
-from hpcobs.authoring.dashboard import stat
+from hpcobs.authoring.dashboard import every_panel, stat
 from hpcobs.build import outdir, pipeline
 from hpcobs.delivery import semantic_diff
 from hpcobs.delivery.semantic_diff import Side, compare_dashboards, queries
@@ -267,7 +267,7 @@ def test_a_pure_reformat_shows_no_change(generated, capsys, tmp_path):
     for path, text in generated.items():
         if path.startswith(f"{DASHBOARDS_DIR}/"):
             dashboard = json.loads(text)
-            for panel in dashboard["panels"]:
+            for panel in every_panel(dashboard):
                 for target in panel.get("targets", []):
                     if target["datasource"]["type"] == "prometheus":
                         rewrite(target, "expr", respaced(target["expr"]))

@@ -784,7 +784,7 @@ def build(spec: DashboardSpec, datasources: Mapping[str, Provisioned]) -> dict:
     )
     dashboard.panels = panels
     data: dict = json.loads(json.dumps(dashboard, cls=JSONEncoder))
-    problems = [f"{spec.uid}: {line}" for panel in data["panels"] for line in panel_schema_errors(panel)]
+    problems = [f"{spec.uid}: {line}" for panel in every_panel(data) for line in panel_schema_errors(panel)]
     if problems:
         raise ValueError(
             f"dashboard panels invalid against the Grafana {GRAFANA_MINIMUM} panel schemas:\n" + "\n".join(problems)
@@ -792,13 +792,18 @@ def build(spec: DashboardSpec, datasources: Mapping[str, Provisioned]) -> dict:
     return data
 
 
+def every_panel(dashboard: dict) -> list[dict]:
+    """Every panel of a built dashboard but the row headers: those on the grid and those a collapsed row holds."""
+    inside = (panel for row in dashboard["panels"] if row["type"] == "row" for panel in row.get("panels", []))
+    return [panel for panel in (*dashboard["panels"], *inside) if panel["type"] != "row"]
+
+
 def panel_queries(dashboard: dict) -> list[tuple[str, str, str, str]]:
     """Every (dashboard uid, panel title, query expr, datasource kind) of a built dashboard; kind is
     "prometheus" or "loki". Expressions still hold Grafana variables ($cluster, $__range, ...)."""
     return [
         (dashboard["uid"], panel["title"], target["expr"], panel["datasource"]["type"])
-        for panel in dashboard["panels"]
-        if panel["type"] != "row"
+        for panel in every_panel(dashboard)
         for target in panel.get("targets", [])
     ]
 

@@ -30,6 +30,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from hpcobs.authoring.dashboard import every_panel
 from hpcobs.delivery import chromium, preview_checks, preview_digests, prometheus_api
 from hpcobs.errors import UserError
 from hpcobs.lang.lint import GRAFANA_VARIABLE
@@ -275,8 +276,7 @@ def dashboard_window(dashboard: dict, end: float) -> Window:
 
 def find_panel(dashboard: dict, title: str) -> dict | None:
     """The panel titled `title`, on the grid or inside a collapsed row."""
-    inner = (p for row in dashboard["panels"] if row["type"] == "row" for p in row.get("panels", []))
-    return next((p for p in (*dashboard["panels"], *inner) if p["type"] != "row" and p.get("title") == title), None)
+    return next((p for p in every_panel(dashboard) if p.get("title") == title), None)
 
 
 def panel_alone(dashboard: dict, title: str) -> dict:

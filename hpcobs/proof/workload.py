@@ -27,6 +27,7 @@ from typing import Protocol
 import promql_parser
 
 from hpcobs.authoring.context import raw_matcher
+from hpcobs.authoring.dashboard import every_panel
 from hpcobs.authoring.rules import Alert, Group, Record, layers
 from hpcobs.exporters.sources import Sources
 from hpcobs.lang import escape, lint
@@ -343,10 +344,7 @@ def targets(dashboard: dict) -> list[Target]:
         return "prometheus"
 
     out = []
-    panels = [*dashboard["panels"], *(p for row in dashboard["panels"] for p in row.get("panels", []))]
-    for panel in panels:
-        if panel["type"] == "row":
-            continue
+    for panel in every_panel(dashboard):
         for target in panel.get("targets", []):
             if kind(target.get("datasource", panel.get("datasource"))) != "prometheus" or not target.get("expr"):
                 continue
