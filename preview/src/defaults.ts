@@ -1,8 +1,10 @@
 // The defaults Grafana's panel plugins fill in before drawing. The plugins themselves are not in the Apache-2.0
 // libraries: options come from @grafana/schema's generated panel configs where it has them; the time series'
-// field defaults and its legend and tooltip are declared here, as Grafana 11.6's time series panel sets them.
+// field defaults and its legend and tooltip are declared here, as Grafana 11.6's time series panel sets them, and so
+// are the heatmap's colour mode and scale, which its generated config leaves out.
 import { defaultTableFieldOptions } from '@grafana/schema';
 import { defaultOptions as barGaugeOptions } from '@grafana/schema/dist/esm/raw/composable/bargauge/panelcfg/x/BarGaugePanelCfg_types.gen.js';
+import { defaultOptions as heatmapOptions } from '@grafana/schema/dist/esm/raw/composable/heatmap/panelcfg/x/HeatmapPanelCfg_types.gen.js';
 import { defaultOptions as statOptions } from '@grafana/schema/dist/esm/raw/composable/stat/panelcfg/x/StatPanelCfg_types.gen.js';
 import { defaultOptions as tableOptions } from '@grafana/schema/dist/esm/raw/composable/table/panelcfg/x/TablePanelCfg_types.gen.js';
 
@@ -16,6 +18,7 @@ const OPTIONS: Record<string, object> = {
   stat: { ...singleValue, ...statOptions },
   bargauge: { ...singleValue, ...barGaugeOptions },
   table: tableOptions,
+  heatmap: withDefaults(heatmapOptions, { color: { mode: 'scheme', scale: 'exponential' } }),
 };
 
 const CUSTOM: Record<string, object> = {

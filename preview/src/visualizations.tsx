@@ -1,7 +1,8 @@
 // One drawing per panel type, each with @grafana/ui's component for it and the options as the panel JSON sets them;
 // the frames have been through the panel's transformations and field config already (panel.tsx). Not here: the
 // gauge (11.6's Gauge draws with jQuery flot's gauge plugin, which Grafana's core loads, not the libraries; no
-// hpcobs panel is a gauge), and the panels no exported component draws (heatmap, logs, text).
+// hpcobs panel is a gauge), and the panels no exported component draws (logs, text). The heatmap has no exported
+// component either (Grafana's heatmap panel is core, AGPL): it is hpcobs's own drawing (heatmap.tsx).
 import {
   DataFrame,
   FieldDisplay,
@@ -15,6 +16,7 @@ import { BarGauge, BigValue, Table, TimeSeries, VizRepeater } from '@grafana/ui'
 import React from 'react';
 
 import { recordValues } from './drawn';
+import { HeatmapViz } from './heatmap';
 
 export interface VizProps {
   panelId: number;
@@ -150,4 +152,5 @@ export const VISUALIZATIONS: Record<string, (props: VizProps) => React.JSX.Eleme
   stat: StatViz,
   bargauge: BarGaugeViz,
   table: TableViz,
+  heatmap: HeatmapViz,
 };
