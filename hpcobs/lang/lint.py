@@ -175,3 +175,34 @@ def promql_text(expr: str) -> str | None:
         return "1m" if _BEFORE_DURATION.search(code, 0, variable.start()) else "1"
 
     return GRAFANA_VARIABLE.sub(value, expr)
+
+
+TOP_SETS = {"topk", "bottomk", "limitk"}
+
+
+def top_sets_per_step(expr: str) -> list[str]:
+    """The topk/bottomk/limitk of an expression that pick their set again at every evaluation: in a range query each
+    step keeps its own top 10, and the graph draws far more than 10 lines. A top set whose every selector is pinned
+    with `@` (`@ end()`: the top 10 of the whole range, once) is fixed."""
+    promql = promql_text(expr)
+    if promql is None:
+        return []
+    found: list[str] = []
+
+    def visit(node) -> None:
+        if isinstance(node, promql_parser.AggregateExpr) and str(node.op) in TOP_SETS:
+            selectors: list = []
+            promql_parser.walk(node.expr, lambda inner: selectors.append(inner) if _selector(inner) else None)
+            if not selectors or any(_at(selector) is None for selector in selectors):
+                found.append(node.prettify())
+
+    promql_parser.walk(_tree(promql), visit)
+    return found
+
+
+def _selector(node) -> bool:
+    return isinstance(node, promql_parser.VectorSelector | promql_parser.MatrixSelector)
+
+
+def _at(selector):
+    return (selector.vector_selector if isinstance(selector, promql_parser.MatrixSelector) else selector).at
