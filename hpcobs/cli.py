@@ -304,7 +304,14 @@ def preview_dashboards(args: argparse.Namespace) -> int:
     """`preview`, its default data the simulated fault cluster (imported only here: it brings the simulator)."""
     from hpcobs.proof import fault_cluster
 
-    return preview.run(args, fault_cluster.serving)
+    nodes = fault_cluster.NODES if args.nodes is None else args.nodes
+    if args.prometheus and args.nodes is not None:
+        raise UserError(
+            "preview: --nodes sizes the simulated cluster; with --prometheus nothing is simulated: drop one"
+        )
+    if nodes < fault_cluster.NODES:
+        raise UserError(f"preview: --nodes {nodes}: the fault cluster needs {fault_cluster.NODES} nodes or more")
+    return preview.run(args, lambda config, window: fault_cluster.serving(config, window, nodes))
 
 
 class _ProgressBar:

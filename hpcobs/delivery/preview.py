@@ -402,6 +402,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "opens)",
     )
     parser.add_argument("--images", required=True, metavar="DIR", help="where the PNGs go, one per dashboard")
+    parser.add_argument(
+        "--nodes",
+        type=int,
+        metavar="N",
+        help="nodes of 8 GPUs in the simulated cluster (at least and by default 5; 128 is 1,024 GPUs); not with "
+        "--prometheus",
+    )
     parser.add_argument("--range", metavar="DURATION", help="the range ending now (default: the dashboard's own)")
 
 

@@ -42,30 +42,42 @@ FAULTS = {
     "crypto_miner": ("20m", "duration=inf"),
     "checkpoint_foreign_read": ("15m", "duration=inf"),
     "dbe": ("10m", "duration=inf"),
-    "xid79": ("5m", "node=gpu005:gpu=7"),
+    "xid79": ("5m", "node={shared}:gpu=7"),
 }
 MIN_WINDOW = "90m"  # the earliest fault's start, and a quarter of an hour of calm before it
 
 
-def scenarios(window_seconds: int) -> str:
-    """The faults as `simulate --scenario` text for a window of `window_seconds`."""
+def scenarios(window_seconds: int, nodes: int = NODES) -> str:
+    """The faults as `simulate --scenario` text for a window of `window_seconds` on `nodes` nodes (the last one is
+    the shared node)."""
     return ",".join(
-        ":".join(filter(None, (name, f"start={(window_seconds - duration_seconds(lead)) // 60}m", rest)))
+        ":".join(
+            filter(
+                None,
+                (
+                    name,
+                    f"start={(window_seconds - duration_seconds(lead)) // 60}m",
+                    rest.format(shared=f"gpu{nodes:03d}"),
+                ),
+            )
+        )
         for name, (lead, rest) in FAULTS.items()
     )
 
 
 @contextmanager
-def serving(config: Config, window_seconds: int) -> Iterator[str]:
-    """The URL of a loopback Prometheus holding the fault cluster's last `window_seconds` (at least MIN_WINDOW) and
-    every recording rule's series over it."""
+def serving(config: Config, window_seconds: int, nodes: int = NODES) -> Iterator[str]:
+    """The URL of a loopback Prometheus holding the fault cluster's last `window_seconds` (at least MIN_WINDOW) on
+    `nodes` nodes of 8 GPUs and every recording rule's series over it."""
     for tool in (tools.PROMTOOL, servers.PROMETHEUS):  # one line naming the package, before simulating
         tools.find(tool)
     window_seconds = max(window_seconds, duration_seconds(MIN_WINDOW))
     step = duration_seconds(config["scrape_interval"])
     steps = window_seconds // step
     start = datetime.fromtimestamp(int(datetime.now(UTC).timestamp()) // step * step - (steps - 1) * step, UTC)
-    sim = Simulation(config, nodes=NODES, hours=steps * step / 3600, scenarios=scenarios(window_seconds), start=start)
+    sim = Simulation(
+        config, nodes=nodes, hours=steps * step / 3600, scenarios=scenarios(window_seconds, nodes), start=start
+    )
     with tempfile.TemporaryDirectory(prefix="hpcobs-preview-cluster-") as scratch:
         history = Path(scratch) / "cluster.om"
         with open(history, "w", encoding="utf-8") as out:
