@@ -19,7 +19,7 @@ from hpcobs.authoring.logs import NODE as NODE_LOGS
 from hpcobs.authoring.logs import LogStreams
 from hpcobs.lang import promql
 from hpcobs.settings import declare
-from hpcobs.settings.names import DashboardUid
+from hpcobs.settings.names import DashboardUid, Team
 
 THRESHOLDS = (
     declare.ratio(
@@ -132,9 +132,10 @@ def or_zero(condition_count: str, everyone: str) -> str:
 
 
 def alerts(ctx: Context, *prefixes: str) -> str:
-    """ALERTS matchers for the alerts of some domains (alert names start with the domain, e.g. Gpu)."""
+    """ALERTS matchers for the alerts of some domains (alert names start with the domain, e.g. Gpu), without the
+    alerts that only exist to inhibit others (team none: SlurmJobEnded, one per finished job), nobody's to act on."""
     label = ctx.cluster
-    return f'alertname=~"({"|".join(prefixes)}).*", {label}=~"${label}|"'
+    return f'alertname=~"({"|".join(prefixes)}).*", team!="{Team.NONE.value}", {label}=~"${label}|"'
 
 
 SEVERITY: Mappings = (("critical", "critical", "red"), ("warning", "warning", "orange"), ("info", "info", "blue"))

@@ -6,17 +6,24 @@ slurm_partition_nodes_down{partition}); the catalogue's `canonical:` tags pick t
 Partition records count as Slurm reports them: a node in two partitions counts in both (SckyzO nodes.go counts
 `sinfo %R|%D|%T` lines, one per partition of a node). Cluster records count each node once, from what counts it
 once: SckyzO's per-node series (one per node and partition, the same status on each, grouped by node), or Slurm's
-own cluster totals (openmetrics.c counts node records). A partition's drained share divides by the partition's
-nodes, from the per-node series or Slurm's partition total. Drain and down reasons, and since when, come only from
-SckyzO's drain_reason collector (Slurm's own metrics and jontk's exporter have no reason), per-node states and GPU
-GRES only from SckyzO's node collector, jobs ended out of memory only from Slurm's own metrics: those records exist
-only where the exporter has them.
+own cluster totals (openmetrics.c counts node records). The nodes out of service, each once with its state, also
+come from SckyzO's per-node series only. A partition's drained share divides by the partition's nodes, from the
+per-node series or Slurm's partition total. Drain and down reasons, and since when, come only from SckyzO's
+drain_reason collector (Slurm's own metrics and jontk's exporter have no reason), per-node states and GPU GRES only
+from SckyzO's node collector, pending jobs by reason only from SckyzO's queue collector, jobs ended out of memory
+only from Slurm's own metrics: those records exist only where the exporter has them.
 """
 
 from hpcobs.authoring.context import Context
 from hpcobs.authoring.rules import Group, Record
 from hpcobs.authoring.ruletest import Case, Series, sample
-from hpcobs.authoring.synthetic import series, slurm_controller, slurm_partition, slurm_partition_nodes
+from hpcobs.authoring.synthetic import (
+    SLURM_CONTROLLER,
+    series,
+    slurm_controller,
+    slurm_partition,
+    slurm_partition_nodes,
+)
 from hpcobs.lang import escape
 from hpcobs.lang.promql import aggregate, label_replace
 from hpcobs.settings import declare
@@ -34,6 +41,8 @@ SINFO_STATES = {
 }
 # GRES names SckyzO's gres_type carries for GPUs: "gpu", or "gpu:<type>" (gpus.go parseGPUCount).
 GPU_GRES = "gpu(:.*)?"
+# sinfo long states of a node Slurm schedules on (completing: its last job is ending), by prefix like SINFO_STATES.
+SCHEDULABLE = "(alloc|mix|idle|comp).*"
 
 THRESHOLDS = (
     declare.regex(
@@ -57,8 +66,10 @@ def groups(ctx: Context) -> list[Group]:
                 _nodes_by_state(ctx),
                 _drained_share(ctx),
                 _cluster_nodes(ctx),
+                *_node_states(ctx),
                 *_node_gpus(ctx),
                 *_queue(ctx),
+                *_pending_reasons(ctx),
                 *_drain_reasons(ctx),
                 *_oom_kills(ctx),
             ],
@@ -202,6 +213,47 @@ def _cluster_nodes(ctx: Context) -> Record:
     )
 
 
+def _node_states(ctx: Context) -> list[Record]:
+    """The nodes Slurm does not schedule on, each once whatever its partitions, labelled with its state: which nodes
+    are down, drained or failing, not only how many (the on-call's list, beside the drain reasons). Down, drain and
+    fail are classed as the cluster's counts class them (down*, drained, draining); the rarer states (maint,
+    reboot...) keep sinfo's word. Only where the exporter reports each node's state (SckyzO)."""
+    if not _per_node(ctx):
+        return []
+    unschedulable = ctx.select(
+        "slurm",
+        ctx.sources["slurm"].exporter.signals_for("node_state"),
+        ("node", "status"),
+        op="group",
+        where={"status": "!~" + escape.promql_string(SCHEDULABLE)},
+    )
+    as_printed = label_replace(unschedulable, "state", "status", "(.*)")
+    classed = label_replace(as_printed, "state", "status", "(down|drain|fail).*")
+    return [
+        Record(
+            "node:slurm_unschedulable:count",
+            aggregate("count", (ctx.cluster, "node", "state"), classed),
+            tests=[
+                Case(
+                    "one series per node out of service, whatever its partitions; its state classed like the "
+                    "cluster's counts, or as sinfo prints it",
+                    at="5m",
+                    series=[
+                        *_overlapping_nodes(ctx),
+                        *_node_status(ctx, "n5", "down*", ("gpu", "debug")),
+                        *_node_status(ctx, "n6", "maint"),
+                        *_node_status(ctx, "n7", "completing"),
+                    ],
+                    expect=[
+                        sample(1, **ctx.cluster_labels, node=node, state=state)
+                        for node, state in (("n3", "drain"), ("n5", "down"), ("n6", "maint"))
+                    ],
+                )
+            ],
+        )
+    ]
+
+
 def _node_gpus(ctx: Context) -> list[Record]:
     """GPUs Slurm configures on each node (GRES), once whatever its partitions: what GpuSeriesMissing expects to
     report. Only from SckyzO's per-node GRES, whose type tells a MIG device from a GPU; Slurm's own slurm_node_gpus
@@ -291,6 +343,64 @@ def _queue(ctx: Context) -> list[Record]:
             tests=[Case(description, at="5m", series=queue, expect=expect)],
         )
         for record, canonical, description, expect in totals
+    ]
+
+
+def _pending_reasons(ctx: Context) -> list[Record]:
+    """Pending jobs by the reason squeue gives (Resources, Priority, QOSMaxGpuPerUser...), per partition and user:
+    why the queue does not move. Slurm's reasons are a fixed list, and SckyzO only emits the combinations that have
+    pending jobs, so this stays about as large as the queue's users."""
+    if "queue_pending" not in ctx.sources["slurm"].exporter.signals():
+        return []
+    pending = [
+        series(
+            ctx,
+            "slurm",
+            "queue_pending",
+            node=SLURM_CONTROLLER,
+            values="3x20",
+            user="alice",
+            partition="gpu",
+            reason="Resources",
+        ),
+        series(
+            ctx,
+            "slurm",
+            "queue_pending",
+            node=SLURM_CONTROLLER,
+            values="2x20",
+            user="alice",
+            partition="gpu",
+            reason="Priority",
+        ),
+        series(
+            ctx,
+            "slurm",
+            "queue_pending",
+            node=SLURM_CONTROLLER,
+            values="1x20",
+            user="bob",
+            partition="debug",
+            reason="QOSMaxGRESPerUser",
+        ),
+    ]
+    return [
+        Record(
+            "user:slurm_jobs_pending_by_reason:count",
+            ctx.select("slurm", ["queue_pending"], ("partition", "user", "reason"), op="sum"),
+            tests=[
+                Case(
+                    "pending jobs per partition, user and pending reason",
+                    at="5m",
+                    series=pending,
+                    expect=[
+                        sample(3, **ctx.cluster_labels, partition="gpu", user="alice", reason="Resources"),
+                        sample(2, **ctx.cluster_labels, partition="gpu", user="alice", reason="Priority"),
+                        sample(1, **ctx.cluster_labels, partition="debug", user="bob", reason="QOSMaxGRESPerUser"),
+                    ],
+                )
+            ],
+        )
     ]
 
 

@@ -55,7 +55,24 @@ def schema(relative: str) -> dict:
         return {**closed, "properties": {**closed["properties"], "metadata": metadata}}
     if variant:
         raise ValueError(f"unknown schema variant {relative!r}")
+    if file == GRAFANA_DASHBOARD:
+        return _any_override_value(loaded)
     return loaded
+
+
+# Grafana's dashboard schema (CUE, kinds/dashboard) types a field override's property as `value?: _`, any value:
+# the foundation SDK's JSON schema turns that into an object, which refuses an override's unit (a string) and its
+# links and value mappings (lists).
+GRAFANA_DASHBOARD = "grafana-v11.6/dashboard.jsonschema.json"
+
+
+def _any_override_value(loaded: dict) -> dict:
+    dynamic = loaded["definitions"]["DynamicConfigValue"]
+    properties = {**dynamic["properties"], "value": {}}
+    return {
+        **loaded,
+        "definitions": {**loaded["definitions"], "DynamicConfigValue": {**dynamic, "properties": properties}},
+    }
 
 
 def _closed(node: Any) -> Any:
