@@ -1,9 +1,11 @@
-"""Network & storage: InfiniBand across nodes and one node's ports, NCCL bandwidth, Lustre and NFS,
-filesystem fill (docs/dashboards.md).
+"""Network & storage: what is wrong now (firing alerts, ports not ACTIVE and the jobs on their nodes, Lustre targets
+filling up), InfiniBand across nodes and one node's ports, NCCL bandwidth, Lustre and NFS, filesystem fill
+(docs/dashboards.md).
 
-Fleet panels read recorded series (ports summed per node): over time, the spread across the nodes; per node,
-tables of the values now or of the nodes with errors. The "Node $node: ports" row reads the raw node_exporter
-series of ONE node through the catalogue.
+Fleet panels read recorded series (ports summed per node): over time, the spread across the nodes or a fixed set
+(filesystems, exports); nodes, ports, jobs and OSTs as instant tables, the top ones picked once over the range.
+Bandwidth is in bytes per second everywhere (Grafana's "Bps"), volumes in bytes. The "Node $node: ports" row reads
+the raw node_exporter series of ONE node through the catalogue.
 """
 
 from collections.abc import Callable
@@ -32,6 +34,10 @@ UID = DashboardUid.NETWORK_STORAGE
 # early warning that stays ahead of the alert whatever ratio a site sets (a presentation choice, no alert reads it).
 FILL_WARNING_MARGIN = 0.15
 PORT = ("node", "device", "port")
+TOP = 10  # rows of a table of the top jobs, picked once over the dashboard's range
+# The alert name prefixes of this dashboard's domains (alerts/network.py, alerts/storage.py); NCCL's alerts are the
+# training dashboard's (TrainingNccl...: about one job's collectives).
+ALERT_DOMAINS = ("Ib", "Storage")
 # node_infiniband_state_id 4 = ACTIVE; node_infiniband_physical_state_id 5 = LinkUp (node_exporter's
 # infiniband collector).
 PORT_STATE = ((None, "red"), (4, "green"), (5, "orange"))
@@ -53,15 +59,135 @@ def _nominal_gbps(ctx: Context) -> float:
     return drawn(ctx.thresholds.ib_port_rate_bytes_per_second, "Gbit/s")
 
 
-def _fill_steps(ctx: Context) -> Thresholds:
-    """Used fraction: red from the ratio StorageFilesystemFull fires at, orange FILL_WARNING_MARGIN before it."""
-    full = ctx.thresholds.storage_full_ratio
+def _fill_steps(full: float) -> Thresholds:
+    """Used fraction: red from the ratio a full alert fires at, orange FILL_WARNING_MARGIN before it."""
     return ((None, "green"), (round(full - FILL_WARNING_MARGIN, 6), "orange"), (full, "red"))
 
 
 def _above(limit: float, color: str = "red") -> Thresholds:
     """A rate coloured from the limit its alert fires above (the colours of the error tables)."""
     return ((None, "green"), (limit, color))
+
+
+def _users(ctx: Context) -> str:
+    """Each job's user, to join on hpc_job (group_left (user))."""
+    return f"group by ({ctx.cluster}, hpc_job, user) (job:slurm_job_info:max{{{common.in_cluster(ctx)}}})"
+
+
+def _on_call(ctx: Context) -> Row:
+    in_cluster = common.in_cluster(ctx)
+    jobs_on_nodes = f"group by ({ctx.cluster}, node, hpc_job) (job:gpu_utilization_by_node:avg{{{in_cluster}}})"
+    users = _users(ctx)
+
+    def with_jobs(per_node: str) -> str:
+        """A per-node count once per job running on the node, with the job's user."""
+        on_node = f"{per_node} * on ({ctx.cluster}, node) group_right () {jobs_on_nodes}"
+        return f"{on_node} * on ({ctx.cluster}, hpc_job) group_left (user) {users}"
+
+    space, inodes = (
+        _fill_steps(ctx.thresholds.storage_full_ratio),
+        _fill_steps(ctx.thresholds.storage_inodes_full_ratio),
+    )
+    (space_trouble, _), (inodes_trouble, _) = space[1], inodes[1]
+    links = {"node": common.node_link(ctx), "hpc_job": common.training_link(ctx)}
+    return Row(
+        "What is wrong now",
+        [
+            common.firing_alerts(
+                ctx,
+                *ALERT_DOMAINS,
+                labels=("node", "fs", "target", "mountpoint", "hpc_job", "user"),
+                shows=("ib_port_down", "ib_link_flap", "ib_link_degraded", "fs_filling", "lustre_inodes"),
+            ),
+            table(
+                "InfiniBand ports not ACTIVE",
+                [
+                    Column(
+                        f"port:ib_not_active:state{{{in_cluster}}}",
+                        "State",
+                        cell="color-text",
+                        mappings=common.IB_PORT_STATE,
+                    ),
+                    Column(
+                        f"port:ib_not_active:physical_state{{{in_cluster}}}",
+                        "Physical state",
+                        cell="color-text",
+                        mappings=common.IB_PHYSICAL_STATE,
+                    ),
+                ],
+                labels=["node", *PORT[1:]],
+                label_links={"node": common.node_link(ctx)},
+                width=8,
+                height=8,
+                shows=("ib_port_down", "ib_port_init"),
+                description="Each compute-rail port that has had a link since boot and is not ACTIVE now: its "
+                "logical state (DOWN: no link; INIT or ARMED: link up, waiting for the subnet manager) and physical "
+                "state (Polling: no signal from the peer, a cable or transceiver; LinkUp). Click a node for its "
+                "view; the jobs on these nodes are beside.",
+            ),
+            table(
+                "Jobs on nodes with port problems",
+                [
+                    Column(
+                        with_jobs(f"node:ib_ports_not_active:count{{{in_cluster}}}"),
+                        "Ports not ACTIVE",
+                        common.BAD,
+                        cell="color-text",
+                    ),
+                    Column(
+                        with_jobs(f"node:ib_ports_below_nominal_rate:count{{{in_cluster}}}"),
+                        "Ports below nominal rate",
+                        common.ANY,
+                        cell="color-text",
+                    ),
+                ],
+                labels=["node", "hpc_job", "user"],
+                label_links=links,
+                width=8,
+                height=8,
+                shows=("ib_port_down", "ib_port_init", "ib_link_degraded"),
+                description="The Slurm jobs running on each node with ports not ACTIVE or trained below the nominal "
+                "rate, and their users: whose collectives wait for these ports. Click a node or a job for its view.",
+            ),
+            table(
+                "Lustre targets filling up",
+                [
+                    Column(
+                        f"fs:lustre_ost_used:ratio{{{in_cluster}}} > {space_trouble}",
+                        "Space used",
+                        space,
+                        cell="color-background",
+                        unit="percentunit",
+                    ),
+                    Column(
+                        f"fs:lustre_target_inodes_used:ratio{{{in_cluster}}} > {inodes_trouble}",
+                        "Inodes used",
+                        inodes,
+                        cell="color-background",
+                        unit="percentunit",
+                    ),
+                ],
+                labels=["fs", "target", "node"],
+                width=6,
+                height=8,
+                shows=("fs_filling", "lustre_inodes"),
+                description=f"Lustre OSTs with more than {space_trouble:.0%} of their space used and OSTs or MDTs "
+                f"with more than {inodes_trouble:.0%} of their inodes used (orange), red from the level "
+                "StorageLustreOstFull and StorageLustreInodesFull fire at: a full OST fails the writes striped on it "
+                "while the filesystem still looks half empty. The node is the server.",
+            ),
+            stat(
+                "Lustre hosts unhealthy",
+                f"count(node:lustre_unhealthy:count{{{in_cluster}}}) or vector(0)",
+                unit="none",
+                thresholds=common.BAD,
+                width=2,
+                height=8,
+                description="Lustre servers and clients whose health_check reports unhealthy (a target hit an LBUG "
+                "or went read-only; clients of its targets hang): StorageLustreUnhealthy fires on each.",
+            ),
+        ],
+    )
 
 
 def _fabric(ctx: Context) -> Row:
@@ -89,7 +215,8 @@ def _fabric(ctx: Context) -> Row:
                 unit="none",
                 thresholds=WARNING,
                 shows=("ib_link_degraded",),
-                description=f"Ports that trained below the nominal link rate ({_nominal_gbps(ctx):g} Gb/s).",
+                description="Ports that trained below the nominal link rate "
+                f"({ctx.thresholds.ib_port_rate_bytes_per_second:.3g} bytes/s).",
             ),
             stat(
                 "Ports that went down (1h)",
@@ -133,26 +260,28 @@ def _nodes_table(ctx: Context) -> Panel:
     return table(
         "Nodes",
         [
-            Column(f"node:ib_transmit_bytes:rate{{{in_cluster}}} / 1e9", "Transmit (GB/s)"),
-            Column(f"node:ib_receive_bytes:rate{{{in_cluster}}} / 1e9", "Receive (GB/s)"),
+            Column(f"node:ib_transmit_bytes:rate{{{in_cluster}}}", "Transmit", unit="Bps"),
+            Column(f"node:ib_receive_bytes:rate{{{in_cluster}}}", "Receive", unit="Bps"),
             Column(
                 f"node:ib_transmit_wait:rate{{{in_cluster}}}",
-                "Transmit wait (ticks/s)",
+                "Transmit wait",
                 _above(limits.ib_transmit_wait_ticks_per_second, "orange"),
                 cell="color-text",
+                unit="cps",
             ),
             Column(
                 f"node:nfs_retransmissions:rate{{{in_cluster}}}",
-                "NFS retransmissions/s",
+                "NFS retransmissions",
                 _above(limits.storage_nfs_retransmissions_per_second, "orange"),
                 cell="color-text",
+                unit="ops",
             ),
         ],
         labels=["node"],
-        links=(common.node_link(ctx, UID, "Ports"),),
-        description="Per node now: InfiniBand bytes per second sent and received, transmit wait (congestion) "
-        "and NFS retransmissions; sort by a column to find the node behind a spread's low or high line, "
-        "click a node for its ports.",
+        label_links={"node": common.node_link(ctx)},
+        description="Per node now: InfiniBand bytes per second sent and received, transmit wait (ticks per second "
+        "with data queued but no credit: congestion) and NFS retransmissions per second; sort by a column to find "
+        "the node behind a spread's low or high line, click a node for its view.",
     )
 
 
@@ -161,7 +290,9 @@ def _errors(ctx: Context) -> Row:
 
     def erring(series: str, name: str, limit: float) -> Column:
         """Any error shows the node (orange); red from the rate its alert fires above."""
-        return Column(f"{series}{{{in_cluster}}} > 0", name, ((None, "orange"), (limit, "red")), cell="color-text")
+        return Column(
+            f"{series}{{{in_cluster}}} > 0", name, ((None, "orange"), (limit, "red")), cell="color-text", unit="eps"
+        )
 
     limits = ctx.thresholds
 
@@ -171,15 +302,15 @@ def _errors(ctx: Context) -> Row:
             table(
                 "Nodes with port errors",
                 [
-                    erring("node:ib_symbol_errors:rate", "Symbol errors/s", limits.ib_symbol_errors_per_second),
-                    erring("node:ib_receive_errors:rate", "Receive errors/s", limits.ib_receive_errors_per_second),
+                    erring("node:ib_symbol_errors:rate", "Symbol errors", limits.ib_symbol_errors_per_second),
+                    erring("node:ib_receive_errors:rate", "Receive errors", limits.ib_receive_errors_per_second),
                     erring(
-                        "node:ib_transmit_discards:rate", "Transmit discards/s", limits.ib_transmit_discards_per_second
+                        "node:ib_transmit_discards:rate", "Transmit discards", limits.ib_transmit_discards_per_second
                     ),
                 ],
                 labels=["node"],
                 width=8,
-                links=(common.node_link(ctx, UID, "Ports"),),
+                label_links={"node": common.node_link(ctx)},
                 shows=("ib_symbol_errors", "ib_congestion"),
                 description="Nodes whose ports count errors now, per second: symbol errors (bad cable or "
                 "transceiver; a healthy link counts none), malformed packets received, outbound packets "
@@ -196,16 +327,6 @@ def _errors(ctx: Context) -> Row:
                 width=8,
                 description="Ticks per second with data queued but no credit to send (congestion), across the "
                 f"nodes: {SPREAD_TEXT} The most waiting nodes now: the Nodes table, sorted by transmit wait.",
-            ),
-            timeseries(
-                "Link flaps (1h)",
-                f"node:ib_ports_flapped:count{{{in_cluster}}} > 0",
-                legend="{{node}}",
-                unit="none",
-                width=8,
-                shows=("ib_port_down", "ib_link_flap"),
-                description="Ports per node whose link went down in the last hour (link flaps). Only nodes with "
-                "flaps are drawn (the record exists only for them).",
             ),
             table(
                 "Nodes with port problems",
@@ -228,13 +349,20 @@ def _errors(ctx: Context) -> Row:
                         WARNING,
                         cell="color-background",
                     ),
+                    Column(
+                        f"node:ib_ports_flapped:count{{{in_cluster}}} > 0",
+                        "Went down (1h)",
+                        WARNING,
+                        cell="color-background",
+                    ),
                 ],
                 labels=["node"],
                 width=8,
-                links=(common.node_link(ctx, UID, "Ports"),),
-                shows=("ib_port_down", "ib_port_init", "ib_link_degraded"),
-                description="Nodes with ports without physical link, not ACTIVE (with or without link) or trained "
-                "below the nominal rate; click a node for its ports.",
+                label_links={"node": common.node_link(ctx)},
+                shows=("ib_port_down", "ib_port_init", "ib_link_degraded", "ib_link_flap"),
+                description="Ports per node without physical link, not ACTIVE (with or without link), trained "
+                "below the nominal rate, or whose link went down in the last hour (link flaps); a table of the nodes "
+                "concerned, where a line per node would grow with the fleet. Click a node for its ports.",
             ),
         ],
     )
@@ -322,29 +450,45 @@ def _ports(ctx: Context) -> Row:
 
 def _nccl(ctx: Context) -> Row:
     nominal = ctx.thresholds.ib_port_rate_bytes_per_second
+    bandwidth = f"job:nccl_bus_bandwidth:avg{{{common.in_cluster(ctx)}, {common.NCCL_NETWORK}}}"
+    group = f"{ctx.cluster}, hpc_job, collective, message_size, n_nodes"
+    busiest = f"topk({TOP}, avg_over_time({bandwidth}[$__range]))"
     return Row(
         "NCCL",
         [
-            timeseries(
-                "NCCL bus bandwidth of network communicators by job",
-                f"job:nccl_bus_bandwidth:avg{{{common.in_cluster(ctx)}, {common.NCCL_NETWORK}}}",
-                legend="{{hpc_job}} {{collective}} {{message_size}} on {{n_nodes}} nodes",
-                unit="Bps",
-                width=24,
-                description="Mean bus bandwidth per job, collective, message-size bucket and communicator shape of "
-                "the communicators that cross the fabric (NCCL Inspector; NVLink-only ones are on the training "
-                f"dashboard); compare a bucket with itself over time, and large buckets with the fabric's nominal "
-                f"rate ({nominal:.3g} B/s per port): small messages are latency-bound.",
+            table(
+                f"NCCL bus bandwidth of network communicators per job (top {TOP} over the range)",
+                [
+                    Column(busiest, "Mean", unit="Bps"),
+                    Column(f"min_over_time({bandwidth}[$__range]) and on ({group}) {busiest}", "Lowest", unit="Bps"),
+                    Column(f"{bandwidth} and on ({group}) {busiest}", "Now", unit="Bps"),
+                ],
+                labels=["hpc_job", "collective", "message_size", "n_nodes"],
+                label_links={"hpc_job": common.training_link(ctx)},
+                description=f"The {TOP} job, collective, message-size bucket and communicator shape groups of the "
+                "communicators that cross the fabric with the highest mean bus bandwidth over the range (NCCL "
+                "Inspector; picked once over the range, NVLink-only communicators are on the training dashboard), "
+                "with their lowest and current bandwidth: a lowest far under the mean is a slow spell. Compare large "
+                f"buckets with the fabric's nominal rate ({nominal:.3g} bytes/s per port): small messages are "
+                "latency-bound. Click a job for its training view.",
             ),
         ],
+        collapsed=True,
     )
 
 
 def _storage(ctx: Context) -> Row:
     in_cluster = common.in_cluster(ctx)
     filesystems = f'{in_cluster}, fs=~"$fs"'
+    written = common.over_range(ctx, f"job:lustre_write_bytes:rate{{{in_cluster}}}")
+    users = _users(ctx)
+    top_writers = f"topk({TOP}, {written})"
+
+    def of_top_writers(expr: str) -> str:
+        return f"{expr} and on ({ctx.cluster}, hpc_job) {top_writers}"
+
     return Row(
-        "Storage",
+        "Lustre and NFS I/O",
         [
             timeseries(
                 "Lustre write per filesystem",
@@ -360,26 +504,31 @@ def _storage(ctx: Context) -> Row:
                 unit="Bps",
                 description="Bytes per second read from each Lustre filesystem (OST totals).",
             ),
-            timeseries(
-                "Lustre write per job (top 10)",
-                f"topk(10, job:lustre_write_bytes:rate{{{in_cluster}}})",
-                legend="{{hpc_job}}",
-                unit="Bps",
-                description="Bytes per second each job writes (Lustre jobstats, jobid_var=SLURM_JOB_ID).",
-            ),
-            timeseries(
-                "Lustre read per job (top 10)",
-                f"topk(10, job:lustre_read_bytes:rate{{{in_cluster}}})",
-                legend="{{hpc_job}}",
-                unit="Bps",
-                description="Bytes per second each job reads (Lustre jobstats).",
-            ),
-            bargauge(
-                "Checkpoint write bandwidth (peak per job)",
-                f"topk(10, max_over_time(job:lustre_write_bytes:rate{{{in_cluster}}}[$__range]))",
-                legend="{{hpc_job}}",
-                unit="Bps",
-                description="Peak write bandwidth of each job over the range: checkpoints are its write bursts.",
+            table(
+                f"Lustre I/O per job (top {TOP} writers over the range)",
+                [
+                    Column(
+                        f"{top_writers} * on ({ctx.cluster}, hpc_job) group_left (user) {users} "
+                        f"or ignoring (user) {top_writers}",
+                        "Written",
+                        unit="bytes",
+                    ),
+                    Column(
+                        of_top_writers(common.over_range(ctx, f"job:lustre_read_bytes:rate{{{in_cluster}}}")),
+                        "Read",
+                        unit="bytes",
+                    ),
+                    Column(
+                        of_top_writers(f"max_over_time(job:lustre_write_bytes:rate{{{in_cluster}}}[$__range])"),
+                        "Peak write (checkpoints)",
+                        unit="Bps",
+                    ),
+                ],
+                labels=["hpc_job", "user"],
+                label_links={"hpc_job": common.training_link(ctx)},
+                description=f"The {TOP} jobs that wrote most to Lustre over the range (jobstats, "
+                "jobid_var=SLURM_JOB_ID; picked once over the range), with their user, what they read and their peak "
+                "write bandwidth: checkpoints are a job's write bursts. Click a job for its training view.",
             ),
             timeseries(
                 "NFS per export",
@@ -388,7 +537,6 @@ def _storage(ctx: Context) -> Row:
                     Query(f"fs:nfs_write_bytes:rate{{{filesystems}}}", "{{fs}} write"),
                 ],
                 unit="Bps",
-                width=8,
                 description="Bytes per second the clients read from and write to each NFS export (node_exporter "
                 "--collector.mountstats; NFS has no per-job counters).",
             ),
@@ -398,11 +546,11 @@ def _storage(ctx: Context) -> Row:
                 thresholds=_above(ctx.thresholds.storage_nfs_retransmissions_per_second, "orange"),
                 legend=SPREAD_LEGEND,
                 unit="ops",
-                width=8,
                 description="NFS RPC retransmissions per second (each follows a timeout), across the clients: "
                 f"{SPREAD_TEXT} The most affected clients now: the Nodes table, sorted by retransmissions.",
             ),
         ],
+        collapsed=True,
     )
 
 
@@ -415,6 +563,8 @@ def _fill(ctx: Context) -> Row:
     # again at every point a panel draws, reading the window's every sample each time.
     lustre_forecast = f'clamp(fs:lustre_used_forecast:ratio{{{in_cluster}, fs=~"$fs"}}, 0, 1)'
     mounts_forecast = f"topk(10, clamp(node:filesystem_used_forecast:ratio{{{in_cluster}}}, 0, 1))"
+    fullest_osts = f'topk({TOP}, fs:lustre_ost_used:ratio{{{in_cluster}, fs=~"$fs"}})'
+    fill = _fill_steps(ctx.thresholds.storage_full_ratio)
     return Row(
         "Filesystem fill",
         [
@@ -423,7 +573,7 @@ def _fill(ctx: Context) -> Row:
                 lustre,
                 legend="{{fs}}",
                 unit="percentunit",
-                thresholds=_fill_steps(ctx),
+                thresholds=fill,
                 min=0,
                 max=1,
                 width=8,
@@ -435,16 +585,47 @@ def _fill(ctx: Context) -> Row:
                 unit="percentunit",
                 min=0,
                 max=1,
-                thresholds=_fill_steps(ctx),
+                thresholds=_fill_steps(ctx.thresholds.storage_full_ratio),
                 width=16,
                 description=f"Used fraction now and forecast {horizon} ahead (linear fit over {window}).",
+            ),
+            timeseries(
+                "OST fill per filesystem (spread)",
+                f'fs:lustre_ost_used:quantile{{{in_cluster}, fs=~"$fs"}}',
+                legend="{{fs}} quantile {{quantile}}",
+                unit="percentunit",
+                min=0,
+                max=1,
+                thresholds=fill,
+                description="Used fraction of each filesystem's OSTs, across its OSTs: the emptiest OST (quantile 0), "
+                "the 10th percentile, the median, the 90th percentile and the fullest (quantile 1). A fullest line "
+                "far above the median is an unbalanced filesystem: its writes fail on that OST first "
+                "(StorageLustreOstFull).",
+            ),
+            table(
+                f"Fullest OSTs (top {TOP})",
+                [
+                    Column(fullest_osts, "Space used", fill, cell="color-background", unit="percentunit"),
+                    Column(
+                        f"fs:lustre_target_inodes_used:ratio{{{in_cluster}}} and on ({ctx.cluster}, fs, target, node) "
+                        f"{fullest_osts}",
+                        "Inodes used",
+                        _fill_steps(ctx.thresholds.storage_inodes_full_ratio),
+                        cell="color-text",
+                        unit="percentunit",
+                    ),
+                ],
+                labels=["fs", "target", "node"],
+                width=12,
+                height=8,
+                description=f"The {TOP} fullest OSTs now, with their inodes used; the node is the server.",
             ),
             bargauge(
                 "Fullest node mounts",
                 f"topk(10, node:filesystem_used:ratio{{{in_cluster}}})",
                 legend="{{node}} {{mountpoint}}",
                 unit="percentunit",
-                thresholds=_fill_steps(ctx),
+                thresholds=fill,
                 min=0,
                 max=1,
                 width=8,
@@ -453,12 +634,12 @@ def _fill(ctx: Context) -> Row:
             table(
                 "Node mounts forecast to fill",
                 [
-                    Column(mounts_forecast, f"Forecast in {horizon}", _fill_steps(ctx), cell="color-background"),
+                    Column(mounts_forecast, f"Forecast in {horizon}", fill, cell="color-background"),
                     Column(
                         f"node:filesystem_used:ratio{{{in_cluster}}} and on ({ctx.cluster}, node, mountpoint) "
                         f"{mounts_forecast}",
                         "Used now",
-                        _fill_steps(ctx),
+                        fill,
                         cell="color-text",
                     ),
                 ],
@@ -470,6 +651,7 @@ def _fill(ctx: Context) -> Row:
                 "are forecast once, above.",
             ),
         ],
+        collapsed=True,
     )
 
 
@@ -478,8 +660,9 @@ def dashboard(ctx: Context) -> DashboardSpec:
     return DashboardSpec(
         uid=UID,
         title=common.TITLES[UID],
-        description="InfiniBand throughput, errors and port state, one node's ports, NCCL bandwidth, Lustre and "
-        "NFS, filesystem fill.",
+        description="What is wrong now (firing alerts, ports not ACTIVE and whose jobs they hurt, Lustre targets "
+        "filling up), InfiniBand throughput and errors, one node's ports, NCCL bandwidth, Lustre and NFS I/O, "
+        "filesystem fill.",
         tags=("hpcobs", "network", "storage"),
         variables=(
             common.cluster_variable(ctx),
@@ -498,7 +681,7 @@ def dashboard(ctx: Context) -> DashboardSpec:
                 description="Lustre filesystems and NFS exports.",
             ),
         ),
-        rows=(_fabric(ctx), _errors(ctx), _ports(ctx), _nccl(ctx), _storage(ctx), _fill(ctx)),
+        rows=(_on_call(ctx), _fabric(ctx), _errors(ctx), _ports(ctx), _nccl(ctx), _storage(ctx), _fill(ctx)),
         links=common.others(UID),
-        alerts=common.alerts(ctx, "Ib", "Storage"),
+        alerts=common.alerts(ctx, *ALERT_DOMAINS),
     )

@@ -213,6 +213,7 @@ def _port_states(ctx: Context, fabric: list[Series]) -> list[Record]:
             [sample(1, **n1)],
         ),
         _ports_below_nominal(ctx, fabric),
+        *_ports_not_active(ctx, fabric),
     ]
 
 
@@ -249,23 +250,59 @@ def _ports_flapped(ctx: Context, fabric: list[Series]) -> Record:
     )
 
 
+def _linked(ctx: Context, ports: str) -> str:
+    """The compute-rail ports of `ports` that have had a link since boot (an unused HCA port never has)."""
+    on_port = ", ".join((ctx.cluster, *PORT))
+    linked = ctx.select("node_exporter", ["ib_link_downed"], PORT, where=compute_rails(ctx), when=ABOVE_ZERO)
+    return f"{ports} and on ({on_port}) {linked}"
+
+
+def _port_signal(ctx: Context, signal: str) -> str:
+    return ctx.select("node_exporter", [signal], PORT, where=compute_rails(ctx))
+
+
 def _linked_ports_not_in(
     ctx: Context, fabric: list[Series], record: str, state: tuple[str, int], case: str, expect: list[Sample]
 ) -> Record:
-    """Compute-rail ports whose `state` signal is not the healthy value, among those that have had a link since boot
-    (an unused HCA port never has)."""
+    """Compute-rail ports whose `state` signal is not the healthy value, among those that have had a link since
+    boot."""
     signal, healthy = state
-    rails, on_port = compute_rails(ctx), ", ".join((ctx.cluster, *PORT))
     return Record(
         record,
-        aggregate(
-            "count",
-            (ctx.cluster, "node"),
-            f"{ctx.select('node_exporter', [signal], PORT, where=rails)} != {healthy} and on ({on_port}) "
-            + ctx.select("node_exporter", ["ib_link_downed"], PORT, where=rails, when=ABOVE_ZERO),
-        ),
+        aggregate("count", (ctx.cluster, "node"), _linked(ctx, f"{_port_signal(ctx, signal)} != {healthy}")),
         tests=[Case(case, at=ctx.timeline.settled, series=fabric, expect=expect)],
     )
+
+
+def _ports_not_active(ctx: Context, fabric: list[Series]) -> list[Record]:
+    """The ports node:ib_ports_not_active:count counts, one series each, valued by their logical and physical state:
+    the port table of the on-call row names the port and says DOWN or INIT, Polling or LinkUp. Only ports in trouble
+    have a series, a handful on a fabric of thousands."""
+    n1 = dict(**ctx.cluster_labels, node="n1", device="mlx5_1", port="1")
+    n2 = dict(**ctx.cluster_labels, node="n2", device="mlx5_3", port="1")
+    not_active, on_port = f"{_port_signal(ctx, 'ib_state')} != {ACTIVE}", ", ".join((ctx.cluster, *PORT))
+    return [
+        Record(
+            record,
+            _linked(ctx, selection),
+            tests=[Case(case, at=ctx.timeline.settled, series=fabric, expect=expect)],
+        )
+        for record, selection, case, expect in (
+            (
+                "port:ib_not_active:state",
+                not_active,
+                "the logical state of each port not ACTIVE that has had a link: DOWN on n1, INIT on n2; the unused "
+                "port is left out",
+                [sample(DOWN, **n1), sample(INIT, **n2)],
+            ),
+            (
+                "port:ib_not_active:physical_state",
+                f"{_port_signal(ctx, 'ib_physical_state')} and on ({on_port}) {not_active}",
+                "the physical state of the same ports: Polling without signal on n1, LinkUp while in INIT on n2",
+                [sample(POLLING, **n1), sample(LINK_UP, **n2)],
+            ),
+        )
+    ]
 
 
 def _ports_below_nominal(ctx: Context, fabric: list[Series]) -> Record:

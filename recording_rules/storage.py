@@ -12,9 +12,13 @@ from hpcobs.authoring.rules import Group, Record
 from hpcobs.authoring.ruletest import Case, Series, sample, spread_case
 from hpcobs.authoring.synthetic import series
 from hpcobs.lang.escape import promql_matcher
-from hpcobs.lang.promql import aggregate, duration_seconds, label_replace, spread
+from hpcobs.lang.promql import SPREAD_QUANTILES, aggregate, duration_seconds, label_replace, spread
 
 OST = {"component": '="ost"'}
+# The targets holding data and metadata (an MGT holds neither): what the inode fill reads, as
+# StorageLustreInodesFull does.
+DATA_TARGETS = {"component": '=~"mdt|ost"'}
+TARGET = ("fs", "target", "node")
 # A mount as node_exporter reports it: its type is kept so that the alerts tell shared filesystems from local ones.
 MOUNT = ("node", "mountpoint", "fstype")
 
@@ -68,10 +72,15 @@ def groups(ctx: Context) -> list[Group]:
             "hpcobs-storage",
             domain="storage",
             interval=ctx.evaluation_interval,
-            rules=[*_lustre(ctx), _local_filesystems(ctx), *_nfs(ctx)],
+            rules=[*_lustre(ctx), *_lustre_targets(ctx), _local_filesystems(ctx), *_nfs(ctx)],
         ),
         Group("hpcobs-storage-forecast", domain="storage", interval=ctx.evaluation_interval, rules=_forecasts(ctx)),
-        Group("hpcobs-storage-cluster", domain="storage", interval=ctx.evaluation_interval, rules=[_nfs_spread(ctx)]),
+        Group(
+            "hpcobs-storage-cluster",
+            domain="storage",
+            interval=ctx.evaluation_interval,
+            rules=[_nfs_spread(ctx), _ost_spread(ctx)],
+        ),
     ]
 
 
@@ -138,6 +147,114 @@ def _lustre(ctx: Context) -> list[Record]:
         ],
     )
     return [*rates, used]
+
+
+def _lustre_targets(ctx: Context) -> list[Record]:
+    """Each Lustre target's space and inodes used, and the Lustre hosts whose health check fails: what
+    StorageLustreOstFull, StorageLustreInodesFull and StorageLustreUnhealthy judge, one series per target or
+    unhealthy host, for the panels that name the OST or host in trouble (the filesystem's own ratio averages a full
+    OST away)."""
+    t, cluster_labels = ctx.timeline, ctx.cluster_labels
+
+    def target(signal: str, value: int, name: str, component: str, node: str) -> Series:
+        return series(ctx, "lustre", signal, t.held(value, t.span), node=node, component=component, target=name)
+
+    def used(signals: tuple[str, str], where: dict[str, str], by: tuple[str, ...]) -> str:
+        free, total = (ctx.select("lustre", [signal], by, op="sum", where=where) for signal in signals)
+        return f"1 - {free} / {total}"
+
+    inodes = [
+        target("inodes_free", 100, "scratch-MDT0000", "mdt", "mds01"),
+        target("inodes_max", 1000, "scratch-MDT0000", "mdt", "mds01"),
+        target("inodes_free", 750, "scratch-OST0000", "ost", "oss01"),
+        target("inodes_max", 1000, "scratch-OST0000", "ost", "oss01"),
+    ]
+    health = [
+        series(ctx, "lustre", "healthy", t.held(1, t.span), node="oss01"),
+        series(ctx, "lustre", "healthy", t.held(0, t.span), node="oss02"),
+    ]
+    return [
+        Record(
+            "fs:lustre_ost_used:ratio",
+            used(("available_kib", "capacity_kib"), OST, TARGET),
+            tests=[
+                Case(
+                    "used fraction of each OST (available space as users see it)",
+                    at=t.settled,
+                    series=_lustre_series(ctx),
+                    expect=[
+                        sample(0.75, **cluster_labels, fs="scratch", target="scratch-OST0000", node="oss01"),
+                        sample(0.25, **cluster_labels, fs="scratch", target="scratch-OST0001", node="oss01"),
+                    ],
+                )
+            ],
+        ),
+        Record(
+            "fs:lustre_target_inodes_used:ratio",
+            used(("inodes_free", "inodes_max"), DATA_TARGETS, (*TARGET, "component")),
+            tests=[
+                Case(
+                    "used fraction of the inodes of each MDT and OST",
+                    at=t.settled,
+                    series=inodes,
+                    expect=[
+                        sample(
+                            0.9, **cluster_labels, fs="scratch", target="scratch-MDT0000", node="mds01", component="mdt"
+                        ),
+                        sample(
+                            0.25,
+                            **cluster_labels,
+                            fs="scratch",
+                            target="scratch-OST0000",
+                            node="oss01",
+                            component="ost",
+                        ),
+                    ],
+                )
+            ],
+        ),
+        Record(
+            "node:lustre_unhealthy:count",
+            ctx.select("lustre", ["healthy"], ("node",), op="count", when=("==", 0)),
+            tests=[
+                Case(
+                    "1 on each host whose Lustre health_check is unhealthy, nothing on the healthy ones",
+                    at=t.settled,
+                    series=health,
+                    expect=[sample(1, **cluster_labels, node="oss02")],
+                )
+            ],
+        ),
+    ]
+
+
+def _ost_spread(ctx: Context) -> Record:
+    """OST fill across each filesystem's OSTs over time: five lines per filesystem whatever its OST count."""
+    t = ctx.timeline
+
+    def ost(rank: int) -> list[Series]:
+        labels = dict(node="oss01", component="ost", target=f"scratch-OST{rank:04x}")
+        return [
+            series(ctx, "lustre", "capacity_kib", t.held(1000, t.span), **labels),
+            series(ctx, "lustre", "available_kib", t.held(1000 - 250 * rank, t.span), **labels),
+        ]
+
+    ranks = 5  # OSTs used 0, 1/4 .. 1: Prometheus' quantile interpolates between ranks, so quantile q is q
+    return Record(
+        "fs:lustre_ost_used:quantile",
+        spread((ctx.cluster, "fs"), "fs:lustre_ost_used:ratio"),
+        tests=[
+            Case(
+                "least used OST, 10th percentile, median, 90th percentile and fullest OST of each filesystem",
+                at=t.settled,
+                series=[s for rank in range(ranks) for s in ost(rank)],
+                expect=[
+                    sample(q * (ranks - 1) / 4, **ctx.cluster_labels, fs="scratch", quantile=f"{q:g}")
+                    for q in SPREAD_QUANTILES
+                ],
+            )
+        ],
+    )
 
 
 def _local_filesystems(ctx: Context) -> Record:

@@ -62,6 +62,8 @@ def recorded_per(labels: set[str], r: dict = REFERENCE) -> tuple[str, float]:
     if "hpc_job" in keyed:
         per_job = r["nccl_groups"] if "message_size" in keyed else r["collectives"] if "collective" in keyed else 1
         return ("job", r["jobs"] * per_job)
+    if "target" in keyed:  # a Lustre target, on the host serving it
+        return ("fs", r["lustre_targets"])
     if "node" in keyed:
         factor = prod(
             f

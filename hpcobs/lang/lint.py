@@ -65,8 +65,9 @@ _EXCLUDING = (promql_parser.MatchOp.NotEqual, promql_parser.MatchOp.NotRe)
 
 def counts_a_condition(expr: str) -> bool:
     """`count by (...) (x > 0)` or `count by (...) (x{state!="ACTIVE"})`, possibly relabelled (label_replace) or
-    several joined with `or`: its series exist only where something matches the condition (a comparison that
-    filters, not `bool`, or a matcher that excludes), so a healthy fleet records few of them."""
+    several joined with `or`, or a selection kept by a comparison (`x != 4 and on (...) y`): its series exist only
+    where something matches the condition (a comparison that filters, not `bool`, or a matcher that excludes), so
+    a healthy fleet records few of them."""
     return _counts_a_condition(_tree(expr))
 
 
@@ -77,6 +78,8 @@ def _counts_a_condition(node: promql_parser.Expr) -> bool:
         return _counts_a_condition(node.args[0])
     if isinstance(node, promql_parser.BinaryExpr) and str(node.op) == "or":
         return _counts_a_condition(node.lhs) and _counts_a_condition(node.rhs)
+    if isinstance(node, promql_parser.BinaryExpr) and str(node.op) == "and":
+        return _filters(node)
     if not (isinstance(node, promql_parser.AggregateExpr) and str(node.op) == "count"):
         return False
     conditions = []
@@ -89,6 +92,17 @@ def _counts_a_condition(node: promql_parser.Expr) -> bool:
 
     promql_parser.walk(node.expr, visit)
     return any(conditions)
+
+
+def _filters(node: promql_parser.Expr) -> bool:
+    """`x != 4 and on (...) y`: the series that meet a comparison (not `bool`), on either side of an `and`."""
+    if isinstance(node, promql_parser.ParenExpr):
+        return _filters(node.expr)
+    if not isinstance(node, promql_parser.BinaryExpr):
+        return False
+    if str(node.op) == "and":
+        return _filters(node.lhs) or _filters(node.rhs)
+    return str(node.op) in COMPARISONS and not (node.modifier and node.modifier.return_bool)
 
 
 def compared_after_aggregating(expr: str) -> set[str]:
