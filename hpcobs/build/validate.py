@@ -44,13 +44,6 @@ def schema(relative: str) -> dict:
         }
     if variant == "closed":
         return _closed(loaded)
-    if variant == "override-values":
-        # Grafana's dashboard kind types an override property's value as any (`value?: _`): a unit is a string,
-        # mappings and links are lists. The generated JSON schema narrows it to an object, which refuses them.
-        definitions = {**loaded["definitions"]}
-        override = definitions["DynamicConfigValue"]
-        definitions["DynamicConfigValue"] = {**override, "properties": {**override["properties"], "value": {}}}
-        return {**loaded, "definitions": definitions}
     if variant == "file-sd":
         # A file_sd target file holds what a scrape job's static_configs holds (Prometheus' file_sd_config).
         return {"definitions": loaded["definitions"], "$ref": "#/definitions/static_configs"}
