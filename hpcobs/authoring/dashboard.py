@@ -610,7 +610,7 @@ def narrowed(spec: DashboardSpec, off: Off) -> DashboardSpec | None:
                 defaults.links = linked
             panels.append(Panel(_PanelModel(model), panel.shows))
         if panels:
-            rows.append(Row(row.title, panels))
+            rows.append(dataclasses.replace(row, panels=panels))
     metrics = [t for row in rows for panel in row.panels for t in panel.builder.build().targets or []]
     if not any(isinstance(target, prometheus_models.Dataquery) for target in metrics):
         return None  # log panels alone show the lines around metrics that are no longer collected
@@ -766,7 +766,9 @@ def build(spec: DashboardSpec, datasources: Mapping[str, Provisioned]) -> dict:
     """The dashboard as Grafana 11.6 JSON (a dict), on the `datasources` provisioned (by kind); its panels checked
     against the per-panel schemas."""
     panels = _layout(spec.rows)
-    uses_loki = any(panel.datasource is not None and panel.datasource.type_val == "loki" for panel in panels)
+    # A collapsed row's log panel needs the Loki variable as much as one on the grid.
+    models = [panel.builder.build() for row in spec.rows for panel in row.panels]
+    uses_loki = any(model.datasource is not None and model.datasource.type_val == "loki" for model in models)
     dashboard = (
         dashboard_builders.Dashboard(spec.title)
         .uid(spec.uid)
