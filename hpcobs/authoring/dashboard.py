@@ -766,7 +766,9 @@ def build(spec: DashboardSpec, datasources: Mapping[str, Provisioned]) -> dict:
     """The dashboard as Grafana 11.6 JSON (a dict), on the `datasources` provisioned (by kind); its panels checked
     against the per-panel schemas."""
     panels = _layout(spec.rows)
-    uses_loki = any(panel.datasource is not None and panel.datasource.type_val == "loki" for panel in panels)
+    # A collapsed row's log panel needs the Loki variable as much as one on the grid.
+    models = [panel.builder.build() for row in spec.rows for panel in row.panels]
+    uses_loki = any(model.datasource is not None and model.datasource.type_val == "loki" for model in models)
     dashboard = (
         dashboard_builders.Dashboard(spec.title)
         .uid(spec.uid)
