@@ -610,7 +610,7 @@ def narrowed(spec: DashboardSpec, off: Off) -> DashboardSpec | None:
                 defaults.links = linked
             panels.append(Panel(_PanelModel(model), panel.shows))
         if panels:
-            rows.append(Row(row.title, panels))
+            rows.append(dataclasses.replace(row, panels=panels))
     metrics = [t for row in rows for panel in row.panels for t in panel.builder.build().targets or []]
     if not any(isinstance(target, prometheus_models.Dataquery) for target in metrics):
         return None  # log panels alone show the lines around metrics that are no longer collected

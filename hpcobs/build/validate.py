@@ -44,6 +44,13 @@ def schema(relative: str) -> dict:
         }
     if variant == "closed":
         return _closed(loaded)
+    if variant == "any-override-value":
+        # Grafana's dashboard kind types an override property's value as anything (`value?: _`); the schema generated
+        # from it says object, yet Grafana stores an override's data links and value mappings as lists.
+        definitions = {**loaded["definitions"]}
+        config_value = definitions["DynamicConfigValue"]
+        definitions["DynamicConfigValue"] = {**config_value, "properties": {**config_value["properties"], "value": {}}}
+        return {**loaded, "definitions": definitions}
     if variant == "file-sd":
         # A file_sd target file holds what a scrape job's static_configs holds (Prometheus' file_sd_config).
         return {"definitions": loaded["definitions"], "$ref": "#/definitions/static_configs"}
