@@ -1,20 +1,26 @@
-"""GPU cluster: the fleet at a glance, then one node's GPUs (docs/dashboards.md).
+"""GPU cluster: what is wrong now and where, the fleet at a glance, then one node's GPUs (docs/dashboards.md).
 
 Cluster-level panels read recorded series only; the node drill-down row reads the raw per-GPU series of
 ONE node ($node), through the catalogue (ctx.gpu), never typed raw names. Xid, row remap, NVLink and clock
 event panels exist only where dcgm-exporter runs: the AMD exporter has no equivalent of those fields.
+Over time the fleet is drawn as totals and distributions, a fixed number of lines whatever its size; which
+nodes, GPUs and jobs are affected is an instant table.
 """
+
+from grafana_foundation_sdk.builders import common as common_builders
+from grafana_foundation_sdk.builders import heatmap as heatmap_builders
+from grafana_foundation_sdk.models import heatmap as heatmap_models
 
 from hpcobs.authoring.context import Context
 from hpcobs.authoring.dashboard import (
     Column,
     DashboardSpec,
+    Mappings,
     Panel,
     Query,
     Row,
     Variable,
     heatmap,
-    scaled,
     stat,
     table,
     timeseries,
@@ -30,11 +36,22 @@ NVLINK_ERRORS = (
     ("nvlink_replay_errors", "replay"),
     ("nvlink_recovery_errors", "recovery"),
 )
-# Utilisation colours are a presentation choice: no alert fires on low utilisation (GpuAllocatedIdle reads zero).
-UTILISATION = ((None, "red"), (0.25, "orange"), (0.6, "green"))
 XID_FAULTS = ("xid79", "xid48", "xid13", "dbe", "row_remap_failure")
-ANY = ((None, "green"), (1, "orange"))
-BAD = ((None, "green"), (1, "red"))
+# The faults that put a GPU in gpu:problems:count (recording_rules/gpu_health.py).
+PROBLEM_FAULTS = (*XID_FAULTS, "row_remap_pending", "thermal")
+# The `problem` label of gpu:problems:count: red takes the GPU out of service, orange needs a look.
+GPU_PROBLEM: Mappings = (
+    ("xid", "Xid", "orange"),
+    ("ecc_uncorrectable", "uncorrectable ECC", "red"),
+    ("row_remap_failed", "row remap failed", "red"),
+    ("row_remap_pending", "row remap pending", "orange"),
+    ("throttled", "throttled", "orange"),
+    ("hot", "hot", "orange"),
+)
+# Faults that fire GPU, node or exporter alerts (their fired_by), so fill the firing-alerts table.
+ALERTED_FAULTS = (*PROBLEM_FAULTS, "nvlink_errors", "idle_gpus", "exporter_down")
+NOT_OK: Mappings = ((1, "not OK", "red"),)
+TOP = 10  # offenders an instant table lists
 
 
 def _one_node(ctx: Context) -> dict[str, str]:
@@ -42,115 +59,252 @@ def _one_node(ctx: Context) -> dict[str, str]:
     return {ctx.cluster: f'="${ctx.cluster}"', "node": '="$node"', "gpu": '=~"$gpu"'}
 
 
-def _fleet(ctx: Context) -> Row:
+def _owned_gpus(ctx: Context) -> str:
+    """One job per allocated GPU, with its user where the job-info record has one: a GPU shared by two jobs is shown
+    with one of them, so that a join on the GPU stays one-to-one."""
+    in_cluster = common.in_cluster(ctx)
+    jobs = f"topk by ({ctx.cluster}, node, gpu) (1, gpu:job:info{{{in_cluster}}})"
+    users = f"group by ({ctx.cluster}, hpc_job, user) (job:slurm_job_info:max{{{in_cluster}}})"
+    return f"({jobs} * on ({ctx.cluster}, hpc_job) group_left (user) {users} or ignoring (user) {jobs})"
+
+
+def _on_call(ctx: Context, nvidia: bool) -> Row:
+    """What is wrong now and where: the domain's firing alerts and the GPUs not OK, with their node, job and user."""
+    problems = f"gpu:problems:count{{{common.in_cluster(ctx)}}}"
+    with_owner = (
+        f"{problems} * on ({ctx.cluster}, node, gpu) group_left (hpc_job, user) {_owned_gpus(ctx)} "
+        f"or ignoring (hpc_job, user) {problems}"
+    )
+    not_ok = table(
+        "GPUs not OK now",
+        [Column(with_owner, "State", mappings=NOT_OK, cell="color-text", unit="none")],
+        labels=["node", "gpu", "problem", "xid_class", "err_code", "hpc_job", "user"],
+        width=12,
+        height=8,
+        label_links={"node": common.node_link(ctx), "hpc_job": common.training_link(ctx)},
+        label_words={"problem": GPU_PROBLEM, "xid_class": common.XID_CLASS},
+        shows=PROBLEM_FAULTS,
+        description="Each GPU with a problem now, one row per problem: its last Xid (and the Xid's class), "
+        "uncorrectable ECC errors in the last hour, a failed or pending row remap, a hardware or thermal clock "
+        f"slowdown, or a temperature from {ctx.thresholds.gpu_temperature_celsius:g} C; and the job holding it "
+        "with the job's user. Click a node for its dashboard, a job for its training view.",
+    )
+    return Row(
+        "On call: what is wrong now",
+        [
+            common.firing_alerts(
+                ctx, "Gpu", "Node", "Exporter", width=12 if nvidia else 24, height=8, shows=ALERTED_FAULTS
+            ),
+            *([not_ok] if nvidia else []),
+        ],
+    )
+
+
+def _fleet(ctx: Context, nvidia: bool) -> Row:
     in_cluster = common.in_cluster(ctx)
     power = f"cluster:gpu_power:watts{{{in_cluster}}}"
+    unhealthy = f"sum(cluster:gpus_unhealthy:count{{{in_cluster}}}) or vector(0)"
+    idle = f"sum(node:gpus_allocated_idle:count{{{in_cluster}}}) or vector(0)"
     return Row(
         "Fleet",
         [
             stat(
-                "GPUs",
+                "GPUs in the cluster",
                 f"sum(cluster:gpus:count{{{in_cluster}}})",
                 unit="none",
                 width=4,
                 description="GPUs reporting to the GPU exporters.",
             ),
             stat(
-                "Allocated",
+                "GPUs allocated",
                 f"sum(cluster:gpus_allocated:count{{{in_cluster}}})",
                 unit="none",
                 width=4,
                 description="GPUs held by at least one Slurm job (from the exporter's job mapping).",
             ),
             stat(
-                "Allocated but idle",
-                f"sum(node:gpus_allocated_idle:count{{{in_cluster}}}) or vector(0)",
+                "GPUs allocated but idle",
+                idle,
                 unit="none",
                 width=4,
-                thresholds=ANY,
+                thresholds=common.ANY,
                 description=f"GPUs held by the same job for {ctx.thresholds.gpu_idle_window} with every "
-                "utilisation sample at 0.",
+                "utilisation sample at 0; the Nodes table below lists them first after the unhealthy ones.",
             ),
             stat(
-                "Unhealthy",
-                f"sum(cluster:gpus_unhealthy:count{{{in_cluster}}}) or vector(0)",
+                "GPUs unhealthy",
+                unhealthy,
                 unit="none",
                 width=4,
-                thresholds=BAD,
-                description="GPUs with a drain-class Xid or a failed row remap: drain the node.",
+                thresholds=common.BAD,
+                description="GPUs with a drain-class Xid or a failed row remap (NVIDIA), a health check not OK "
+                "(AMD): drain the node. Which ones: GPUs not OK now, above.",
             ),
             stat(
-                "Mean utilisation",
+                "Mean GPU utilisation, cluster",
                 f"cluster:gpu_utilization:avg{{{in_cluster}}}",
                 unit="percentunit",
                 width=4,
-                thresholds=UTILISATION,
+                thresholds=common.utilization(ctx),
                 min=0,
                 max=1,
                 description="Mean utilisation over every GPU of the cluster.",
             ),
             stat(
-                "Mean SM active",
+                "Mean SM active, mean over nodes",
                 f"avg(node:gpu_sm_active:avg{{{in_cluster}}})",
                 unit="percentunit",
                 width=4,
-                thresholds=UTILISATION,
+                thresholds=common.utilization(ctx),
                 min=0,
                 max=1,
                 description="Mean over nodes of the fraction of time SMs had a warp resident (DCGM profiling).",
             ),
-            stat("GPU power", f"sum({power})", unit="watt", width=4, description="Board power of every GPU, summed."),
             stat(
-                "GPU energy today",
+                "GPU board power, cluster total",
+                f"sum({power})",
+                unit="watt",
+                width=4,
+                description="Board power of every GPU of the cluster, summed (not the nodes' wall power).",
+            ),
+            stat(
+                "GPU energy today, cluster total",
                 f"sum({common.over_range(ctx, power)}) / 3600",
                 unit="watth",
                 width=4,
                 time_from="now/d",
-                description="GPU energy since midnight: the recorded power integrated over the rule evaluation "
-                f"interval ({ctx.evaluation_interval}).",
+                description="GPU board energy since midnight: the recorded power integrated over the rule "
+                f"evaluation interval ({ctx.evaluation_interval}).",
             ),
             timeseries(
-                "GPUs allocated and idle",
+                "GPUs in the cluster: allocated, idle, unhealthy",
                 [
                     Query(f"sum(cluster:gpus:count{{{in_cluster}}})", "total"),
                     Query(f"sum(cluster:gpus_allocated:count{{{in_cluster}}})", "allocated"),
-                    Query(f"sum(node:gpus_allocated_idle:count{{{in_cluster}}}) or vector(0)", "allocated but idle"),
+                    Query(idle, "allocated but idle"),
+                    Query(unhealthy, "unhealthy"),
                 ],
                 unit="none",
                 width=16,
-                description="GPUs in the fleet, held by jobs, and held but idle.",
+                description="GPUs in the fleet, held by jobs, held but idle, and unhealthy: four lines whatever "
+                "the fleet's size.",
             ),
+            _nodes_table(ctx, nvidia),
         ],
     )
+
+
+def _nodes_table(ctx: Context, nvidia: bool) -> Panel:
+    """The nodes, worst first: unhealthy GPUs, then allocated but idle, then throttled or with an Xid."""
+    in_cluster = common.in_cluster(ctx)
+    everyone = f"node:gpus:count{{{in_cluster}}}"
+
+    def or_zero(condition_count: str) -> str:
+        return common.or_zero(condition_count, everyone)
+
+    def problem(expr: str, name: str) -> Column:
+        return Column(or_zero(expr), name, common.ANY, cell="color-text", unit="none")
+
+    jobs_on_gpus = f"gpu:job:info{{{in_cluster}}}"
+    users = f"{jobs_on_gpus} * on ({ctx.cluster}, hpc_job) group_left (user) job:slurm_job_info:max{{{in_cluster}}}"
+    nvidia_problems = (
+        [
+            problem(f"node:gpus_throttled:count{{{in_cluster}}}", "Throttled"),
+            problem(f"sum by ({ctx.cluster}, node) (node:gpus_by_xid:count{{{in_cluster}}})", "With an Xid"),
+        ]
+        if nvidia
+        else []
+    )
+    slurm = ctx.sources["slurm"].exporter
+    drained = (
+        [
+            Column(
+                f"node:slurm_drain_reason:info{{{in_cluster}}} or on ({ctx.cluster}, node) {everyone} * 0",
+                "Slurm",
+                mappings=((1, "drained or down", "orange"), (0, "in service", "green")),
+                cell="color-text",
+                unit="none",
+            )
+        ]
+        if "node_drain_reason" in slurm.signals()
+        else []
+    )
+    problems = [
+        Column(
+            or_zero(f"node:gpus_unhealthy:count{{{in_cluster}}}"), "Unhealthy", common.BAD, "color-background", "none"
+        ),
+        problem(f"node:gpus_allocated_idle:count{{{in_cluster}}}", "Allocated but idle"),
+        *nvidia_problems,
+    ]
+    columns = [
+        *problems,
+        Column(everyone, "GPUs", unit="none"),
+        Column(f"node:gpus_allocated:count{{{in_cluster}}}", "Allocated", unit="none"),
+        Column(
+            or_zero(f"count by ({ctx.cluster}, node) (group by ({ctx.cluster}, node, hpc_job) ({jobs_on_gpus}))"),
+            "Jobs",
+            unit="none",
+        ),
+        Column(
+            or_zero(f"count by ({ctx.cluster}, node) (group by ({ctx.cluster}, node, user) ({users}))"),
+            "Users",
+            unit="none",
+        ),
+        Column(
+            f"node:gpu_utilization:avg{{{in_cluster}}}",
+            "Utilisation",
+            common.utilization(ctx),
+            cell="color-text",
+            unit="percentunit",
+        ),
+        Column(f"node:gpu_power:watts{{{in_cluster}}}", "GPU power", unit="watt"),
+        *drained,
+    ]
+    panel = table(
+        "Nodes, worst first",
+        columns,
+        labels=["node", *(["reason"] if drained else [])],
+        height=10,
+        label_links={"node": common.node_link(ctx)},
+        description="Per node, worst first (unhealthy GPUs, then allocated but idle ones"
+        + (", throttled ones, ones with an Xid" if nvidia else "")
+        + "): GPUs, allocated, the jobs holding them and their users, mean GPU utilisation, GPU board power"
+        + (", and the Slurm drain reason where the node is drained" if drained else "")
+        + ". Click a node for its dashboard.",
+    )
+    # The table helper sorts on its first column; ties are broken by the next problems.
+    worst_first = [common_builders.TableSortByFieldState().display_name(c.name).desc(True) for c in problems]
+    panel.builder.sort_by(worst_first)
+    return panel
 
 
 def _usage(ctx: Context) -> Row:
     in_cluster = common.in_cluster(ctx)
     owned = f'{in_cluster}, partition=~"$partition", account=~"$account", user=~"$user", hpc_job=~"$hpc_job"'
-    gpu_hours = f"topk(10, {common.over_range(ctx, f'job:gpus_allocated:count{{{owned}}}')} / 3600)"
+    gpu_hours = f"topk({TOP}, {common.over_range(ctx, f'job:gpus_allocated:count{{{owned}}}')} / 3600)"
     return Row(
         "Utilisation by partition and account",
         [
             timeseries(
-                "Utilisation by partition",
+                "Mean GPU utilisation per partition",
                 f'partition:gpu_utilization:avg{{{in_cluster}, partition=~"$partition"}}',
                 legend="{{partition}}",
                 unit="percentunit",
                 min=0,
                 max=1,
-                description="Mean utilisation of the GPUs that jobs of each partition hold.",
+                description="Mean utilisation of the GPUs that jobs of each partition hold (a line per partition).",
             ),
             timeseries(
-                "Utilisation by account",
+                "Mean GPU utilisation per account",
                 f'account:gpu_utilization:avg{{{in_cluster}, account=~"$account"}}',
                 legend="{{account}}",
                 unit="percentunit",
                 min=0,
                 max=1,
-                description="Mean utilisation of the GPUs that jobs of each account hold.",
+                description="Mean utilisation of the GPUs that jobs of each account hold (a line per account).",
             ),
             timeseries(
-                "GPUs allocated by account",
+                "GPUs allocated per account",
                 f'account:gpus_allocated:count{{{in_cluster}, account=~"$account"}}',
                 legend="{{account}}",
                 unit="none",
@@ -158,81 +312,105 @@ def _usage(ctx: Context) -> Row:
                 description="GPUs held by each account's jobs (jobs without Slurm info have no account).",
             ),
             table(
-                "Top jobs by GPU-hours",
-                [Column(gpu_hours, "GPU-hours")],
+                f"Top {TOP} jobs by GPU-hours over the range",
+                [
+                    Column(gpu_hours, "GPU-hours", unit="none"),
+                    Column(
+                        f"job:gpu_utilization:avg{{{owned}}} and on ({ctx.cluster}, hpc_job) {gpu_hours}",
+                        "GPU utilisation now",
+                        common.utilization(ctx),
+                        cell="color-text",
+                        unit="percentunit",
+                    ),
+                ],
                 labels=["hpc_job", "user", "account", "partition"],
                 width=12,
-                links=(common.training_link(ctx),),
-                description="GPU-hours held over the dashboard's range (recorded GPU count x evaluation interval); "
-                "click a job for its training view.",
+                label_links={"hpc_job": common.training_link(ctx)},
+                description="The jobs that held the most GPU-hours over the dashboard's range (recorded GPU count x "
+                "evaluation interval, the ten picked once over the range) and the mean utilisation of their GPUs "
+                "now; click a job for its training view.",
             ),
         ],
+        collapsed=True,
     )
 
 
-def _nvidia_health(ctx: Context) -> tuple[list[Panel], list[Panel]]:
-    """dcgm-exporter only: the Xid panels (beside the unhealthy GPUs) and the row remap, throttle and NVLink
-    panels (after the ECC panel)."""
+def _nvidia_health(ctx: Context) -> list[Panel]:
+    """dcgm-exporter only: the Xid, problem and NVLink panels."""
     in_cluster = common.in_cluster(ctx)
-    xid = [
+    problems = f"gpu:problems:count{{{in_cluster}}}"
+    return [
         timeseries(
-            "GPUs by last Xid",
+            "GPUs not OK in the cluster, per problem",
+            f"count by ({ctx.cluster}, problem) ({problems})",
+            legend="{{problem}}",
+            unit="none",
+            width=8,
+            stack=True,
+            shows=PROBLEM_FAULTS,
+            description="GPUs of the cluster with each problem over time (Xid, uncorrectable ECC, row remap "
+            "failed or pending, throttled, hot): a line per problem whatever the fleet's size. Which GPUs: the "
+            "tables beside and at the top.",
+        ),
+        timeseries(
+            "GPUs per last Xid code, cluster",
             f"cluster:gpus_by_xid:count{{{in_cluster}}}",
             legend="Xid {{err_code}} ({{xid_class}})",
             unit="none",
             width=8,
             stack=True,
             shows=XID_FAULTS,
-            description="GPUs by the code of their last Xid error and its class (NVIDIA's Xid catalogue: "
-            "fell_off_bus and drain take the node out of service, application is the job's, "
-            "warning needs a reset soon).",
+            description="GPUs of the cluster by the code of their last Xid error and its class (NVIDIA's Xid "
+            "catalogue: fell_off_bus and drain take the node out of service, application is the job's, "
+            "warning needs a reset soon): a line per code seen.",
         ),
         table(
-            "Nodes with Xid errors",
-            [Column(f"node:gpus_by_xid:count{{{in_cluster}}}", "GPUs", ((None, "orange"),), cell="color-text")],
-            labels=["node", "err_code", "xid_class"],
+            f"Top {TOP} nodes by GPUs not OK over the range",
+            [
+                Column(
+                    f"topk({TOP}, count by ({ctx.cluster}, node, problem, xid_class) "
+                    f"(max_over_time({problems}[$__range])))",
+                    "GPUs",
+                    ((None, "orange"),),
+                    cell="color-text",
+                    unit="none",
+                )
+            ],
+            labels=["node", "problem", "xid_class"],
             width=8,
-            links=(common.node_link(ctx),),
-            shows=XID_FAULTS,
-            description="Per node, Xid code and class: GPUs whose last Xid is that code; click a node for its GPUs.",
-        ),
-    ]
-    faults = [
-        timeseries(
-            "Row remapping",
-            f"node:gpus_row_remap:count{{{in_cluster}}}",
-            legend="{{node}} {{state}}",
-            unit="none",
-            width=6,
-            shows=("row_remap_failure", "row_remap_pending", "dbe"),
-            description="GPUs per node whose row remapping failed (no spare rows: RMA) or is pending "
-            "(a GPU reset applies it).",
-        ),
-        timeseries(
-            "Throttled GPUs by node",
-            f"node:gpus_throttled:count{{{in_cluster}}} > 0",
-            legend="{{node}}",
-            unit="none",
-            width=6,
-            shows=("thermal",),
-            description="GPUs per node in a hardware, thermal or power-brake clock slowdown.",
+            label_links={"node": common.node_link(ctx)},
+            label_words={"problem": GPU_PROBLEM, "xid_class": common.XID_CLASS},
+            shows=PROBLEM_FAULTS,
+            description="Per node and problem, the GPUs that had it at some time in the dashboard's range (the "
+            "ten worst picked once over the range); click a node for its dashboard.",
         ),
         table(
-            "Nodes with NVLink errors",
+            "Nodes with Xid errors now",
+            [Column(f"node:gpus_by_xid:count{{{in_cluster}}}", "GPUs", ((None, "orange"),), "color-text", unit="none")],
+            labels=["node", "err_code", "xid_class"],
+            width=12,
+            label_links={"node": common.node_link(ctx)},
+            label_words={"xid_class": common.XID_CLASS},
+            shows=XID_FAULTS,
+            description="Per node, Xid code and class: GPUs whose last Xid is that code; click a node for its "
+            "dashboard.",
+        ),
+        table(
+            "Nodes with NVLink errors now",
             [
                 # Orange only: the record sums CRC, replay and recovery errors, which GpuNvlinkErrors holds to
                 # separate limits (CRC per second, replay per minute), so no one limit applies to the sum.
                 Column(
                     f"node:gpu_nvlink_errors:rate{{{in_cluster}}} > 0",
-                    "Errors/s",
+                    "Errors",
                     ((None, "orange"),),
                     cell="color-text",
+                    unit="eps",
                 )
             ],
             labels=["node"],
-            width=6,
-            height=8,
-            links=(common.node_link(ctx),),
+            width=12,
+            label_links={"node": common.node_link(ctx)},
             shows=("nvlink_errors",),
             description="Nodes whose GPUs count NVLink CRC, replay or recovery errors now, per second (fields "
             "commented out in dcgm-exporter's default CSV: docs/exporters.md); click a node for each GPU's "
@@ -240,76 +418,41 @@ def _nvidia_health(ctx: Context) -> tuple[list[Panel], list[Panel]]:
             "node, so a time series would read all of them at every point.",
         ),
     ]
-    return xid, faults
 
 
-def _nodes_table(ctx: Context, nvidia: bool) -> Panel:
-    in_cluster = common.in_cluster(ctx)
-
-    def or_zero(condition_count: str) -> str:
-        return common.or_zero(f"{condition_count}{{{in_cluster}}}", f"node:gpus:count{{{in_cluster}}}")
-
-    throttled = [Column(or_zero("node:gpus_throttled:count"), "Throttled", ANY, cell="color-text")] if nvidia else []
-    return table(
-        "Nodes",
-        [
-            Column(f"node:gpus:count{{{in_cluster}}}", "GPUs"),
-            Column(f"node:gpus_allocated:count{{{in_cluster}}}", "Allocated"),
-            Column(
-                f"node:gpu_utilization:avg{{{in_cluster}}} * 100",
-                "Utilisation (%)",
-                scaled(UTILISATION, "percent"),
-                cell="color-text",
-            ),
-            Column(f"node:gpu_power:watts{{{in_cluster}}}", "Power (W)"),
-            Column(or_zero("node:gpus_unhealthy:count"), "Unhealthy", BAD, cell="color-background"),
-            *throttled,
-        ],
-        labels=["node"],
-        links=(common.node_link(ctx),),
-        description="Per node: GPUs, allocation, utilisation, power and health; click a node for its GPUs.",
+def _by_how_many(panel: Panel) -> Panel:
+    """A heatmap of counts in one hue, darker where more: a count is neither good nor bad, so no red or green."""
+    colour = (
+        heatmap_builders.HeatmapColorOptions()
+        .mode(heatmap_models.HeatmapColorMode.OPACITY)
+        .fill("blue")
+        .scale(heatmap_models.HeatmapColorScale.EXPONENTIAL)
+        .exponent(0.5)
+        .steps(64)
+        .min(0)
     )
+    panel.builder.color(colour)
+    return panel
 
 
 def _health(ctx: Context, nvidia: bool) -> Row:
     in_cluster = common.in_cluster(ctx)
-    xid, nvidia_faults = _nvidia_health(ctx) if nvidia else ([], [])
     return Row(
-        "Health",
+        "Health and utilisation over time",
         [
-            timeseries(
-                "Unhealthy GPUs by node",
-                f"node:gpus_unhealthy:count{{{in_cluster}}} > 0",
-                legend="{{node}}",
-                unit="none",
-                width=8,
-                thresholds=BAD,
-                shows=XID_FAULTS,
-                description="GPUs per node to take out of service: a drain-class Xid or a failed row remap "
-                "(NVIDIA), a health check not OK (AMD).",
+            *(_nvidia_health(ctx) if nvidia else []),
+            _by_how_many(
+                heatmap(
+                    "GPUs per utilisation band, cluster",
+                    f"cluster:gpus_by_utilization:count{{{in_cluster}}}",
+                    legend="{{utilization}}",
+                    unit="none",
+                    min=0,
+                    description="How many GPUs run in each 10% band of utilisation, over time (darker: more GPUs): "
+                    "the fleet's distribution whatever its size. The colour counts GPUs, it does not grade them. "
+                    "Which nodes are cold: sort the Nodes table by utilisation.",
+                )
             ),
-            *xid,
-            timeseries(
-                "GPUs with uncorrectable ECC errors (1h)",
-                f"node:gpus_ecc_uncorrectable:count{{{in_cluster}}} > 0",
-                legend="{{node}}",
-                unit="none",
-                width=6,
-                shows=("dbe",),
-                description="GPUs per node whose uncorrectable (double-bit) ECC counter rose in the last hour.",
-            ),
-            *nvidia_faults,
-            heatmap(
-                "GPUs by utilisation",
-                f"cluster:gpus_by_utilization:count{{{in_cluster}}}",
-                legend="{{utilization}}",
-                unit="none",
-                min=0,
-                description="How many GPUs run in each 10% band of utilisation, over time: the fleet's "
-                "distribution whatever its size (one row per node stops being readable at a few hundred "
-                "nodes). Which nodes are cold: sort the Nodes table by utilisation.",
-            ),
-            _nodes_table(ctx, nvidia),
         ],
     )
 
@@ -431,7 +574,8 @@ def dashboard(ctx: Context) -> DashboardSpec:
     return DashboardSpec(
         uid=UID,
         title=common.TITLES[UID],
-        description="Fleet utilisation, health and allocation of the GPU cluster, and one node's GPUs "
+        description="What is wrong with the GPU cluster now and where (firing alerts, GPUs not OK with their job "
+        "and user, nodes worst first), fleet utilisation, health and allocation, and one node's GPUs "
         "(hpcobs recording rules).",
         tags=("hpcobs", "gpu"),
         variables=(
@@ -451,7 +595,7 @@ def dashboard(ctx: Context) -> DashboardSpec:
                 include_all=True,
             ),
         ),
-        rows=(_fleet(ctx), _usage(ctx), _health(ctx, nvidia), _node(ctx, nvidia)),
+        rows=(_on_call(ctx, nvidia), _fleet(ctx, nvidia), _health(ctx, nvidia), _usage(ctx), _node(ctx, nvidia)),
         links=common.others(UID),
         alerts=common.alerts(ctx, "Gpu", "Node", "Exporter"),
     )

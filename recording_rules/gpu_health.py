@@ -13,8 +13,10 @@ classes takes the first listed, e.g. 79 is fell_off_bus before drain; unlisted c
 from hpcobs.authoring.context import Context
 from hpcobs.authoring.rules import Group, Record
 from hpcobs.authoring.ruletest import Case, Series, sample
-from hpcobs.authoring.synthetic import dcgm, gpu_utilization
+from hpcobs.authoring.synthetic import dcgm, gpu_si_series, gpu_utilization
 from hpcobs.lang.promql import ABOVE_ZERO, aggregate, label_replace
+
+from .gpu import THROTTLE_EVENTS
 
 GPU = ("node", "gpu")
 NVLINK_ERRORS = ("nvlink_crc_flit_errors", "nvlink_crc_data_errors", "nvlink_replay_errors", "nvlink_recovery_errors")
@@ -28,7 +30,7 @@ def groups(ctx: Context) -> list[Group]:
             "hpcobs-gpu-health",
             domain="gpu",
             interval=ctx.evaluation_interval,
-            rules=[_gpus_by_xid(ctx), _gpus_row_remap(ctx), _nvlink_errors(ctx)],
+            rules=[_gpus_by_xid(ctx), _gpus_row_remap(ctx), _nvlink_errors(ctx), _gpu_problems(ctx)],
         ),
         Group("hpcobs-gpu-health-cluster", domain="gpu", interval=ctx.evaluation_interval, rules=[_cluster_xids(ctx)]),
         Group(
@@ -56,16 +58,21 @@ def _xids(ctx: Context) -> list[Series]:
     ]
 
 
-def _gpus_by_xid(ctx: Context) -> Record:
-    cluster_labels = ctx.cluster_labels
+def _classed_xids(ctx: Context) -> str:
+    """Each GPU's last Xid code (none for 0) with its class."""
     classes = ctx.sources["dcgm"].exporter.raw["xid_classes"]
     classed = label_replace(ctx.gpu("xid", keep=("err_code",), when=ABOVE_ZERO), "xid_class", "", "", "other")
     # Applied last to first, so the outermost replace is the first class listed and wins for a code in two classes.
     for name in reversed(list(classes)):
         classed = label_replace(classed, "xid_class", "err_code", "|".join(map(str, classes[name])), name)
+    return classed
+
+
+def _gpus_by_xid(ctx: Context) -> Record:
+    cluster_labels = ctx.cluster_labels
     return Record(
         "node:gpus_by_xid:count",
-        aggregate("count", (ctx.cluster, "node", "err_code", "xid_class"), classed),
+        aggregate("count", (ctx.cluster, "node", "err_code", "xid_class"), _classed_xids(ctx)),
         tests=[
             Case(
                 "GPUs per node by the code and class of their last Xid; no Xid (0) is not counted",
@@ -152,6 +159,68 @@ def _nvlink_errors(ctx: Context) -> Record:
                 at=t.settled,
                 series=nvlink,
                 expect=[sample(3, **cluster_labels, node="n1")],
+            )
+        ],
+    )
+
+
+def _gpu_problems(ctx: Context) -> Record:
+    """What is wrong with each GPU now, one series per GPU and problem: the on-call table of the GPU cluster
+    dashboard lists them with the GPU's job and user. A condition count: a healthy GPU has no series, so the
+    record costs a series per GPU in trouble, not per GPU."""
+    t = ctx.timeline
+    hot = ctx.thresholds.gpu_temperature_celsius
+
+    def problem(name: str, gpus: str, keep: tuple[str, ...] = ()) -> str:
+        return label_replace(aggregate("count", (ctx.cluster, *GPU, *keep), gpus), "problem", "", "", name)
+
+    def dcgm_flag(signal: str, where: dict[str, str] | None = None) -> str:
+        return ctx.select("dcgm", [signal], GPU, where=where, when=ABOVE_ZERO)
+
+    def n1(signal: str, value: float, gpu: str, **labels: str) -> Series:
+        return dcgm(ctx, signal, t.held(value, "60m"), node="n1", gpu=gpu, **labels)
+
+    problems = [
+        problem("xid", _classed_xids(ctx), ("err_code", "xid_class")),
+        problem(
+            "ecc_uncorrectable", ctx.gpu("ecc_uncorrectable", over=lambda e: f"increase({e}[1h])", when=ABOVE_ZERO)
+        ),
+        problem("row_remap_failed", dcgm_flag("row_remap_failure")),
+        problem("row_remap_pending", dcgm_flag("row_remap_pending")),
+        problem("throttled", dcgm_flag("clock_events", {"clock_event": THROTTLE_EVENTS})),
+        problem("hot", ctx.gpu("temperature", when=(">=", hot))),
+    ]
+    gpu = dict(**ctx.cluster_labels, node="n1")
+    return Record(
+        "gpu:problems:count",
+        " or ".join(problems),
+        tests=[
+            Case(
+                f"GPU 0: Xid 79 and {hot:g} C; GPU 1: row remap failed and uncorrectable ECC errors in the last hour; "
+                "GPU 2: remap pending, thermal slowdown; GPU 3 healthy: Xid 0, idle clock event, cooler, no ECC error",
+                at="60m",
+                series=[
+                    dcgm(ctx, "xid", t.held(79, "60m"), node="n1", gpu="0", err_code="79", err_msg="msg"),
+                    gpu_si_series(ctx, "temperature", t.held(hot, "60m"), node="n1", gpu="0"),
+                    n1("row_remap_failure", 1, "1"),
+                    gpu_si_series(
+                        ctx, "ecc_uncorrectable", f"{t.held(0, '30m')} {t.held(2, '30m')}", node="n1", gpu="1"
+                    ),
+                    n1("row_remap_pending", 1, "2"),
+                    n1("clock_events", 3, "2", clock_event="hw_thermal", window_size_in_ms="300000"),
+                    dcgm(ctx, "xid", t.held(0, "60m"), node="n1", gpu="3", err_code="0", err_msg="msg"),
+                    n1("clock_events", 9, "3", clock_event="gpu_idle", window_size_in_ms="300000"),
+                    gpu_si_series(ctx, "temperature", t.held(hot - 1, "60m"), node="n1", gpu="3"),
+                    gpu_si_series(ctx, "ecc_uncorrectable", t.held(4, "60m"), node="n1", gpu="3"),
+                ],
+                expect=[
+                    sample(1, **gpu, gpu="0", problem="xid", err_code="79", xid_class="fell_off_bus"),
+                    sample(1, **gpu, gpu="0", problem="hot"),
+                    sample(1, **gpu, gpu="1", problem="row_remap_failed"),
+                    sample(1, **gpu, gpu="1", problem="ecc_uncorrectable"),
+                    sample(1, **gpu, gpu="2", problem="row_remap_pending"),
+                    sample(1, **gpu, gpu="2", problem="throttled"),
+                ],
             )
         ],
     )
