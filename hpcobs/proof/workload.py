@@ -105,10 +105,11 @@ def recording_layer_files(groups: Sequence[Group], folder: Path) -> list[list[Pa
 
 
 def firing_as_recorded(groups: Sequence[Group], folder: Path) -> list[Path]:
-    """A rule file that records each alert's condition as Prometheus' ALERTS series (alertname, alertstate
-    "firing", the alert's labels, value 1), to load after every recording layer: a backfill (promtool, vmalert
-    replay) records, it does not alert, and the dashboards' firing-alerts panels read ALERTS. Ignores `for` and
-    `keep_firing_for`: a condition shows as firing from its first evaluation (pending alerts included)."""
+    """A rule file that records each alert's firing as Prometheus' ALERTS series (alertname, alertstate "firing",
+    the alert's labels, value 1), to load after every recording layer: a backfill (promtool, vmalert replay)
+    records, it does not alert, and the dashboards' firing-alerts panels read ALERTS. An alert with `for` fires
+    where its condition held at every evaluation of the `for` before (a subquery at the group's interval);
+    `keep_firing_for` is left out: an alert stops with its condition."""
     recorded = [
         {
             "name": f"{group.name}-as-ALERTS",
@@ -116,7 +117,7 @@ def firing_as_recorded(groups: Sequence[Group], folder: Path) -> list[Path]:
             "rules": [
                 {
                     "record": "ALERTS",
-                    "expr": f"({alert.expr}) * 0 + 1",  # ALERTS is 1, and the condition's metric name goes
+                    "expr": f"({_held(alert, group.interval)}) * 0 + 1",  # ALERTS is 1; the metric name goes
                     "labels": {"alertname": alert.alert, "alertstate": "firing", **alert.all_labels()},
                 }
                 for alert in group.rules
@@ -131,6 +132,15 @@ def firing_as_recorded(groups: Sequence[Group], folder: Path) -> list[Path]:
     path = folder / "alerts-as-series.rules.yaml"
     path.write_text(yaml_text({"groups": recorded}))
     return [path]
+
+
+def _held(alert: Alert, interval: str) -> str:
+    """The alert's condition where it held at every evaluation from `for` ago to now (Prometheus fires once
+    `for` has passed since the first true evaluation: for / interval + 1 evaluations)."""
+    if not alert.for_:
+        return alert.expr
+    held, step = duration_seconds(alert.for_), duration_seconds(interval)
+    return f"count_over_time(({alert.expr})[{duration(held + step)}:{interval}]) >= {held // step + 1}"
 
 
 class Expander:
