@@ -5,10 +5,10 @@ import json
 
 import promql_parser
 import pytest
+from hpcobs.dashboards import common
 
 from hpcobs.authoring.context import Context
 from hpcobs.authoring.dashboard import every_panel
-from hpcobs.dashboards import common
 
 PATH = "grafana/dashboards/HPC/hpcobs-gpu-cluster.json"
 # Labels whose values grow with the fleet: a graph keeping one draws a line per node, GPU, job or user.

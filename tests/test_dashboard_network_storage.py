@@ -6,8 +6,8 @@ import json
 import re
 
 import pytest
-
 from hpcobs.dashboards import common
+
 from hpcobs.lang import lint
 from hpcobs.settings.names import DashboardUid
 

@@ -6,9 +6,9 @@ import json
 import re
 
 import pytest
+from hpcobs.dashboards import common, security
 
 from hpcobs.authoring.dashboard import every_panel
-from hpcobs.dashboards import common, security
 
 PATH = "grafana/dashboards/HPC/hpcobs-security.json"
 # Records with one series per node or per job: over time they grow with the fleet unless aggregated away.

@@ -16,7 +16,6 @@ from __future__ import annotations
 import json
 import os
 import sys
-import time
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -109,11 +108,10 @@ def draw(
     scrape = duration_seconds(config["scrape_interval"])
     # On stderr: the Markdown may be going to standard output.
     print("Simulating a cluster with faults on a loopback Prometheus (docs/preview.md)...", file=sys.stderr)
-    with simulated(config, longest) as url:
-        now = time.time()  # the cluster's window ends at its start: every picture reads up to this moment
+    with simulated(config, longest) as (url, end):  # every picture reads up to the end of the cluster's window
         for picture in pictures:
             alone = preview.panel_alone(picture.dashboard, picture.title)
-            drawing(alone, url, folder / picture.name, scrape, preview.dashboard_window(picture.dashboard, now))
+            drawing(alone, url, folder / picture.name, scrape, preview.dashboard_window(picture.dashboard, end))
 
 
 def markdown(panels: Iterable[ChangedPanel], folder: Path, written_in: Path) -> str:

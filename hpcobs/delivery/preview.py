@@ -28,7 +28,7 @@ from collections.abc import Callable, Iterator
 from contextlib import AbstractContextManager, contextmanager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 from hpcobs.authoring.dashboard import every_panel
 from hpcobs.delivery import chromium, preview_checks, preview_digests, prometheus_api
@@ -412,9 +412,16 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--range", metavar="DURATION", help="the range ending now (default: the dashboard's own)")
 
 
+class Served(NamedTuple):
+    """A Prometheus to draw from, and the end of the window it holds (a site's: now)."""
+
+    url: str
+    end: float
+
+
 # The simulated cluster (hpcobs.proof.fault_cluster.serving, which cli passes in: delivery does not import proof):
-# given the config and a window in seconds, a loopback Prometheus' URL while the block runs.
-Simulated = Callable[[config_module.Config, int], AbstractContextManager[str]]
+# given the config and a window in seconds, a loopback Prometheus' URL and the end of its window while the block runs.
+Simulated = Callable[[config_module.Config, int], AbstractContextManager[tuple[str, float]]]
 
 
 def run(args: argparse.Namespace, simulated: Simulated) -> int:
@@ -435,10 +442,9 @@ def run(args: argparse.Namespace, simulated: Simulated) -> int:
         loaded = {path: rows_opened(dashboard) for path, dashboard in loaded.items()}
     dashboards = _drawings(loaded, args.panel)
     longest = max(_range_seconds(args.range, dashboard) for dashboard in dashboards.values())
-    with _prometheus(args.prometheus, simulated, config, longest) as url:
-        now = time.time()  # the simulated cluster's window ends at its start, now
+    with _prometheus(args.prometheus, simulated, config, longest) as served:
         failed = sum(
-            _drawn(images / name, dashboard, url, config, _window(args.range, dashboard, now))
+            _drawn(images / name, dashboard, served.url, config, _window(args.range, dashboard, served.end))
             for name, dashboard in dashboards.items()
         )
     if not args.panel and not args.open_rows:  # a digest stands for a dashboard's picture as it opens
@@ -474,14 +480,14 @@ def _window(range_: str | None, dashboard: dict, end: float) -> Window:
 @contextmanager
 def _prometheus(
     url: str | None, simulated: Simulated, config: config_module.Config, window_seconds: int
-) -> Iterator[str]:
-    """The site's Prometheus, or the simulated fault cluster's for the window."""
+) -> Iterator[Served]:
+    """The site's Prometheus up to now, or the simulated fault cluster's for the window."""
     if url:
-        yield url
+        yield Served(url, time.time())
         return
     print("Simulating a cluster with faults on a loopback Prometheus (docs/preview.md)...", flush=True)
-    with simulated(config, window_seconds) as served:
-        yield served
+    with simulated(config, window_seconds) as (served, end):
+        yield Served(served, end)
 
 
 def _drawn(png: Path, dashboard: dict, url: str, config: config_module.Config, window: Window) -> int:

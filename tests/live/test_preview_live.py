@@ -10,7 +10,6 @@ join its queries, a legend left to the raw labels."""
 
 import copy
 import json
-import time
 
 import pytest
 
@@ -53,8 +52,7 @@ def drawn(tmp_path_factory):
     dashboards["broken"] = _broken(dashboards["hpcobs-gpu-cluster"])
     folder = tmp_path_factory.mktemp("preview")
     longest = max(preview.dashboard_window(d, 0).seconds for d in dashboards.values())
-    with fault_cluster.serving(config, longest) as url:
-        end = time.time()  # the cluster's window ends when it is served
+    with fault_cluster.serving(config, longest) as (url, end):
         return {
             uid: (
                 dashboard,
