@@ -6,7 +6,6 @@ Runbooks: docs/runbooks/exporters.md, one section per alert.
 """
 
 from dataclasses import dataclass
-from functools import partial
 
 from hpcobs.authoring.alert_cases import standard_cases, timing
 from hpcobs.authoring.context import Context, either
@@ -79,12 +78,25 @@ class Target:
     title: str  # what the summary calls it
     team: Team
     blind: str  # what goes dark while it is down (description text)
+    feeds: DashboardUid  # the dashboard of what it feeds: where its down alert links if it serves the whole cluster
 
 
 TARGETS = (
-    Target("dcgm", "Dcgm", "dcgm-exporter", Team.GPU_OPS, "the GPU health, Xid and utilisation alerts of this node"),
     Target(
-        "amd", "Amd", "AMD Device Metrics Exporter", Team.GPU_OPS, "the GPU health and utilisation alerts of this node"
+        "dcgm",
+        "Dcgm",
+        "dcgm-exporter",
+        Team.GPU_OPS,
+        "the GPU health, Xid and utilisation alerts of this node",
+        DashboardUid.GPU_CLUSTER,
+    ),
+    Target(
+        "amd",
+        "Amd",
+        "AMD Device Metrics Exporter",
+        Team.GPU_OPS,
+        "the GPU health and utilisation alerts of this node",
+        DashboardUid.GPU_CLUSTER,
     ),
     Target(
         "node_exporter",
@@ -92,8 +104,16 @@ TARGETS = (
         "node_exporter",
         Team.GPU_OPS,
         "InfiniBand, filesystem, job-info (textfile) and host metrics of this node",
+        DashboardUid.GPU_CLUSTER,
     ),
-    Target("slurm", "Slurm", "Slurm exporter", Team.SLURM_ADMINS, "node states, queue depth and partition allocations"),
+    Target(
+        "slurm",
+        "Slurm",
+        "Slurm exporter",
+        Team.SLURM_ADMINS,
+        "node states, queue depth and partition allocations",
+        DashboardUid.SLURM_JOBS,
+    ),
     # Roles that usually share another's scrape job (then that role's alert covers it): they keep their scrape job
     # watched when the role it rides with is disabled (exporters.<role>.enabled, docs/configuration.md).
     Target(
@@ -102,16 +122,39 @@ TARGETS = (
         "job-info",
         Team.SLURM_ADMINS,
         "the job attribution of this node's GPUs (job-info series)",
+        DashboardUid.SLURM_JOBS,
     ),
-    Target("lustre", "Lustre", "Lustre exporter", Team.STORAGE, "Lustre client or server statistics of this host"),
-    Target("falco", "Falco", "Falco", Team.SECURITY, "Falco's runtime security detections on this node"),
-    Target("tetragon", "Tetragon", "Tetragon", Team.SECURITY, "Tetragon's policy events and enforcement on this node"),
+    Target(
+        "lustre",
+        "Lustre",
+        "Lustre exporter",
+        Team.STORAGE,
+        "Lustre client or server statistics of this host",
+        DashboardUid.NETWORK_STORAGE,
+    ),
+    Target(
+        "falco",
+        "Falco",
+        "Falco",
+        Team.SECURITY,
+        "Falco's runtime security detections on this node",
+        DashboardUid.SECURITY,
+    ),
+    Target(
+        "tetragon",
+        "Tetragon",
+        "Tetragon",
+        Team.SECURITY,
+        "Tetragon's policy events and enforcement on this node",
+        DashboardUid.SECURITY,
+    ),
     Target(
         "training",
         "Training",
         "training metrics",
         Team.ML_PLATFORM,
         "the training progress and NCCL Inspector series of the jobs on this node",
+        DashboardUid.TRAINING,
     ),
     Target(
         "nccl_inspector",
@@ -119,6 +162,7 @@ TARGETS = (
         "NCCL Inspector",
         Team.ML_PLATFORM,
         "the NCCL Inspector series of the jobs on this node",
+        DashboardUid.TRAINING,
     ),
 )
 # Scenarios of hpcobs.proof.simulate whose default data take a target down: exporter_down stops one
@@ -134,6 +178,9 @@ FIRED_BY = {
 # host is down, not an exporter (ExporterNodeDown). job_info rides on node_exporter's scrape job with our prolog, and
 # watches it when node_exporter is disabled (ExporterJobInfoDown).
 HOST_ROLES = ("dcgm", "amd", "node_exporter", "job_info", "lustre", "falco", "tetragon")
+# The roles scraped on one host serving the whole cluster (the Slurm controller): their down alert is about what they
+# feed, not about that host.
+CLUSTER_ROLES = ("slurm",)
 # Slurm's per-node count of allocated GPUs, by exporter profile: (signal, matchers, extra labels of a test series).
 SLURM_NODE_GPUS = {
     "slurm_sckyzo": (
@@ -164,9 +211,8 @@ def _up_labels(ctx: Context, role: str, host: str = "n1") -> dict[str, str]:
     return {**up_series(ctx, role, "1", host).labels, "node": host}
 
 
-def _node_alert(ctx: Context) -> partial[Alert]:
-    """An alert about one host's exporter: its dashboard link selects the node."""
-    return alerts_of("exporters", DashboardUid.GPU_CLUSTER, ctx.cluster, "node")
+# An alert about one host's exporter: its link opens the node's view (Alert.view).
+_host_alert = alerts_of("exporters", DashboardUid.GPU_CLUSTER)
 
 
 def _node_series(ctx: Context, signal: str, values: str, **labels: str) -> Series:
@@ -196,9 +242,10 @@ def down_alert(role: str) -> str:
 
 
 def _target_down(ctx: Context, target: Target, down_for: str) -> Alert:
-    host = SLURM_CONTROLLER if target.role == "slurm" else "n1"
+    serves_cluster = target.role in CLUSTER_ROLES
+    host = SLURM_CONTROLLER if serves_cluster else "n1"
     when = timing(ctx, down_for, 2)
-    return _node_alert(ctx)(
+    return alerts_of("exporters", target.feeds, server_host=serves_cluster)(
         down_alert(target.role),
         severity="warning",
         team=target.team,
@@ -237,7 +284,7 @@ def _node_down(ctx: Context) -> list[Alert]:
         return [up_series(ctx, role, values if role in down else f"1x{n}", host) for role in roles]
 
     return [
-        _node_alert(ctx)(
+        _host_alert(
             "ExporterNodeDown",
             severity="warning",
             team=Team.GPU_OPS,
@@ -281,7 +328,7 @@ def _textfile_scrape_error(ctx: Context) -> list[Alert]:
         return []
     when = timing(ctx, "5m", 2)
     return [
-        _node_alert(ctx)(
+        _host_alert(
             "ExporterTextfileScrapeError",
             severity="warning",
             team=Team.GPU_OPS,
@@ -318,7 +365,7 @@ def _collector_failed(ctx: Context) -> list[Alert]:
         return _node_series(ctx, "collector_success", values, collector=collector)
 
     return [
-        _node_alert(ctx)(
+        _host_alert(
             "ExporterCollectorFailed",
             severity="warning",
             team=Team.GPU_OPS,
@@ -370,7 +417,6 @@ def _slurm_collector_failed(ctx: Context) -> list[Alert]:
             "and the Slurm alerts on them are missing.",
             runbook="exporters",
             dashboard=DashboardUid.SLURM_JOBS,
-            dashboard_vars=(ctx.cluster,),
             **standard_cases(
                 when,
                 fault="sinfo fails",
@@ -393,7 +439,7 @@ def _gpu_exporter_without_gpus(ctx: Context) -> list[Alert]:
     role, when = roles[0], timing(ctx, "10m", 0)
     n = when.samples
     return [
-        _node_alert(ctx)(
+        _host_alert(
             "ExporterGpuSeriesAbsent",
             severity="warning",
             team=Team.GPU_OPS,
@@ -443,7 +489,7 @@ def _gpu_node_name_shared(ctx: Context) -> list[Alert]:
 
     remote = REMOTE_HOSTENGINE.rpartition(":")[0]
     return [
-        _node_alert(ctx)(
+        _host_alert(
             "ExporterGpuNodeNameShared",
             severity="critical",
             team=Team.GPU_OPS,
@@ -512,7 +558,7 @@ def _job_mapping_missing(ctx: Context) -> list[Alert]:
     barely_busy = 1.1 * busy  # the fault just over the busy threshold, so that the cases pin it
 
     return [
-        _node_alert(ctx)(
+        _host_alert(
             "ExporterJobMappingMissing",
             severity="warning",
             team=Team.GPU_OPS,
@@ -575,7 +621,6 @@ def _job_info_missing(ctx: Context) -> list[Alert]:
             "account and partition views; check the prolog (or the job-info exporter).",
             runbook="exporters",
             dashboard=DashboardUid.GPU_CLUSTER,
-            dashboard_vars=(cluster,),
             **standard_cases(
                 when,
                 fault="a job on a GPU without job info",

@@ -317,19 +317,14 @@ class _TestGpu:
 
     @cached_property
     def gpu_alert(self) -> partial[Alert]:
-        """An alert about one GPU: its dashboard link selects the node and the GPU."""
-        return alerts_of("gpu", DashboardUid.GPU_CLUSTER, self.cluster, *GPU)
+        """An alert about a GPU, a node or a job on it: its link opens the view of the one it is about (Alert.view)."""
+        return alerts_of("gpu", DashboardUid.GPU_CLUSTER)
 
     @cached_property
     def hardware_alert(self) -> partial[Alert]:
         """An alert about a GPU's hardware: keyed by the GPU, the jobs on it read into its `jobs` annotation."""
         lookup = Lookup(JOBS_ON_GPU_TEMPLATE.format(c=self.cluster), ("gpu:job:info", "job:slurm_job_info:max"))
         return partial(self.gpu_alert, lookups={"jobs": lookup})
-
-    @cached_property
-    def node_alert(self) -> partial[Alert]:
-        """An alert about a node (or a job on it): its dashboard link selects the node."""
-        return alerts_of("gpu", DashboardUid.GPU_CLUSTER, self.cluster, "node")
 
 
 def _span(value: float, start: int, count: int, stale: bool) -> str:
@@ -1231,7 +1226,7 @@ def _allocated_idle(gpus: _TestGpu) -> Alert:
     def util(ratios: str, gpu: str = "0", node: str = "n1") -> Series:
         return gpu_utilization(ctx, ratios, node=node, gpu=gpu, hpc_job="7")
 
-    return gpus.node_alert(
+    return gpus.gpu_alert(
         "GpuAllocatedIdle",
         severity="info",
         team=Team.JOB_OWNER,
@@ -1308,7 +1303,7 @@ def _series_missing(gpus: _TestGpu) -> Alert:
     ]
     nvidia = ctx.sources["dcgm"].enabled
     three_left = [temperature(f"60{held}", gpu) for gpu in "012"] + [temperature("60x10 stale", "3")]
-    return gpus.node_alert(
+    return gpus.gpu_alert(
         "GpuSeriesMissing",
         severity="warning",
         team=Team.GPU_OPS,

@@ -85,7 +85,7 @@ def _fabric_not_ready(gpus: _TestGpu) -> Alert:
     def status(values: str, gpu: str = "1", **labels: str) -> Series:
         return dcgm(ctx, "fabric_manager_status", values, node="n1", gpu=gpu, **labels)
 
-    return gpus.node_alert(
+    return gpus.gpu_alert(
         "GpuFabricNotReady",
         severity="critical",
         team=Team.GPU_OPS,
@@ -140,7 +140,7 @@ def _ecc_disabled(gpus: _TestGpu) -> Alert:
         return dcgm(ctx, signal, values, node="n1", gpu=gpu)
 
     enabled = [ecc("ecc_mode", f"1x{n}"), ecc("ecc_pending", f"1x{n}")]
-    return gpus.node_alert(
+    return gpus.gpu_alert(
         "GpuEccDisabled",
         severity="warning",
         team=Team.GPU_OPS,
@@ -197,7 +197,7 @@ def _driver_drift(gpus: _TestGpu) -> Alert:
     minority = aggregate("group", (cluster, "node", "driver"), 'node:gpus_by_model:count{driver!=""}') + (
         f" unless on ({cluster}, driver) ({majority})"
     )
-    return alerts_of("gpu", DashboardUid.GPU_CLUSTER, cluster)(
+    return alerts_of("gpu", DashboardUid.GPU_CLUSTER)(
         "GpuDriverDrift",
         severity="warning",
         team=Team.GPU_OPS,
@@ -260,7 +260,7 @@ def _values_frozen(gpus: _TestGpu) -> Alert:
         return gpu_si_series(ctx, "energy", values, node="n1", gpu=gpu, vendor="dcgm")
 
     held = f"{t.rising(IDLE_WATTS, freeze)} {last}x{lasting}"
-    return alerts_of("exporters", DashboardUid.GPU_CLUSTER, cluster, "node")(
+    return alerts_of("exporters", DashboardUid.GPU_CLUSTER)(
         "ExporterDcgmValuesFrozen",
         severity="warning",
         team=Team.GPU_OPS,

@@ -39,7 +39,6 @@ def groups(ctx: Context) -> list[Group]:
                     f"{label(cluster)} ended; its training and idle-GPU alerts are inhibited.",
                     runbook="jobs",
                     dashboard=DashboardUid.SLURM_JOBS,
-                    dashboard_vars=(cluster,),
                     fires_on=[
                         Case(
                             "in the minutes after the job's info series disappears",

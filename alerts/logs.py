@@ -241,14 +241,14 @@ class _Rules:
         ]
 
     def node_event(self, name: str, metric: LogMetric, **fields: Any) -> LogRule:
-        """A node alert on the GPU cluster dashboard that one kernel line fires."""
-        node_alert = alerts_of("logs", DashboardUid.GPU_CLUSTER, self.ctx.cluster, "node")
+        """A node alert that one kernel line fires."""
+        node_alert = alerts_of("logs", DashboardUid.GPU_CLUSTER)
         no_for = "a kernel line is an event; the count over the event window keeps the alert active that long"
         return self.rule(node_alert, name, metric, for_=None, no_for_reason=no_for, **fields)
 
     def job_rule(self, name: str, metric: LogMetric, **fields: Any) -> LogRule:
-        """A job alert on the training dashboard."""
-        return self.rule(alerts_of("logs", DashboardUid.TRAINING, self.ctx.cluster, "hpc_job"), name, metric, **fields)
+        """A job alert."""
+        return self.rule(alerts_of("logs", DashboardUid.TRAINING), name, metric, **fields)
 
     def job_event(self, name: str, query: LogQuery, **fields: Any) -> LogRule:
         """A job alert that one line of the job's log fires."""

@@ -258,7 +258,7 @@ def groups(ctx: Context) -> list[Group]:
 
 
 def _node_alert(ctx: Context) -> partial[Alert]:
-    return alerts_of("network", DashboardUid.NETWORK_STORAGE, ctx.cluster, "node", team=Team.NETWORK)
+    return alerts_of("network", DashboardUid.NETWORK_STORAGE, Team.NETWORK)
 
 
 def _port(ctx: Context, signal: str, values: str, device: str = "mlx5_0", port: str = "1") -> Series:

@@ -100,7 +100,7 @@ class _Events:
 
     @cached_property
     def node_alert(self) -> partial[Alert]:
-        return alerts_of("security", DashboardUid.SECURITY, self.ctx.cluster, "node", team=Team.SECURITY)
+        return alerts_of("security", DashboardUid.SECURITY, Team.SECURITY)
 
     @cached_property
     def event_alert(self) -> partial[Alert]:

@@ -197,7 +197,7 @@ def groups(ctx: Context) -> list[Group]:
 
 
 def _partition_alert(ctx: Context) -> partial[Alert]:
-    return alerts_of("slurm", DashboardUid.SLURM_JOBS, ctx.cluster, "partition", team=Team.SLURM_ADMINS)
+    return alerts_of("slurm", DashboardUid.SLURM_JOBS, Team.SLURM_ADMINS)
 
 
 def _nodes_in_state(ctx: Context, row: _NodesInState) -> Alert:
@@ -309,7 +309,6 @@ def _unhealthy_gpu_scheduled(ctx: Context) -> list[Alert]:
             f"NodeName={label('node')} State=DRAIN Reason=gpu-unhealthy; then check why the health check did not.",
             runbook="slurm",
             dashboard=DashboardUid.SLURM_JOBS,
-            dashboard_vars=(ctx.cluster,),
             fired_by=("dbe", "row_remap_failure"),
             **standard_cases(
                 when,
@@ -360,7 +359,6 @@ def _node_out_of_service(ctx: Context) -> list[Alert]:
             "failing or powered down in Slurm: its exporters' down alerts are inhibited.",
             runbook="slurm",
             dashboard=DashboardUid.SLURM_JOBS,
-            dashboard_vars=(ctx.cluster,),
             fired_by=("slurm_nodes_down",),  # it drains a second node
             fires_on=[held_out(status) for status in ("drained", "draining", "maint", "reboot^", "idle~", "drained*")],
             silent_on=[
@@ -410,7 +408,6 @@ def _gpus_below_gres(ctx: Context) -> list[Alert]:
             "node does not have. Check nvidia-smi -L and scontrol show node.",
             runbook="slurm",
             dashboard=DashboardUid.SLURM_JOBS,
-            dashboard_vars=(ctx.cluster,),
             **standard_cases(
                 when,
                 fault="three GPUs report all along, Slurm configures four",
@@ -451,7 +448,6 @@ def _controller(ctx: Context, row: _ControllerLoad) -> Alert:
         description=f"sdiag on cluster {label(ctx.cluster)} has read above {limit:g} for {row.for_}: {row.meaning}",
         runbook="slurm",
         dashboard=DashboardUid.SLURM_JOBS,
-        dashboard_vars=(ctx.cluster,),
         fired_by=row.fired_by,
         **standard_cases(
             when,
@@ -561,7 +557,6 @@ def _job_holding_idle_gpus(ctx: Context) -> list[Alert]:
             f"every sample for {idle}: cancel it or resubmit it with the GPUs it really uses.",
             runbook="slurm",
             dashboard=DashboardUid.SLURM_JOBS,
-            dashboard_vars=(ctx.cluster, "partition", "account", "user"),
             fired_by=("idle_gpus",),
             **standard_cases(
                 when,

@@ -182,8 +182,9 @@ class _Data:
     def where(self) -> str:
         return f"cluster {label(self.ctx.cluster)}"
 
-    def storage_alert(self, *by: str) -> partial[Alert]:
-        return alerts_of("storage", DashboardUid.NETWORK_STORAGE, self.ctx.cluster, *by, team=Team.STORAGE)
+    def storage_alert(self, server_host: bool = False) -> partial[Alert]:
+        """`server_host`: about a Lustre server (its node label), which the node view does not show."""
+        return alerts_of("storage", DashboardUid.NETWORK_STORAGE, Team.STORAGE, server_host)
 
     @cached_property
     def local(self) -> str:
@@ -307,7 +308,7 @@ class _Data:
 def _filesystem_filling_up(data: _Data) -> Alert:
     thresholds, fast = data.thresholds, data.growth(1.5)
     horizon, length = thresholds.storage_fill_horizon, data.fill_length
-    return data.storage_alert("node")(
+    return data.storage_alert()(
         "StorageFilesystemFillingUp",
         severity="warning",
         expr=data.filling(data.local, "node:filesystem_used_forecast:ratio"),
@@ -344,7 +345,7 @@ def _filesystem_filling_up(data: _Data) -> Alert:
 def _lustre_filling_up(data: _Data) -> Alert:
     thresholds, fast, slow = data.thresholds, data.growth(1.5), data.growth(0.4)
     horizon, length = thresholds.storage_fill_horizon, data.fill_length
-    return data.storage_alert("fs")(
+    return data.storage_alert()(
         "StorageLustreFillingUp",
         severity="warning",
         expr=data.filling("fs:lustre_used:ratio", "fs:lustre_used_forecast:ratio"),
@@ -430,7 +431,7 @@ def _filesystem_full(data: _Data, measure: _Measure) -> Alert:
     def mount(used: str, mountpoint: str = "/raid") -> list[Series]:
         return data.mount(used, mountpoint, inodes=inodes)
 
-    return data.storage_alert("node")(
+    return data.storage_alert()(
         measure.local_alert,
         severity="critical",
         expr=f"{measure.used(data, data.local)} > {full}",
@@ -507,7 +508,7 @@ def _lustre_ost_full(data: _Data) -> Alert:
         f"1 - {data.ctx.select('lustre', ['available_kib'], by, op='sum', where=OST)} "
         f"/ {data.ctx.select('lustre', ['capacity_kib'], by, op='sum', where=OST)}"
     )
-    return data.storage_alert("fs")(
+    return data.storage_alert(server_host=True)(
         "StorageLustreOstFull",
         severity="critical",
         expr=f"{used} > {full}",
@@ -547,7 +548,7 @@ def _lustre_inodes_full(data: _Data) -> Alert:
     def ost(used: str) -> list[Series]:
         return data.target_inodes(used, "scratch-OST0000", "oss01", "ost")
 
-    return data.storage_alert("fs")(
+    return data.storage_alert(server_host=True)(
         "StorageLustreInodesFull",
         severity="critical",
         expr=f"{used} > {full}",
@@ -619,7 +620,7 @@ def _checkpoint_write_stalled(data: _Data) -> Alert:
         return job_writes(f"0x{stop} 0+{bytes_per_second / 2 * when.step:.12g}x{run}")
 
     stuck = progress + trickle(stalled * 0.9)
-    return data.storage_alert("hpc_job")(
+    return data.storage_alert()(
         "StorageCheckpointWriteStalled",
         severity="critical",
         expr=owned(
@@ -675,7 +676,7 @@ def _nfs_retransmissions(data: _Data) -> Alert:
             )
         ]
 
-    return data.storage_alert("node")(
+    return data.storage_alert()(
         "StorageNfsRetransmissions",
         severity="warning",
         expr=f"node:nfs_retransmissions:rate > {rate}",
@@ -705,7 +706,7 @@ def _lustre_unhealthy(data: _Data) -> Alert:
         return [series(data.ctx, "lustre", "healthy", values, node=node)]
 
     sick, well = f"1x{FULL_FROM - 1} 0x{scrapes + 20}", f"1x{scrapes + 25}"
-    return data.storage_alert("node")(
+    return data.storage_alert(server_host=True)(
         "StorageLustreUnhealthy",
         severity="critical",
         expr=f"{data.ctx.select('lustre', ['healthy'], ('node',), op='min')} == 0",

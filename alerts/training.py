@@ -163,7 +163,7 @@ class _TestJob:
 
     @cached_property
     def job_alert(self) -> partial[Alert]:
-        return alerts_of("training", DashboardUid.TRAINING, self.ctx.cluster, "hpc_job")
+        return alerts_of("training", DashboardUid.TRAINING)
 
     @property
     def job(self) -> str:

@@ -185,7 +185,6 @@ def test_alert_constructor_refuses_an_alert_without_proof():
             description="x {{ $labels.node }}",
             runbook="gpu",
             dashboard=DashboardUid.GPU_CLUSTER,
-            dashboard_vars=(),
             fires_on=[],
             silent_on=[],
         )
@@ -208,7 +207,6 @@ def test_alert_constructor_takes_team_and_dashboard_only_from_names():
             description="x",
             runbook="gpu",
             dashboard="hpcobs-gpu-cluster",
-            dashboard_vars=(),
             fires_on=[case],
             silent_on=[case],
         )

@@ -31,10 +31,24 @@ class LinkBases:
     grafana: str  # grafana.url
     runbooks: str  # runbooks.base_url
     dashboards: frozenset[str]  # the uids of the dashboards generated: an alert links to no other
+    cluster: str  # cluster.label: every dashboard's cluster variable is named after it
 
     @classmethod
     def of(cls, config: Config, dashboards: Iterable[str] = frozenset(DashboardUid)) -> LinkBases:
-        return cls(config.get("grafana", "url"), config.get("runbooks", "base_url"), frozenset(dashboards))
+        return cls(
+            config.get("grafana", "url"),
+            config.get("runbooks", "base_url"),
+            frozenset(dashboards),
+            config.get("cluster", "label"),
+        )
+
+
+# Where an alert's dashboard link lands, from what it is about (the labels it carries in every firing case), the most
+# specific first (docs/alerts.md, Dashboard links): a job opens the job's view with the job, a node the node's view
+# with the node (and the GPU), anything else its domain's dashboard with the partition or filesystem it names.
+JOB_VIEW = (DashboardUid.TRAINING, ("hpc_job",))
+NODE_VIEW = (DashboardUid.NODE, ("node", "gpu"))
+DOMAIN_FILTERS = ("partition", "fs")
 
 
 @dataclass
@@ -81,8 +95,7 @@ class Alert:
     summary: str
     description: str
     runbook: str  # docs/runbooks/<runbook>.md, section named like the alert
-    dashboard: DashboardUid  # the dashboard to open
-    dashboard_vars: tuple[str, ...]  # labels passed as var-<label> to the dashboard
+    dashboard: DashboardUid  # its domain's dashboard: where it links when it is about no one job or node (view())
     fires_on: list[Case]
     silent_on: list[Case]
     no_for_reason: str | None = None  # why there is no `for:` (the runbook repeats it)
@@ -92,6 +105,21 @@ class Alert:
     # How long it keeps firing once its condition ends: an inhibition's source that must outlast the windows its
     # targets read, or a target left alone by a cause that resolved first notifies for a fault already explained.
     keep_firing_for: str | None = None
+    # Its `node` label names a host serving the whole cluster (the Slurm controller, a Lustre server), not a
+    # compute node of the node view: it links to its domain's dashboard.
+    server_host: bool = False
+
+    def view(self) -> tuple[DashboardUid, tuple[str, ...]]:
+        """The dashboard its link opens and the labels it passes as that dashboard's variables, besides the
+        cluster (JOB_VIEW, NODE_VIEW, else its domain's dashboard with the DOMAIN_FILTERS it carries)."""
+        carried = self.labels_carried()
+        if "hpc_job" in carried:
+            uid, labels = JOB_VIEW
+        elif "node" in carried and not self.server_host:
+            uid, labels = NODE_VIEW
+        else:
+            uid, labels = self.dashboard, DOMAIN_FILTERS
+        return uid, tuple(label for label in labels if label in carried)
 
     def names_read(self) -> set[str]:
         """The metric names the alert reads: its expression's and its lookups'."""
@@ -134,17 +162,19 @@ class Alert:
             raise ValueError(f"alert {self.alert}: " + "; ".join(problems))
 
     def annotations(self, links: LinkBases) -> dict[str, str]:
-        """Annotation templates; label values enter the dashboard URL query encoded by Go's urlquery."""
-        query = "&".join(f"var-{label}={{{{ $labels.{label} | urlquery }}}}" for label in self.dashboard_vars)
+        """Annotation templates; label values enter the dashboard URL query encoded by Go's urlquery. The URL
+        always has a query (the cluster), so a notification template appends the time around the alert with `&`
+        (hpcobs.targets.alertmanager_templates)."""
+        uid, labels = self.view()
+        query = "&".join(f"var-{label}={{{{ $labels.{label} | urlquery }}}}" for label in (links.cluster, *labels))
         annotations = {
             "summary": self.summary,
             "description": self.description,
             "runbook_url": f"{go_template_text(links.runbooks)}/{self.runbook}.md#{self.alert.lower()}",
             **{key: lookup.template for key, lookup in self.lookups.items()},
         }
-        if self.dashboard in links.dashboards:  # a dashboard whose exporters are all disabled is not generated
-            dashboard = f"{go_template_text(links.grafana)}/d/{self.dashboard}" + (f"?{query}" if query else "")
-            annotations["dashboard_url"] = dashboard
+        if uid in links.dashboards:  # a dashboard whose exporters are all disabled is not generated
+            annotations["dashboard_url"] = f"{go_template_text(links.grafana)}/d/{uid}?{query}"
         return annotations
 
     def all_labels(self) -> dict[str, str]:
@@ -165,12 +195,14 @@ class Alert:
         return out
 
 
-def alerts_of(runbook: str, dashboard: DashboardUid, *dashboard_vars: str, team: Team | None = None) -> partial[Alert]:
-    """Alert(...) with what a family of alerts shares: its runbook page, the dashboard its alerts link to (with
-    the labels passed as dashboard variables) and, when every one goes to the same team, the team."""
+def alerts_of(
+    runbook: str, dashboard: DashboardUid, team: Team | None = None, server_host: bool = False
+) -> partial[Alert]:
+    """Alert(...) with what a family of alerts shares: its runbook page, its domain's dashboard, whether its node
+    label names a server of the whole cluster and, when every one goes to the same team, the team."""
     if team is None:
-        return partial(Alert, runbook=runbook, dashboard=dashboard, dashboard_vars=dashboard_vars)
-    return partial(Alert, runbook=runbook, dashboard=dashboard, dashboard_vars=dashboard_vars, team=team)
+        return partial(Alert, runbook=runbook, dashboard=dashboard, server_host=server_host)
+    return partial(Alert, runbook=runbook, dashboard=dashboard, server_host=server_host, team=team)
 
 
 def label(name: str) -> str:

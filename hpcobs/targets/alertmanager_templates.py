@@ -3,9 +3,9 @@ as Alertmanager 0.25 defines them: https://prometheus.io/docs/alerting/latest/no
 
 A notification is one group: its title says the status and how many alerts it holds, its body lists every alert of
 the group with its summary, the node, GPU and job it is about (the labels it carries of those), its description,
-and the links the alerts' annotations hold (hpcobs.authoring.rules.Alert.annotations: runbook_url, dashboard_url).
-The webhook receiver gets Alertmanager's fixed JSON payload (every label and annotation), so nothing is templated
-for it.
+and the links the alerts' annotations hold (hpcobs.authoring.rules.Alert.annotations: runbook_url, dashboard_url),
+the dashboard's centred on when the alert started. The webhook receiver gets Alertmanager's fixed JSON payload
+(every label and annotation, the dashboard_url without a time), so nothing is templated for it.
 """
 
 from __future__ import annotations
@@ -23,7 +23,15 @@ SCOPE_LABELS = (("node", "node"), ("gpu", "GPU"), ("hpc_job", "job"))
 # The annotations shown below the summary: what the alerts carry (the description; `jobs`, the jobs on a GPU, on
 # the GPU hardware alerts) and their links.
 DETAIL_ANNOTATIONS = (("description", ""), ("jobs", "Jobs: "))
-LINK_ANNOTATIONS = (("runbook_url", "Runbook"), ("dashboard_url", "Dashboard"))
+# Grafana opens a dashboard on `time.window` milliseconds centred on `time` (Unix ms; its SceneTimeRange reads both
+# from the URL). A rule's annotation cannot know when its alert started, a notification can (.StartsAt, a Go time.Time:
+# Unix() is a method text/template calls). Two hours: the hour before the alert fired holds its onset and the
+# `for:` it waited (none is longer than 1h), the hour after what followed. dashboard_url always has a query (the
+# cluster variable), so the time is appended with `&`.
+WINDOW_MS = 2 * 3600 * 1000
+AROUND_START = f"&time={{{{ .StartsAt.Unix }}}}000&time.window={WINDOW_MS}"
+# The link annotations, how they are captioned, and what is appended to their URL.
+LINK_ANNOTATIONS = (("runbook_url", "Runbook", ""), ("dashboard_url", "Dashboard", AROUND_START))
 
 
 def _call(name: str) -> str:
@@ -35,21 +43,26 @@ def _with(field: str, body: str) -> str:
     return f"{{{{ with {field} }}}}{body}{{{{ end }}}}"
 
 
+def _link(name: str, suffix: str, body: str) -> str:
+    """`body` (where `{url}` is the annotation's URL with `suffix`) only when the alert has the annotation. `if`, not
+    `with`: the suffix reads the alert (.StartsAt), which `with` would hide behind the annotation."""
+    url = f"{{{{ .Annotations.{name} }}}}{suffix}"
+    return f"{{{{ if .Annotations.{name} }}}}{body.format(url=url)}{{{{ end }}}}"
+
+
 _SCOPE = "".join(_with(f".Labels.{label}", f", {caption} {{{{ . }}}}") for label, caption in SCOPE_LABELS)
 _TEXT_ALERT = (
     "- [{{ .Status }}] {{ .Annotations.summary }}"
     + _SCOPE
     + "\n"
     + "".join(_with(f".Annotations.{name}", f"  {caption}{{{{ . }}}}\n") for name, caption in DETAIL_ANNOTATIONS)
-    + "".join(_with(f".Annotations.{name}", f"  {caption}: {{{{ . }}}}\n") for name, caption in LINK_ANNOTATIONS)
+    + "".join(_link(name, suffix, f"  {caption}: {{url}}\n") for name, caption, suffix in LINK_ANNOTATIONS)
 )
 _HTML_ALERT = (
     "<li><b>[{{ .Status }}] {{ .Annotations.summary }}</b>"
     + _SCOPE
     + "".join(_with(f".Annotations.{name}", f"<br>{caption}{{{{ . }}}}") for name, caption in DETAIL_ANNOTATIONS)
-    + "".join(
-        _with(f".Annotations.{name}", f'<br><a href="{{{{ . }}}}">{caption}</a>') for name, caption in LINK_ANNOTATIONS
-    )
+    + "".join(_link(name, suffix, f'<br><a href="{{url}}">{caption}</a>') for name, caption, suffix in LINK_ANNOTATIONS)
     + "</li>\n"
 )
 # A route grouping by node (gpu-ops) holds alerts of several names: the title names the alert when all of the group's

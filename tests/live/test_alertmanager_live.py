@@ -348,6 +348,8 @@ def test_inhibitions(inhibited, case):
 
 # Notifications: alerts of a cluster of their own (no inhibition case touches it), with the annotations the rules give.
 NOTIFY = {"cluster": "notify-test"}
+STARTED = "2026-01-02T03:04:05Z"  # when the notified alerts started (.StartsAt): the dashboard link is centred on it
+AROUND_START = "&time=1767323045000&time.window=7200000"
 
 
 def annotated(name: str, team: str, severity: str, **labels) -> dict:
@@ -357,8 +359,9 @@ def annotated(name: str, team: str, severity: str, **labels) -> dict:
             "summary": f"{name} summary",
             "description": f"{name} on {labels.get('node', 'the cluster')}",
             "runbook_url": f"https://runbooks.example.org/{name}.md",
-            "dashboard_url": f"https://grafana.example.org/d/{name}",
+            "dashboard_url": f"https://grafana.example.org/d/{name}?var-cluster={NOTIFY['cluster']}",
         },
+        "startsAt": STARTED,
     }
 
 
@@ -410,7 +413,8 @@ def test_slack_shows_the_group_and_each_alerts_summary_and_links(notifications):
     for gpu in ("0", "1"):  # both alerts of the group listed
         assert f"GpuThermalSlowdown summary, node n30, GPU {gpu}\n" in thermal[0]["text"]
     assert "Runbook: https://runbooks.example.org/GpuThermalSlowdown.md" in thermal[0]["text"]
-    assert "Dashboard: https://grafana.example.org/d/GpuThermalSlowdown" in thermal[0]["text"]
+    dashboard = f"https://grafana.example.org/d/GpuThermalSlowdown?var-cluster=notify-test{AROUND_START}\n"
+    assert f"Dashboard: {dashboard}" in thermal[0]["text"]
 
 
 @pytest.mark.live
@@ -421,6 +425,7 @@ def test_pagerduty_and_the_webhook_get_the_alerts(notifications):
     # The webhook's payload is Alertmanager's fixed JSON: every label and annotation, nothing templated.
     hook = notifications["/webhook/job-owner"][0]
     assert hook["alerts"][0]["annotations"]["runbook_url"] == "https://runbooks.example.org/TrainingHang.md"
+    assert hook["alerts"][0]["annotations"]["dashboard_url"].endswith("var-cluster=notify-test")
 
 
 @pytest.mark.live
