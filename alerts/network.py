@@ -499,14 +499,18 @@ def _link_flapping(ctx: Context) -> Alert:
         ["ib_link_downed"],
         PORT,
         op="sum",
-        over=lambda e: f"increase({e}[{window}])",
+        # Not increase(): VictoriaMetrics counts a counter's starting value as an increase, and a port's link_downed
+        # is 1-3 since boot, so every node_exporter start would look like a flap (as recording_rules/network.py).
+        over=lambda e: f"{e} - {e} offset {window}",
         where=compute_rails(ctx),
     )
-    within = duration(min(window_s // 2, 50 * step))
+    history = window_s // step  # a port is judged once it has a window of history
+    within = duration(window_s + min(window_s // 2, 50 * step))
 
     def flapping(scrapes: int, times: int = flaps) -> Series:
-        """A port going down `times` times, one scrape apart from START on, then stable for `scrapes`."""
-        values = f"0x{START} " + " ".join(str(i) for i in range(1, times)) + f" {times}x{scrapes}"
+        """A port stable for a window, going down `times` times one scrape apart from START on, then stable for
+        `scrapes`."""
+        values = f"0x{history + START} " + " ".join(str(i) for i in range(1, times)) + f" {times}x{scrapes}"
         return _port(ctx, "ib_link_downed", " ".join(values.split()), device="mlx5_2")
 
     return _node_alert(ctx)(
@@ -529,7 +533,7 @@ def _link_flapping(ctx: Context) -> Alert:
             )
         ],
         silent_on=[
-            Case("no down", at=within, series=[_port(ctx, "ib_link_downed", f"3x{window_s // step}")]),
+            Case("no down", at=within, series=[_port(ctx, "ib_link_downed", f"3x{2 * history}")]),
             Case(
                 f"{flaps - 1} downs, one short of flapping (by default a single down: a port that went down and "
                 "stayed down, or a peer reboot)",
@@ -538,8 +542,8 @@ def _link_flapping(ctx: Context) -> Alert:
             ),
             Case(
                 f"{flaps} downs, but longer ago than {window}",
-                at=duration(window_s + (START + flaps + 10) * step),
-                series=[flapping(2 * window_s // step)],
+                at=duration(2 * window_s + (START + flaps + 10) * step),
+                series=[flapping(2 * history)],
             ),
         ],
     )

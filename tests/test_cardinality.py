@@ -37,9 +37,11 @@ def test_at_most_four_recorded_series_per_gpu(costs):
     assert per_gpu <= 4, per_gpu
 
 
-def test_all_recorded_series_stay_under_a_quarter_of_the_raw_gpu_series(costs, ctx, config):
+def test_all_recorded_series_stay_within_the_budget_of_the_raw_gpu_series(costs, ctx, config):
     budget = config.get("cardinality", "budget_percent")
-    assert budget == 25
+    # Raised from 25 on purpose (issue 30): the on-call views' sparse records cost 1.3 points; a change of the budget
+    # is a reviewed decision, never a side effect (docs/recording-rules.md#budget).
+    assert budget == 26
     recorded = sum(c.recorded for c in costs)
     assert recorded <= budget / 100 * cardinality.gpu_exporter_series(ctx.sources)
 
@@ -76,7 +78,7 @@ def test_the_build_prints_the_budget(tmp_path):
     result = run_build("--no-tool-checks", "--out", str(tmp_path / "out"))
     assert result.returncode == 0, result.stderr
     assert "cardinality on the reference cluster (2048 nodes x 8 GPUs, 300 jobs, 16384 ranks)" in result.stdout
-    assert "hpcobs-gpu-normalise" in result.stdout and "(budget 25%, cardinality.budget_percent)" in result.stdout
+    assert "hpcobs-gpu-normalise" in result.stdout and "(budget 26%, cardinality.budget_percent)" in result.stdout
 
 
 def test_a_config_over_the_budget_does_not_build_and_the_value_it_names_does(tmp_path):
