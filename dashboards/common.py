@@ -142,11 +142,17 @@ SEVERITY: Mappings = (("critical", "critical", "red"), ("warning", "warning", "o
 
 
 def firing_alerts(
-    ctx: Context, *prefixes: str, labels: tuple[str, ...] = ("node", "gpu", "hpc_job", "user"), **options: Any
+    ctx: Context,
+    *prefixes: str,
+    labels: tuple[str, ...] = ("node", "gpu", "hpc_job", "user"),
+    where: str = "",
+    **options: Any,
 ) -> Panel:
     """The first panel of a dashboard: its domain's alerts firing now, with where (node, GPU...) and who (job and
-    the job's user, joined from the job-info record), each node and job a link to its own view."""
-    firing = f'ALERTS{{alertstate="firing", {alerts(ctx, *prefixes)}}}'
+    the job's user, joined from the job-info record), each node and job a link to its own view. `where` adds
+    matchers narrowing them to the dashboard's entity (e.g. `hpc_job="$hpc_job"` on a job's view)."""
+    matchers = ", ".join(filter(None, (alerts(ctx, *prefixes), where)))
+    firing = f'ALERTS{{alertstate="firing", {matchers}}}'
     users = f"group by ({ctx.cluster}, hpc_job, user) (job:slurm_job_info:max{{{in_cluster(ctx)}}})"
     # Alerts with a job gain its user; `or ignoring (user)` adds the others (a metric name never takes part).
     expr = f"{firing} * on ({ctx.cluster}, hpc_job) group_left (user) {users} or ignoring (user) {firing}"
@@ -156,9 +162,13 @@ def firing_alerts(
         labels=["alertname", "severity", *labels],
         label_links={"node": node_link(ctx), "hpc_job": training_link(ctx)},
         label_words={"severity": SEVERITY},
-        description="Alerts of this dashboard's domain firing now (Prometheus' ALERTS series): what, how bad, "
-        "where and whose job; click a node or a job for its own view.",
-        **{"width": 24, "height": 6, **options},
+        **{
+            "width": 24,
+            "height": 6,
+            "description": "Alerts of this dashboard's domain firing now (Prometheus' ALERTS series): what, how "
+            "bad, where and whose job; click a node or a job for its own view.",
+            **options,
+        },
     )
 
 

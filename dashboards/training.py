@@ -1,12 +1,15 @@
-"""Training: one job ($hpc_job) — progress, stragglers, NCCL, its GPUs, its logs and traces (docs/dashboards.md).
+"""Training: one job ($hpc_job) — who runs it and whether it is well, its progress, stragglers, NCCL, its GPUs,
+its logs and traces (docs/dashboards.md).
 
 Job-level series are recorded, per node where a job spans many (a job on 8,192 GPUs has 1,024 nodes and
 8,192 ranks); the raw series read here (per-rank step time, GPU memory) are those of ONE job, selected
 through the catalogue, and read at one instant, bounded to the slowest ranks and least busy GPUs: over time
-they would be read for every rank or GPU at every point drawn.
+they would be read for every rank or GPU at every point drawn. Per-rank and per-node views are fine here only
+because the dashboard is about one job; each is still capped or drawn as a heatmap.
 """
 
 from grafana_foundation_sdk.models.common import BigValueTextMode
+from grafana_foundation_sdk.models.dashboard import VariableSort
 
 from hpcobs.authoring.context import Context
 from hpcobs.authoring.dashboard import (
@@ -25,14 +28,20 @@ from hpcobs.authoring.dashboard import (
     text,
     timeseries,
 )
+from hpcobs.lang import promql
 from hpcobs.settings.names import DashboardUid
 
 from . import common
 
 UID = DashboardUid.TRAINING
-UTILISATION = ((None, "red"), (0.25, "orange"), (0.6, "green"))
 SLOWEST_RANKS = 10
 LEAST_BUSY_GPUS = 10
+# Alerts that carry the job (hpc_job): its training alerts, its GPUs' faults, its checkpoints, its Slurm
+# end and idle GPUs, and a prolog that stopped writing on its nodes.
+JOB_ALERTS = ("Training", "Gpu", "StorageCheckpoint", "SlurmJob", "ExporterJob")
+# The faults that fire the hero job's own training alerts in the simulator.
+JOB_FAULTS = ("straggler", "training_hang", "checkpoint_stall", "nccl_latency_spike")
+JOB_STATE = ((1, "running", "green"), (0, "ended", "blue"))
 
 
 def _job(ctx: Context) -> str:
@@ -45,9 +54,100 @@ def _raw_job(ctx: Context) -> dict[str, str]:
     return {ctx.cluster: f'="${ctx.cluster}"', "hpc_job": '="$hpc_job"'}
 
 
+def _started(ctx: Context) -> str:
+    """When the selected job started, from the raw series of that one job (no record: the header reads it once):
+    the earliest start time its nodes' prologs wrote or, from an exporter that only gives how long a running job
+    has run (jontk's slurm_job_run_time_seconds), now minus that."""
+    where = _raw_job(ctx)
+    if "job_start_time" in ctx.sources["job_info"].exporter.signals():
+        return ctx.select("job_info", ["job_start_time"], ("hpc_job",), op="min", where=where)
+    return f"time() - {ctx.select('job_info', ['job_run_time'], ('hpc_job',), where=where)}"
+
+
 def _traces(ctx: Context) -> str:
     tempo = ctx.config.get("grafana", "datasources")["tempo"]["uid"]
     return explore_url(tempo, "tempo", '{ .hpc_job = "$hpc_job" }', "traceql")
+
+
+def _header(ctx: Context) -> Row:
+    """Whose job this is, how big, since when, whether it still runs, how well it uses its GPUs, and what fires."""
+    job = _job(ctx)
+    return Row(
+        "Job $hpc_job",
+        [
+            common.firing_alerts(
+                ctx,
+                *JOB_ALERTS,
+                labels=("node", "gpu"),
+                where='hpc_job="$hpc_job"',
+                height=5,
+                shows=JOB_FAULTS,
+                description="Alerts about this job firing now (its training, its GPUs, its checkpoints, its Slurm "
+                "allocation): what, how bad and where; click a node for its own view.",
+            ),
+            stat(
+                "Owner: user, account, partition",
+                f"job:slurm_job_info:max{{{job}}}",
+                legend="{{user}} · {{account}} · {{partition}}",
+                unit="none",
+                width=6,
+                text_mode=BigValueTextMode.NAME,
+                description="Who runs the job: its user, the account it is charged to and its partition (Slurm job "
+                "info, written by the prolog).",
+            ),
+            stat(
+                "GPUs held by the job",
+                f"job:gpus_allocated:count{{{job}}}",
+                unit="none",
+                width=3,
+                description="GPUs mapped to the job now (the prolog's GPU mapping, as dcgm-exporter labels them).",
+            ),
+            stat(
+                "Nodes of the job",
+                f"count(group by (node) (gpu:job:info{{{job}}}))",
+                unit="none",
+                width=3,
+                description="Nodes on which the job holds GPUs now.",
+            ),
+            stat(
+                "Job started",
+                f"{_started(ctx)} * 1000",
+                unit="dateTimeAsIso",
+                width=4,
+                description="When the allocation started: the earliest start time the prolog wrote on the job's "
+                "nodes (hpcobs_slurm_job_start_time_seconds), or now minus jontk's run time.",
+            ),
+            stat(
+                "Job state",
+                f"group(job:slurm_job_info:max{{{job}}} or job:gpus_allocated:count{{{job}}}) or vector(0)",
+                unit="none",
+                width=2,
+                mappings=JOB_STATE,
+                description="Running while the job's Slurm info or GPU mapping exists; ended once the epilog removed "
+                "them (how it ended: the Slurm jobs dashboard).",
+            ),
+            stat(
+                "Mean GPU utilisation of the job",
+                f"job:gpu_utilization:avg{{{job}}}",
+                unit="percentunit",
+                width=3,
+                thresholds=common.utilization(ctx),
+                min=0,
+                max=1,
+                description="Mean utilisation over the job's GPUs now: its efficiency, graded like every "
+                "utilisation (red poor, orange fair, green good).",
+            ),
+            stat(
+                "Idle GPUs of the job",
+                f"job:gpus_allocated_idle:count{{{job}}} or on () vector(0)",
+                unit="none",
+                width=3,
+                thresholds=common.ANY,
+                description=f"GPUs the job has held at 0% utilisation for {ctx.thresholds.gpu_idle_window} "
+                "(what GpuAllocatedIdle reads).",
+            ),
+        ],
+    )
 
 
 def _progress_now(ctx: Context) -> list[Panel]:
@@ -56,7 +156,7 @@ def _progress_now(ctx: Context) -> list[Panel]:
     straggler = ctx.thresholds.training_straggler_ratio
     return [
         stat(
-            "Median step time",
+            "Step time, median rank",
             f"job:training_step_seconds:median{{{job}}}",
             unit="s",
             width=4,
@@ -74,7 +174,7 @@ def _progress_now(ctx: Context) -> list[Panel]:
             "a straggler holds the job back.",
         ),
         stat(
-            "Slowest rank",
+            "Slowest rank now, its node and step time",
             f"job:training_slowest_rank:step_seconds{{{job}}}",
             legend="rank {{rank}} on {{node}}",
             unit="s",
@@ -83,21 +183,21 @@ def _progress_now(ctx: Context) -> list[Panel]:
             description="The slowest rank, its node and its step time.",
         ),
         stat(
-            "Tokens/s",
+            "Tokens per second, whole job",
             f"job:training_tokens:rate{{{job}}}",
             unit="short",
             width=4,
-            description="Tokens per second over every rank.",
+            description="Tokens per second over every rank of the job.",
         ),
         stat(
-            "Model TFLOP/s",
+            "Model TFLOP/s, whole job",
             f"job:training_model_flops:rate{{{job}}} / 1e12",
             unit="short",
             width=4,
             description="Model FLOPs per second over every rank, in TFLOP/s (framework's analytic estimate).",
         ),
         stat(
-            "Steps/s",
+            "Optimizer steps per second",
             f"job:training_steps:rate{{{job}}}",
             unit="short",
             width=4,
@@ -113,17 +213,17 @@ def _progress_over_time(ctx: Context) -> list[Panel]:
     straggler = ctx.thresholds.training_straggler_ratio
     return [
         timeseries(
-            "Step time",
+            "Step time: fastest, median and slowest rank",
             [
                 Query(f"job:training_step_seconds:min{{{job}}}", "fastest rank"),
                 Query(f"job:training_step_seconds:median{{{job}}}", "median rank"),
                 Query(f"job:training_step_seconds:max{{{job}}}", "slowest rank"),
             ],
             unit="s",
-            description="Step time of the fastest, median and slowest rank.",
+            description="Step time of the fastest, median and slowest rank: three lines whatever the job's size.",
         ),
         timeseries(
-            "Straggler ratio over time",
+            "Straggler ratio over time, median over slowest rank",
             f"job:training_straggler:ratio{{{job}}}",
             legend="median / slowest",
             unit="percentunit",
@@ -133,28 +233,20 @@ def _progress_over_time(ctx: Context) -> list[Panel]:
             description=f"Median over slowest rank step time; below {straggler} is a straggler.",
         ),
         timeseries(
-            "Slowest rank over time",
-            f"job:training_slowest_rank:step_seconds{{{job}}}",
-            legend="rank {{rank}} on {{node}}",
-            unit="s",
-            width=8,
-            description="Which rank, on which node, was the slowest over time, and its step time.",
-        ),
-        timeseries(
-            "Tokens/s over time",
+            "Tokens per second over time, whole job",
             f"job:training_tokens:rate{{{job}}}",
             legend="tokens/s",
             unit="short",
-            width=8,
-            description="Tokens per second over every rank.",
+            width=12,
+            description="Tokens per second over every rank of the job.",
         ),
         timeseries(
-            "Model TFLOP/s over time",
+            "Model TFLOP/s over time, whole job",
             f"job:training_model_flops:rate{{{job}}} / 1e12",
             legend="TFLOP/s",
             unit="short",
-            width=8,
-            description="Model FLOPs per second over every rank, in TFLOP/s.",
+            width=12,
+            description="Model FLOPs per second over every rank of the job, in TFLOP/s.",
         ),
     ]
 
@@ -176,6 +268,10 @@ def _ranks(ctx: Context) -> list[Panel]:
     # A rank's step time, as the recording rules compute it (rate of step seconds over rate of steps).
     slowest = f"topk({SLOWEST_RANKS}, {per_rank('step_seconds')} / ({per_rank('steps')} > 0))"
     cluster = ctx.cluster
+    # The record holds the slowest rank at each evaluation: the ranks that ever were the slowest, picked once over
+    # the range (a line per rank over time would grow with every rank that took its turn).
+    was_slowest = f"job:training_slowest_rank:step_seconds{{{job}}}[$__range]"
+    slowest_over_range = f"topk({SLOWEST_RANKS}, max_over_time({was_slowest}))"
     return [
         table(
             "Slowest ranks now",
@@ -189,20 +285,39 @@ def _ranks(ctx: Context) -> list[Panel]:
                 ),
             ],
             labels=["rank", "node"],
-            width=12,
+            width=8,
             height=9,
-            links=(common.node_link(ctx),),
+            label_links={"node": common.node_link(ctx)},
             description=f"The {SLOWEST_RANKS} slowest ranks of the job over the last few scrapes, their nodes and "
             "their step time against the median rank's (raw training series of this job, read at one instant: "
-            "a large job has thousands of ranks, and a panel over time would read every one at every point); "
-            "click a rank for its node's GPUs. The slowest rank over time is in the Progress panels above.",
+            "a large job has thousands of ranks, and a panel over time would read every one at every point; "
+            "per-rank rows are fine only because this view is one job); click a node for its own view.",
+        ),
+        table(
+            "Ranks that were the slowest over the range",
+            [
+                Column(slowest_over_range, "Worst step time", unit="s"),
+                Column(
+                    f"count_over_time({was_slowest}) * {promql.duration_seconds(ctx.evaluation_interval)} "
+                    f"and on ({cluster}, hpc_job, rank, node) {slowest_over_range}",
+                    "Time as the slowest",
+                    unit="s",
+                ),
+            ],
+            labels=["rank", "node"],
+            width=8,
+            height=9,
+            label_links={"node": common.node_link(ctx)},
+            description=f"Up to {SLOWEST_RANKS} ranks of this job that were its slowest at some point of the "
+            "dashboard's range, picked once over the range: their worst step time and how long they held that "
+            "place (a rank that stays there is a straggler, one that changes every step is noise).",
         ),
         timeseries(
-            "Loss",
+            "Training loss, mean over ranks",
             f"job:training_loss:avg{{{job}}}",
             legend="loss",
             unit="none",
-            width=12,
+            width=8,
             height=9,
             description="Training loss the job's ranks report at their last step (mean over ranks).",
         ),
@@ -222,24 +337,25 @@ def _nccl(ctx: Context) -> Row:
         ("NVLink-only", common.NCCL_NVLINK_ONLY, "{{collective}} {{message_size}} ({{nranks}} ranks)"),
     )
     return Row(
-        "NCCL",
+        "NCCL detail",
         [
             *(
                 timeseries(
-                    f"Collective time, {kind} communicators",
+                    f"NCCL collective time, the job's {kind} communicators",
                     f"job:nccl_collective_seconds:avg{{{job}, {matcher}}}",
                     legend=legend,
                     unit="s",
                     width=12,
                     description=f"Mean time of each collective on the job's {kind} communicators, one line per "
-                    "message-size bucket and communicator shape (NCCL Inspector): a bucket is compared with itself "
-                    "only; a line that starts or stops is a change of what the job does (evaluation, checkpoint).",
+                    "message-size bucket and communicator shape (NCCL Inspector; as many as this one job's kinds of "
+                    "collective, not the fleet's): a bucket is compared with itself only; a line that starts or stops "
+                    "is a change of what the job does (evaluation, checkpoint).",
                 )
                 for kind, matcher, legend in kinds
             ),
             *(
                 timeseries(
-                    f"Bus bandwidth, {kind} communicators",
+                    f"NCCL bus bandwidth, the job's {kind} communicators",
                     f"job:nccl_bus_bandwidth:avg{{{job}, {matcher}}}",
                     legend=legend,
                     unit="Bps",
@@ -251,6 +367,7 @@ def _nccl(ctx: Context) -> Row:
                 for kind, matcher, legend in kinds
             ),
         ],
+        collapsed=True,
     )
 
 
@@ -266,7 +383,7 @@ def _gpus(ctx: Context) -> Row:
         "GPUs of the job",
         [
             heatmap(
-                "GPU utilisation by node",
+                "GPU utilisation per node of the job",
                 f'job:gpu_utilization_by_node:avg{{{job}, node=~"$node"}}',
                 legend="{{node}}",
                 unit="percentunit",
@@ -274,26 +391,27 @@ def _gpus(ctx: Context) -> Row:
                 max=1,
                 width=12,
                 description="Mean utilisation of the job's GPUs on each of its nodes, over time (one row per node): "
-                "a cold row is a node the job waits for.",
+                "a cold row is a node the job waits for. One row per node is fine only because this view is one job.",
             ),
             table(
-                "Least busy GPUs now",
+                "Least busy GPUs of the job now",
                 [
-                    Column(least_busy, "Utilisation", UTILISATION, cell="color-text"),
+                    Column(least_busy, "Utilisation", common.utilization(ctx), cell="color-text", unit="percentunit"),
                     Column(
-                        f"{job_gpu_memory} / 2^30 and on ({cluster}, node, gpu) {least_busy}",
-                        "Memory used (GiB)",
+                        f"{job_gpu_memory} and on ({cluster}, node, gpu) {least_busy}",
+                        "Memory used",
+                        unit="bytes",
                     ),
                 ],
                 labels=["node", "gpu"],
                 width=12,
-                links=(common.node_link(ctx),),
+                label_links={"node": common.node_link(ctx)},
                 description=f"The {LEAST_BUSY_GPUS} least utilised GPUs of the job now, and their framebuffer use "
                 "(read at one instant: a line per GPU of a large job would read every GPU at every point); "
-                "click a node for its GPUs over time.",
+                "click a node for its own view.",
             ),
             timeseries(
-                "GPU memory used",
+                "GPU memory used, the job's fullest GPU",
                 f"job:gpu_memory_used:max{{{job}}}",
                 legend="largest GPU",
                 unit="bytes",
@@ -301,7 +419,7 @@ def _gpus(ctx: Context) -> Row:
                 description="Framebuffer memory used on the job's fullest GPU (out-of-memory comes from the fullest).",
             ),
             timeseries(
-                "SM and tensor activity",
+                "GPU utilisation, SM and tensor activity, mean over the job's GPUs",
                 [
                     Query(f"job:gpu_sm_active:avg{{{job}}}", "SM active"),
                     Query(f"job:gpu_tensor_active:avg{{{job}}}", "tensor active"),
@@ -314,7 +432,7 @@ def _gpus(ctx: Context) -> Row:
                 description="Mean utilisation, SM activity and tensor-pipe activity over the job's GPUs.",
             ),
             timeseries(
-                "GPU power",
+                "GPU power of the job",
                 f"job:gpu_power:watts{{{job}}}",
                 legend="power",
                 unit="watt",
@@ -322,7 +440,7 @@ def _gpus(ctx: Context) -> Row:
                 description="Power of the job's GPUs (a GPU shared with another job is split between them).",
             ),
             timeseries(
-                "Lustre I/O",
+                "Lustre I/O of the job",
                 [
                     Query(f"job:lustre_write_bytes:rate{{{job}}}", "write"),
                     Query(f"job:lustre_read_bytes:rate{{{job}}}", "read"),
@@ -338,15 +456,17 @@ def _gpus(ctx: Context) -> Row:
 def _logs_and_traces(ctx: Context) -> Row:
     return Row(
         "Logs and traces",
-        [
+        collapsed=True,
+        panels=[
             logs(
                 "Xid, NCCL, watchdog and OOM lines on the job's nodes",
                 f'$log_selector | $log_node_label=~"$node" |~ `{common.JOB_LOG_LINES}`',
                 description="Kernel Xid errors, NCCL WARN lines, PyTorch NCCL watchdog timeouts and out-of-memory "
-                "kills on the job's nodes; set log_selector and log_node_label to your log shipper's labels.",
+                "kills on the job's nodes (node at All is the job's node list, never every host); set log_selector "
+                "and log_node_label to your log shipper's labels.",
             ),
             text(
-                "Traces",
+                "Traces of the job",
                 f"[Traces of job $hpc_job in Tempo]({_traces(ctx)}) (spans with attribute `hpc_job`).",
                 description="Opens Grafana Explore on the Tempo datasource with the job's traces.",
             ),
@@ -359,7 +479,8 @@ def dashboard(ctx: Context) -> DashboardSpec:
     return DashboardSpec(
         uid=UID,
         title=common.TITLES[UID],
-        description="One training job: step time, stragglers, throughput, loss, NCCL, its GPUs, logs and traces.",
+        description="One training job: who runs it, its state and efficiency and its alerts; step time, stragglers, "
+        "throughput, loss, NCCL, its GPUs, logs and traces.",
         tags=("hpcobs", "training"),
         variables=(
             common.cluster_variable(ctx),
@@ -367,8 +488,10 @@ def dashboard(ctx: Context) -> DashboardSpec:
             Variable(
                 "hpc_job",
                 "Job",
-                f'label_values(job:gpus_allocated:count{{{in_cluster}, user=~"$user"}}, hpc_job)',
-                description="Slurm job id.",
+                f'query_result(job:gpus_allocated:count{{{in_cluster}, account=~"$account", user=~"$user"}})',
+                regex='/hpc_job="([^"]+)"/',
+                sort=VariableSort.NUMERICAL_DESC,
+                description="Slurm job id: the jobs holding GPUs now, newest (highest id) first, the default.",
             ),
             Variable(
                 "node",
@@ -376,12 +499,13 @@ def dashboard(ctx: Context) -> DashboardSpec:
                 f"label_values(gpu:job:info{{{_job(ctx)}}}, node)",
                 multi=True,
                 include_all=True,
-                description="The job's nodes.",
+                all_value=None,
+                description="The job's nodes; All is the job's node list (logs never read other hosts).",
             ),
             common.log_selector(ctx),
             common.log_node_label(ctx),
         ),
-        rows=(_progress(ctx), _nccl(ctx), _gpus(ctx), _logs_and_traces(ctx)),
+        rows=(_header(ctx), _progress(ctx), _gpus(ctx), _nccl(ctx), _logs_and_traces(ctx)),
         links=(*common.others(UID), Link("Job traces (Tempo)", _traces(ctx))),
         alerts=common.alerts(ctx, "Training"),
     )

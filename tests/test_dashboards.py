@@ -73,8 +73,11 @@ def prometheus_expressions(dashboard):
                 yield f"{dashboard['uid']} / {panel['title']}", target["expr"]
     for variable in dashboard["templating"]["list"]:
         if variable["type"] == "query":
-            inner = re.fullmatch(r"\s*label_values\((.*),\s*\w+\s*\)\s*", variable["query"], re.S)
-            yield f"{dashboard['uid']} / variable {variable['name']}", inner.group(1) if inner else variable["query"]
+            inner = re.fullmatch(
+                r"\s*(?:label_values\((.*),\s*\w+|query_result\((.*))\s*\)\s*", variable["query"], re.S
+            )
+            expr = next((group for group in inner.groups() if group), None) if inner else None
+            yield f"{dashboard['uid']} / variable {variable['name']}", expr or variable["query"]
     for annotation in dashboard["annotations"]["list"]:
         if "expr" in annotation:
             yield f"{dashboard['uid']} / annotation {annotation['name']}", annotation["expr"]
@@ -195,7 +198,7 @@ def test_variables_chain_on_recorded_series(dashboards, recorded, config):
         for variable in dashboard["templating"]["list"]:
             if variable["type"] != "query":
                 continue
-            assert variable["query"].startswith("label_values(")
+            assert variable["query"].startswith(("label_values(", "query_result(")), variable["name"]
             assert lint.metric_names(variable["query"]) <= recorded, variable["name"]
             if variable["name"] != cluster:
                 assert f'{cluster}="${cluster}"' in variable["query"], variable["name"]

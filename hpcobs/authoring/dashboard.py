@@ -17,7 +17,7 @@ import dataclasses
 import itertools
 import json
 import re
-from collections.abc import Callable, Collection, Mapping, Sequence
+from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from functools import cache
 from typing import Any, TypedDict, TypeVar, Unpack
@@ -511,13 +511,21 @@ class Row:
 
 @dataclass(frozen=True)
 class Variable:
+    """A dashboard variable. `query` is label_values(...) on a recorded series, or query_result(...) (an instant
+    query at the range's end, e.g. only what runs now) with `regex` taking the value out of each result line;
+    a textbox's default value. `all_value` is what All stands for: a regex matching anything by default, or None
+    for Grafana's own (every value the variable lists, as one regex: All stays within what it lists)."""
+
     name: str
     label: str
-    query: str  # label_values(...) on a recorded series; a textbox's default value
+    query: str
     multi: bool = False
     include_all: bool = False
     kind: str = "query"  # query | textbox
     description: str = ""
+    sort: grafana.VariableSort = grafana.VariableSort.ALPHABETICAL_ASC
+    regex: str = ""
+    all_value: str | None = ALL
 
 
 @dataclass(frozen=True)
@@ -672,14 +680,39 @@ def _query_variable(variable: Variable) -> Builder[grafana.VariableModel]:
         .datasource(PROMETHEUS)
         .query(variable.query)
         .refresh(grafana.VariableRefresh.ON_TIME_RANGE_CHANGED)
-        .sort(grafana.VariableSort.ALPHABETICAL_ASC)
+        .sort(variable.sort)
         .multi(variable.multi)
         .include_all(variable.include_all)
-        .regex("")
+        .regex(variable.regex)
     )
     if variable.include_all:
-        builder = builder.all_value(ALL).current(grafana.VariableOption(text="All", value="$__all"))
+        builder = builder.current(grafana.VariableOption(text="All", value="$__all"))
+        if variable.all_value is not None:
+            builder = builder.all_value(variable.all_value)
     return builder
+
+
+def query_result_line(labels: Mapping[str, str], value: float, at: float) -> str:
+    """One result of a query_result() variable as Grafana writes it before applying the variable's regex
+    (public/app/plugins/datasource/prometheus metric_find_query: name{label="value",...} value timestamp_ms)."""
+    inside = ",".join(f'{name}="{text}"' for name, text in labels.items() if name != "__name__")
+    return f"{labels.get('__name__', '')}{{{inside}}} {value} {int(at * 1000)}"
+
+
+def variable_options(variable: Mapping[str, Any], texts: Iterable[str]) -> list[str]:
+    """The options Grafana lists for a query variable from its raw texts: the regex's first group where it has
+    one (texts it does not match are dropped), distinct, in the variable's sort order (Grafana's
+    sortVariableValues: numerical orders on the first number, a text without one first)."""
+    pattern = str(variable.get("regex") or "").strip("/")
+    values = list(texts)
+    if pattern:
+        found = (re.search(pattern, text) for text in values)
+        values = [match.group(1) if match.groups() else match.group(0) for match in found if match]
+    options = sorted(set(values))
+    sort = grafana.VariableSort(variable.get("sort", grafana.VariableSort.ALPHABETICAL_ASC))
+    if sort in (grafana.VariableSort.NUMERICAL_ASC, grafana.VariableSort.NUMERICAL_DESC):
+        options.sort(key=lambda text: int(number.group(1)) if (number := re.search(r"(\d+)", text)) else -1)
+    return options[::-1] if sort.name.endswith("_DESC") else options
 
 
 @dataclass(frozen=True)

@@ -30,7 +30,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, NamedTuple
 
-from hpcobs.authoring.dashboard import every_panel
+from hpcobs.authoring.dashboard import every_panel, query_result_line, variable_options
 from hpcobs.delivery import chromium, preview_checks, preview_digests, prometheus_api
 from hpcobs.errors import UserError
 from hpcobs.lang.lint import GRAFANA_VARIABLE
@@ -60,6 +60,7 @@ ROUNDED_INTERVALS = (
 )  # fmt: skip
 _LEGEND = re.compile(r"\{\{\s*(.+?)\s*\}\}")
 _LABEL_VALUES = re.compile(r"\s*label_values\(\s*(?:(.*),\s*)?(\w+)\s*\)\s*", re.S)
+_QUERY_RESULT = re.compile(r"\s*query_result\((.*)\)\s*", re.S)
 _RELATIVE = re.compile(r"now-(\d+[smhdw])")
 _REGEX_SPECIAL = re.compile(r"[\\^$*+?.()|{}\[\]]")
 
@@ -141,7 +142,7 @@ def resolve(dashboard: dict, prometheus: Prometheus, window: Window) -> Variable
         if kind == "textbox":
             query[name] = shown[name] = variable.get("query", "")
         elif kind == "query":
-            options = _label_values(variable["query"], query, prometheus, window)
+            options = _options(variable, query, prometheus, window)
             current = (variable.get("current") or {}).get("value")
             if variable.get("includeAll") and current in (ALL, [ALL]):
                 query[name] = variable.get("allValue") or f"({'|'.join(map(_regex_escaped, options))})"
@@ -159,15 +160,21 @@ def _regex_escaped(value: str) -> str:
     return _REGEX_SPECIAL.sub(lambda m: "\\\\" + m.group(0), value)
 
 
-def _label_values(text: str, values: dict[str, str], prometheus: Prometheus, window: Window) -> list[str]:
+def _options(variable: dict, values: dict[str, str], prometheus: Prometheus, window: Window) -> list[str]:
+    """What the variable lists, as Grafana asks for it: label_values() over the range, query_result() at its end."""
+    text = variable["query"]
+    if match := _QUERY_RESULT.fullmatch(text):
+        found = prometheus.get("/api/v1/query", {"query": substituted(match.group(1), values), "time": window.end})
+        lines = (query_result_line(s["metric"], float(s["value"][1]), window.end) for s in found["result"])
+        return variable_options(variable, lines)
     match = _LABEL_VALUES.fullmatch(text)
     if not match:
-        raise UserError(f"preview: variable query {text!r}: only label_values() is supported")
+        raise UserError(f"preview: variable query {text!r}: only label_values() and query_result() are supported")
     selector, label = match.groups()
     params: dict[str, Any] = {"start": window.start, "end": window.end}
     if selector:
         params["match[]"] = substituted(selector, values)
-    return sorted(prometheus.get(f"/api/v1/label/{label}/values", params))
+    return variable_options(variable, prometheus.get(f"/api/v1/label/{label}/values", params))
 
 
 def legend(pattern: str, labels: dict[str, str]) -> str:

@@ -27,7 +27,7 @@ from typing import Protocol
 import promql_parser
 
 from hpcobs.authoring.context import raw_matcher
-from hpcobs.authoring.dashboard import every_panel
+from hpcobs.authoring.dashboard import every_panel, query_result_line, variable_options
 from hpcobs.authoring.rules import Alert, Group, Record, layers
 from hpcobs.exporters.sources import Sources
 from hpcobs.lang import escape, lint
@@ -70,7 +70,7 @@ _NICE_INTERVALS_MS = (
     (3_628_800_000, 2_592_000_000),
 )
 _ONE_YEAR_MS = 31_536_000_000
-_TEMPLATE = re.compile(r"\s*label_values\((.*),\s*(\w+)\s*\)\s*", re.S)
+_TEMPLATE = re.compile(r"\s*(?:label_values\((.*),\s*(\w+)|query_result\((.*))\)\s*", re.S)
 _REGEX_SPECIAL = re.compile(r"[$^*{}\[\]+?.()|]")
 
 
@@ -403,9 +403,14 @@ def variable_values(
             variable["query"] if isinstance(variable["query"], str) else variable["query"]["query"]
         )
         if match is None:
-            raise ValueError(f"{dashboard['uid']}: variable {variable['name']}: not a label_values() query")
-        expr, label = substitute(match.group(1), values, durations), match.group(2)
-        seen = sorted({s.labels.get(label) for s in server.query(expr, at)} - {None})
+            raise ValueError(f"{dashboard['uid']}: variable {variable['name']}: not a label_values() or query_result()")
+        selector, label, result_of = match.groups()
+        if result_of is not None:
+            results = server.query(substitute(result_of, values, durations), at)
+            seen = variable_options(variable, (query_result_line(s.labels, s.value, at) for s in results))
+        else:
+            found = server.query(substitute(selector, values, durations), at)
+            seen = variable_options(variable, {s.labels[label] for s in found if label in s.labels})
         if variable.get("includeAll"):
             all_value = variable.get("allValue")
             escaped = [regex_escape(v) for v in seen]

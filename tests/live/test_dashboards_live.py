@@ -18,7 +18,7 @@ import pytest
 
 from hpcobs import dashboards as dashboard_modules
 from hpcobs.authoring.context import Context
-from hpcobs.authoring.dashboard import ALL, fault_panels, panel_queries
+from hpcobs.authoring.dashboard import ALL, fault_panels, panel_queries, query_result_line, variable_options
 from hpcobs.build import pipeline
 from hpcobs.lang import lint
 from hpcobs.lang.lint import GRAFANA_VARIABLE
@@ -113,10 +113,14 @@ def _resolve_variables(dashboard: dict, server, at: float, preferred: dict[str, 
     for variable in dashboard["templating"]["list"]:
         if variable["type"] != "query":
             continue
-        match = re.fullmatch(r"\s*label_values\((.*),\s*(\w+)\s*\)\s*", variable["query"], re.S)
-        assert match, f"variable {variable['name']}: not a label_values() query"
-        expr, label = _substituted(match.group(1), values), match.group(2)
-        seen = sorted({s.labels.get(label) for s in server.query(expr, at)} - {None})
+        if result_of := re.fullmatch(r"\s*query_result\((.*)\)\s*", variable["query"], re.S):
+            results = server.query(_substituted(result_of.group(1), values), at)
+            seen = variable_options(variable, (query_result_line(s.labels, s.value, at) for s in results))
+        else:
+            match = re.fullmatch(r"\s*label_values\((.*),\s*(\w+)\s*\)\s*", variable["query"], re.S)
+            assert match, f"variable {variable['name']}: not a label_values() or query_result() query"
+            expr, label = _substituted(match.group(1), values), match.group(2)
+            seen = sorted({s.labels.get(label) for s in server.query(expr, at)} - {None})
         if preferred.get(variable["name"]) in seen:
             values[variable["name"]] = preferred[variable["name"]]
         else:  # a user leaves a multi-value variable at All, or picks one value
