@@ -8,6 +8,6 @@ thresholds, layout, schema checks) is written once in hpcobs.authoring.dashboard
 dashboards/common.py.
 """
 
-from . import gpu_cluster, network_storage, security, slurm_jobs, training
+from . import gpu_cluster, network_storage, node, security, slurm_jobs, training
 
-MODULES = (gpu_cluster, network_storage, training, security, slurm_jobs)
+MODULES = (gpu_cluster, node, network_storage, training, security, slurm_jobs)

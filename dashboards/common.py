@@ -42,6 +42,7 @@ TITLES = {
     DashboardUid.TRAINING: "Training",
     DashboardUid.SECURITY: "Security",
     DashboardUid.SLURM_JOBS: "Slurm jobs",
+    DashboardUid.NODE: "Node",
 }
 
 
@@ -180,11 +181,11 @@ def training_link(ctx: Context, job_field: str = "hpc_job") -> Link:
     return Link(f"Training dashboard for job {job}", url)
 
 
-def node_link(ctx: Context, uid: DashboardUid = DashboardUid.NODE, what: str = "Node dashboard") -> Link:
-    """A table cell link to a node's view (the node dashboard by default) for the node in the row."""
+def node_link(ctx: Context) -> Link:
+    """A table cell link to the node dashboard for the node in the row."""
     label = ctx.cluster
-    url = dashboard_url(uid, **{label: f"${label}", "node": "${__data.fields.node}"})
-    return Link(f"{what} of node ${{__data.fields.node}}", url)
+    url = dashboard_url(DashboardUid.NODE, **{label: f"${label}", "node": "${__data.fields.node}"})
+    return Link("Node dashboard of node ${__data.fields.node}", url)
 
 
 # --------------------------------------------------------------------------------------------- vocabulary
@@ -192,12 +193,21 @@ def node_link(ctx: Context, uid: DashboardUid = DashboardUid.NODE, what: str = "
 # (ANY) or red from one (BAD) depending on whether one alone needs action.
 ANY: Thresholds = ((None, "green"), (1, "orange"))
 BAD: Thresholds = ((None, "green"), (1, "red"))
+# Fill levels turn red where a full alert fires (StorageFilesystemFull, the Lustre full alerts), orange this far below:
+# an early warning that stays ahead of the alert whatever ratio a site sets (a presentation choice, no alert reads it).
+FILL_WARNING_MARGIN = 0.15
 
 
 def utilization(ctx: Context, unit: str = "percentunit") -> Thresholds:
     """Red below the poor level, orange below the good one, green above, drawn in `unit`."""
     poor, good = ctx.thresholds.dashboard_utilization_poor, ctx.thresholds.dashboard_utilization_good
     return scaled(((None, "red"), (poor, "orange"), (good, "green")), unit)
+
+
+def fill(full: float) -> Thresholds:
+    """A used fraction (space or inodes): red from the ratio its full alert fires at, orange FILL_WARNING_MARGIN
+    before it."""
+    return ((None, "green"), (round(full - FILL_WARNING_MARGIN, 6), "orange"), (full, "red"))
 
 
 def temperature(ctx: Context) -> Thresholds:

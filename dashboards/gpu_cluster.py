@@ -1,8 +1,8 @@
-"""GPU cluster: what is wrong now and where, the fleet at a glance, then one node's GPUs (docs/dashboards.md).
+"""GPU cluster: what is wrong now and where, the fleet at a glance (docs/dashboards.md); one node's GPUs are on the
+node dashboard, which every node links to.
 
-Cluster-level panels read recorded series only; the node drill-down row reads the raw per-GPU series of
-ONE node ($node), through the catalogue (ctx.gpu), never typed raw names. Xid, row remap, NVLink and clock
-event panels exist only where dcgm-exporter runs: the AMD exporter has no equivalent of those fields.
+Panels read recorded series only. Xid, row remap, NVLink and clock event panels exist only where dcgm-exporter
+runs: the AMD exporter has no equivalent of those fields.
 Over time the fleet is drawn as totals and distributions, a fixed number of lines whatever its size; which
 nodes, GPUs and jobs are affected is an instant table.
 """
@@ -19,7 +19,6 @@ from hpcobs.authoring.dashboard import (
     Panel,
     Query,
     Row,
-    Variable,
     heatmap,
     stat,
     table,
@@ -30,12 +29,6 @@ from hpcobs.settings.names import DashboardUid
 from . import common
 
 UID = DashboardUid.GPU_CLUSTER
-NVLINK_ERRORS = (
-    ("nvlink_crc_flit_errors", "CRC flit"),
-    ("nvlink_crc_data_errors", "CRC data"),
-    ("nvlink_replay_errors", "replay"),
-    ("nvlink_recovery_errors", "recovery"),
-)
 XID_FAULTS = ("xid79", "xid48", "xid13", "dbe", "row_remap_failure")
 # The faults that put a GPU in gpu:problems:count (recording_rules/gpu_health.py).
 PROBLEM_FAULTS = (*XID_FAULTS, "row_remap_pending", "thermal")
@@ -52,11 +45,6 @@ GPU_PROBLEM: Mappings = (
 ALERTED_FAULTS = (*PROBLEM_FAULTS, "nvlink_errors", "idle_gpus", "exporter_down")
 NOT_OK: Mappings = ((1, "not OK", "red"),)
 TOP = 10  # offenders an instant table lists
-
-
-def _one_node(ctx: Context) -> dict[str, str]:
-    """Raw-series matchers of the drill-down: the selected cluster, node and GPUs."""
-    return {ctx.cluster: f'="${ctx.cluster}"', "node": '="$node"', "gpu": '=~"$gpu"'}
 
 
 def _owned_gpus(ctx: Context) -> str:
@@ -457,145 +445,19 @@ def _health(ctx: Context, nvidia: bool) -> Row:
     )
 
 
-def _nvidia_gpus(ctx: Context) -> list[Panel]:
-    """dcgm-exporter only: each GPU's last Xid, NVLink errors and clock events (raw series of ONE node)."""
-    one_node = _one_node(ctx)
-
-    def per_second(expr: str) -> str:
-        return f"rate({expr}[$__rate_interval])"
-
-    nvlink = [
-        Query(
-            ctx.select("dcgm", [signal], ("node", "gpu"), op="sum", where=one_node, over=per_second),
-            f"GPU {{{{gpu}}}} {name}",
-        )
-        for signal, name in NVLINK_ERRORS
-    ]
-    return [
-        timeseries(
-            "Last Xid",
-            ctx.gpu("xid", where=one_node),
-            legend="GPU {{gpu}}",
-            unit="none",
-            width=8,
-            shows=XID_FAULTS,
-            description="The last Xid error code each GPU reported (0 or no series: none; dcgm-exporter "
-            "4.5.3-4.8.2 only export it after the first Xid); see NVIDIA's Xid catalogue.",
-        ),
-        timeseries(
-            "NVLink errors",
-            nvlink,
-            unit="eps",
-            width=8,
-            description="NVLink CRC, replay and recovery errors per second on each GPU (raw DCGM).",
-        ),
-        timeseries(
-            "Throttle reasons",
-            ctx.select("dcgm", ["clock_events"], ("node", "gpu", "clock_event"), where=one_node),
-            legend="GPU {{gpu}} {{clock_event}}",
-            unit="none",
-            width=8,
-            description="Clock events per GPU in the exporter's window: hardware and thermal slowdowns, power "
-            "brake and power cap (raw DCGM). Empty while no reason was seen in the window: the exporter then writes "
-            "no series.",
-            shows=("thermal",),
-        ),
-    ]
-
-
-def _node(ctx: Context, nvidia: bool) -> Row:
-    in_cluster = common.in_cluster(ctx)
-    one_node = _one_node(ctx)
-    return Row(
-        "Node $node: GPUs",
-        [
-            timeseries(
-                "GPU utilisation",
-                f'gpu:utilization:ratio{{{in_cluster}, node="$node", gpu=~"$gpu"}}',
-                legend="GPU {{gpu}}",
-                unit="percentunit",
-                width=8,
-                min=0,
-                max=1,
-                description="Utilisation of each GPU of the node.",
-            ),
-            timeseries(
-                "SM active",
-                ctx.gpu("sm_active", where=one_node),
-                legend="GPU {{gpu}}",
-                unit="percentunit",
-                width=8,
-                min=0,
-                max=1,
-                description="Fraction of time each GPU's SMs had a warp resident (raw exporter series).",
-            ),
-            timeseries(
-                "Memory used",
-                ctx.gpu("memory_used", where=one_node),
-                legend="GPU {{gpu}}",
-                unit="bytes",
-                width=8,
-                description="Framebuffer memory used on each GPU (raw exporter series).",
-            ),
-            timeseries(
-                "Power",
-                ctx.gpu("power", where=one_node),
-                legend="GPU {{gpu}}",
-                unit="watt",
-                width=8,
-                description="Board power of each GPU (raw exporter series).",
-            ),
-            timeseries(
-                "Temperature",
-                ctx.gpu("temperature", where=one_node),
-                legend="GPU {{gpu}}",
-                unit="celsius",
-                width=8,
-                thresholds=((None, "green"), (ctx.thresholds.gpu_temperature_celsius, "red")),
-                description="GPU core temperature (raw exporter series).",
-            ),
-            *(_nvidia_gpus(ctx) if nvidia else []),
-            table(
-                "Jobs on the node's GPUs",
-                [Column(f'gpu:job:info{{{in_cluster}, node="$node", gpu=~"$gpu", hpc_job=~"$hpc_job"}}', "Held")],
-                labels=["gpu", "hpc_job"],
-                width=24,
-                height=6,
-                links=(common.training_link(ctx),),
-                description="Which job holds each GPU of the node; click a job for its training view.",
-            ),
-        ],
-    )
-
-
 def dashboard(ctx: Context) -> DashboardSpec:
-    in_cluster = common.in_cluster(ctx)
     nvidia = ctx.sources["dcgm"].enabled
     return DashboardSpec(
         uid=UID,
         title=common.TITLES[UID],
         description="What is wrong with the GPU cluster now and where (firing alerts, GPUs not OK with their job "
-        "and user, nodes worst first), fleet utilisation, health and allocation, and one node's GPUs "
-        "(hpcobs recording rules).",
+        "and user, nodes worst first), fleet utilisation, health and allocation (hpcobs recording rules).",
         tags=("hpcobs", "gpu"),
         variables=(
             common.cluster_variable(ctx),
             *common.owner_variables(ctx, ("partition", "account", "user", "hpc_job")),
-            Variable(
-                "node",
-                "Node",
-                f"label_values(node:gpus:count{{{in_cluster}}}, node)",
-                description="Node of the drill-down row.",
-            ),
-            Variable(
-                "gpu",
-                "GPU",
-                f'label_values(gpu:utilization:ratio{{{in_cluster}, node="$node"}}, gpu)',
-                multi=True,
-                include_all=True,
-            ),
         ),
-        rows=(_on_call(ctx, nvidia), _fleet(ctx, nvidia), _health(ctx, nvidia), _usage(ctx), _node(ctx, nvidia)),
+        rows=(_on_call(ctx, nvidia), _fleet(ctx, nvidia), _health(ctx, nvidia), _usage(ctx)),
         links=common.others(UID),
         alerts=common.alerts(ctx, "Gpu", "Node", "Exporter"),
     )

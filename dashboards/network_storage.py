@@ -1,14 +1,11 @@
 """Network & storage: what is wrong now (firing alerts, ports not ACTIVE and the jobs on their nodes, Lustre targets
-filling up), InfiniBand across nodes and one node's ports, NCCL bandwidth, Lustre and NFS, filesystem fill
-(docs/dashboards.md).
+filling up), InfiniBand across nodes, NCCL bandwidth, Lustre and NFS, filesystem fill (docs/dashboards.md); one
+node's ports are on the node dashboard, which every node links to.
 
 Fleet panels read recorded series (ports summed per node): over time, the spread across the nodes or a fixed set
 (filesystems, exports); nodes, ports, jobs and OSTs as instant tables, the top ones picked once over the range.
-Bandwidth is in bytes per second everywhere (Grafana's "Bps"), volumes in bytes. The "Node $node: ports" row reads
-the raw node_exporter series of ONE node through the catalogue.
+Bandwidth is in bytes per second everywhere (Grafana's "Bps"), volumes in bytes.
 """
-
-from collections.abc import Callable
 
 from hpcobs.authoring.context import Context
 from hpcobs.authoring.dashboard import (
@@ -20,7 +17,6 @@ from hpcobs.authoring.dashboard import (
     Thresholds,
     Variable,
     bargauge,
-    drawn,
     stat,
     table,
     timeseries,
@@ -30,18 +26,11 @@ from hpcobs.settings.names import DashboardUid
 from . import common
 
 UID = DashboardUid.NETWORK_STORAGE
-# Fill levels turn red at storage_full_ratio, where StorageFilesystemFull fires, and orange this far below it: an
-# early warning that stays ahead of the alert whatever ratio a site sets (a presentation choice, no alert reads it).
-FILL_WARNING_MARGIN = 0.15
 PORT = ("node", "device", "port")
 TOP = 10  # rows of a table of the top jobs, picked once over the dashboard's range
 # The alert name prefixes of this dashboard's domains (alerts/network.py, alerts/storage.py); NCCL's alerts are the
 # training dashboard's (TrainingNccl...: about one job's collectives).
 ALERT_DOMAINS = ("Ib", "Storage")
-# node_infiniband_state_id 4 = ACTIVE; node_infiniband_physical_state_id 5 = LinkUp (node_exporter's
-# infiniband collector).
-PORT_STATE = ((None, "red"), (4, "green"), (5, "orange"))
-PHYSICAL_STATE = ((None, "red"), (5, "green"), (6, "red"))
 PROBLEM = ((None, "green"), (1, "red"))
 WARNING = ((None, "green"), (1, "orange"))
 # Fleet lines over time draw a recorded spread across the nodes (hpcobs.lang.promql.spread): five series whatever the
@@ -52,16 +41,6 @@ SPREAD_TEXT = (
     "the lowest node (quantile 0), the 10th percentile, the median, the 90th percentile and the highest node "
     "(quantile 1)."
 )
-
-
-def _nominal_gbps(ctx: Context) -> float:
-    """The fabric's nominal port rate in Gb/s (configured in bytes per second)."""
-    return drawn(ctx.thresholds.ib_port_rate_bytes_per_second, "Gbit/s")
-
-
-def _fill_steps(full: float) -> Thresholds:
-    """Used fraction: red from the ratio a full alert fires at, orange FILL_WARNING_MARGIN before it."""
-    return ((None, "green"), (round(full - FILL_WARNING_MARGIN, 6), "orange"), (full, "red"))
 
 
 def _above(limit: float, color: str = "red") -> Thresholds:
@@ -85,8 +64,8 @@ def _on_call(ctx: Context) -> Row:
         return f"{on_node} * on ({ctx.cluster}, hpc_job) group_left (user) {users}"
 
     space, inodes = (
-        _fill_steps(ctx.thresholds.storage_full_ratio),
-        _fill_steps(ctx.thresholds.storage_inodes_full_ratio),
+        common.fill(ctx.thresholds.storage_full_ratio),
+        common.fill(ctx.thresholds.storage_inodes_full_ratio),
     )
     (space_trouble, _), (inodes_trouble, _) = space[1], inodes[1]
     links = {"node": common.node_link(ctx), "hpc_job": common.training_link(ctx)}
@@ -368,86 +347,6 @@ def _errors(ctx: Context) -> Row:
     )
 
 
-def _ports(ctx: Context) -> Row:
-    one_node = {ctx.cluster: f'="${ctx.cluster}"', "node": '="$node"'}
-
-    def port(signal: str, over: Callable[[str], str] | None = None) -> str:
-        return ctx.select("node_exporter", [signal], PORT, op="sum", over=over, where=one_node)
-
-    def port_rate(signal: str) -> str:
-        return port(signal, over=lambda expr: f"rate({expr}[$__rate_interval])")
-
-    def port_increase(signal: str) -> str:
-        return port(signal, over=lambda expr: f"increase({expr}[1h])")
-
-    nominal = _nominal_gbps(ctx)
-    return Row(
-        "Node $node: ports",
-        [
-            table(
-                "Ports",
-                [
-                    Column(port("ib_state"), "State (4 = ACTIVE)", PORT_STATE, cell="color-background"),
-                    Column(
-                        port("ib_physical_state"),
-                        "Physical state (5 = LinkUp)",
-                        PHYSICAL_STATE,
-                        cell="color-background",
-                    ),
-                    Column(
-                        f"{port('ib_rate')} * 8 / 1e9",
-                        "Rate (Gb/s)",
-                        ((None, "orange"), (nominal, "green")),
-                        cell="color-text",
-                    ),
-                    Column(port_increase("ib_link_downed"), "Link downs (1h)", PROBLEM, cell="color-text"),
-                    Column(port_increase("ib_symbol_errors"), "Symbol errors (1h)", PROBLEM, cell="color-text"),
-                    Column(port_increase("ib_link_error_recovery"), "Link recoveries (1h)", PROBLEM, cell="color-text"),
-                    Column(
-                        port_increase("ib_local_link_integrity_errors"),
-                        "Link integrity errors (1h)",
-                        PROBLEM,
-                        cell="color-text",
-                    ),
-                ],
-                labels=["device", "port"],
-                width=24,
-                height=7,
-                description="Every InfiniBand port of the node: logical state (1 Down, 2 Init, 3 Armed, 4 Active), "
-                "physical state (2 Polling, 3 Disabled, 5 LinkUp), link rate and the last hour's link downs, "
-                "symbol errors, link error recoveries and link integrity errors (raw node_exporter series).",
-            ),
-            timeseries(
-                "Transmit per port",
-                port_rate("ib_port_xmit_bytes"),
-                legend="{{device}}:{{port}}",
-                unit="Bps",
-                width=8,
-                description="Bytes per second sent on each port of the node.",
-            ),
-            timeseries(
-                "Receive per port",
-                port_rate("ib_port_rcv_bytes"),
-                legend="{{device}}:{{port}}",
-                unit="Bps",
-                width=8,
-                description="Bytes per second received on each port of the node.",
-            ),
-            timeseries(
-                "Port errors",
-                [
-                    Query(port_rate("ib_symbol_errors"), "{{device}}:{{port}} symbol"),
-                    Query(port_rate("ib_port_rcv_errors"), "{{device}}:{{port}} receive"),
-                    Query(port_rate("ib_port_xmit_discards"), "{{device}}:{{port}} transmit discards"),
-                ],
-                unit="eps",
-                width=8,
-                description="Symbol errors, malformed received packets and transmit discards per second on each port.",
-            ),
-        ],
-    )
-
-
 def _nccl(ctx: Context) -> Row:
     nominal = ctx.thresholds.ib_port_rate_bytes_per_second
     bandwidth = f"job:nccl_bus_bandwidth:avg{{{common.in_cluster(ctx)}, {common.NCCL_NETWORK}}}"
@@ -564,7 +463,7 @@ def _fill(ctx: Context) -> Row:
     lustre_forecast = f'clamp(fs:lustre_used_forecast:ratio{{{in_cluster}, fs=~"$fs"}}, 0, 1)'
     mounts_forecast = f"topk(10, clamp(node:filesystem_used_forecast:ratio{{{in_cluster}}}, 0, 1))"
     fullest_osts = f'topk({TOP}, fs:lustre_ost_used:ratio{{{in_cluster}, fs=~"$fs"}})'
-    fill = _fill_steps(ctx.thresholds.storage_full_ratio)
+    fill = common.fill(ctx.thresholds.storage_full_ratio)
     return Row(
         "Filesystem fill",
         [
@@ -585,7 +484,7 @@ def _fill(ctx: Context) -> Row:
                 unit="percentunit",
                 min=0,
                 max=1,
-                thresholds=_fill_steps(ctx.thresholds.storage_full_ratio),
+                thresholds=common.fill(ctx.thresholds.storage_full_ratio),
                 width=16,
                 description=f"Used fraction now and forecast {horizon} ahead (linear fit over {window}).",
             ),
@@ -610,7 +509,7 @@ def _fill(ctx: Context) -> Row:
                         f"fs:lustre_target_inodes_used:ratio{{{in_cluster}}} and on ({ctx.cluster}, fs, target, node) "
                         f"{fullest_osts}",
                         "Inodes used",
-                        _fill_steps(ctx.thresholds.storage_inodes_full_ratio),
+                        common.fill(ctx.thresholds.storage_inodes_full_ratio),
                         cell="color-text",
                         unit="percentunit",
                     ),
@@ -661,17 +560,11 @@ def dashboard(ctx: Context) -> DashboardSpec:
         uid=UID,
         title=common.TITLES[UID],
         description="What is wrong now (firing alerts, ports not ACTIVE and whose jobs they hurt, Lustre targets "
-        "filling up), InfiniBand throughput and errors, one node's ports, NCCL bandwidth, Lustre and NFS I/O, "
+        "filling up), InfiniBand throughput and errors, NCCL bandwidth, Lustre and NFS I/O, "
         "filesystem fill.",
         tags=("hpcobs", "network", "storage"),
         variables=(
             common.cluster_variable(ctx),
-            Variable(
-                "node",
-                "Node",
-                f"label_values(node:ib_transmit_bytes:rate{{{in_cluster}}}, node)",
-                description="Node of the ports row.",
-            ),
             Variable(
                 "fs",
                 "Filesystem",
@@ -681,7 +574,7 @@ def dashboard(ctx: Context) -> DashboardSpec:
                 description="Lustre filesystems and NFS exports.",
             ),
         ),
-        rows=(_on_call(ctx), _fabric(ctx), _errors(ctx), _ports(ctx), _nccl(ctx), _storage(ctx), _fill(ctx)),
+        rows=(_on_call(ctx), _fabric(ctx), _errors(ctx), _nccl(ctx), _storage(ctx), _fill(ctx)),
         links=common.others(UID),
         alerts=common.alerts(ctx, *ALERT_DOMAINS),
     )

@@ -105,7 +105,7 @@ def test_the_builders_defaults_are_valid_for_every_panel_kind():
         assert engine._errors(kind, "Options", options) == [], kind
 
 
-def test_the_five_dashboards_with_stable_uids_and_file_names(dashboards, config):
+def test_the_six_dashboards_with_stable_uids_and_file_names(dashboards, config):
     assert {d["uid"] for d in dashboards.values()} == UIDS
     for path, dashboard in dashboards.items():
         assert path == f"{DASHBOARDS}{config.get('grafana', 'folder')}/{dashboard['uid']}.json"
@@ -333,10 +333,18 @@ def test_job_and_node_tables_link_to_their_views(dashboards):
         f"/d/{DashboardUid.TRAINING}?" in link["url"] and "var-hpc_job=${__data.fields.hpc_job}" in link["url"]
         for link in job_links
     )
-    nodes = next(p for p in panels(by_uid[DashboardUid.GPU_CLUSTER]) if p["title"] == "Nodes")
+    nodes = next(p for p in panels(by_uid[DashboardUid.GPU_CLUSTER]) if p["title"] == "Nodes, worst first")
+    node_links = [
+        link
+        for o in nodes["fieldConfig"]["overrides"]
+        if o["matcher"]["options"].get("names") == ["node"]
+        for prop in o["properties"]
+        if prop["id"] == "links"
+        for link in prop["value"]
+    ]
     assert any(
-        f"/d/{DashboardUid.GPU_CLUSTER}?" in link["url"] and "var-node=${__data.fields.node}" in link["url"]
-        for link in nodes["fieldConfig"]["defaults"]["links"]
+        f"/d/{DashboardUid.NODE}?" in link["url"] and "var-node=${__data.fields.node}" in link["url"]
+        for link in node_links
     )
 
 

@@ -103,11 +103,6 @@ PRESENTATION = "dashboard_"
 # A limit of one event is also every count panel's "any" step (red from 1: an unhealthy GPU, a port down): a panel
 # drawing 1 cannot be told from one drawing such a threshold, so those thresholds are checked by their rules only.
 ANY_EVENT = 1
-# Columns whose steps are an exporter's state codes, not limits: the code that happens to equal a threshold's default.
-STATE_CODES = {
-    ("grafana/dashboards/HPC/hpcobs-network-storage.json", "Ports", "State (4 = ACTIVE)"),
-    ("grafana/dashboards/HPC/hpcobs-network-storage.json", "Ports", "Physical state (5 = LinkUp)"),
-}
 
 
 def _rounded(limits: tuple[float, ...]) -> set[float]:
@@ -149,7 +144,7 @@ def test_the_panels_drawing_a_threshold_change_with_the_rules_that_read_it(thres
         (key, limit)
         for key, limits in default_panels.items()
         for limit in forms & _rounded(limits)
-        if key not in moved_panels and (key, limit) not in followed and key not in STATE_CODES
+        if key not in moved_panels and (key, limit) not in followed
     ]
     assert not literal, (
         f"{threshold.name}: these panels draw its default {threshold.default} as a literal, not from "

@@ -22,6 +22,7 @@ import pytest
 
 from hpcobs.paths import ROOT
 from hpcobs.proof.servers import HTTP_TIMEOUT, Alertmanager, Prometheus, free_port
+from hpcobs.settings.names import DashboardUid
 from tests.grafana_fake import FakeGrafana
 
 pytestmark = pytest.mark.live
@@ -173,8 +174,8 @@ def test_a_new_site_goes_from_nothing_to_a_loaded_stack(tmp_path):
         [alert] = alertmanager.alerts()
         assert sorted(receiver["name"] for receiver in alert["receivers"]) == ["hpc-pager", "hpc-slack"]
 
-        # Grafana: the five dashboards in the site's folder, the site's datasources, no Tempo anywhere.
-        assert len(grafana.dashboards) == 5
+        # Grafana: every dashboard in the site's folder, the site's datasources, no Tempo anywhere.
+        assert len(grafana.dashboards) == len(DashboardUid)
         assert sorted(source["type"] for source in grafana.datasources.values()) == [
             "alertmanager",
             "loki",
