@@ -12,9 +12,6 @@ from hpcobs.lang import lint
 from hpcobs.settings.names import DashboardUid
 
 PATH = f"grafana/dashboards/HPC/{DashboardUid.NETWORK_STORAGE}.json"
-# One node's ports, read raw for $node: another helper of issue 30 moves this row to the node dashboard, whose own
-# tests judge it; until that lands it keeps its codes and Gb/s, and is not this dashboard's to judge.
-MOVING_TO_THE_NODE_DASHBOARD = "Node $node: ports"
 # Labels whose values grow with the fleet: a range query keeping one of them draws a line per node, job, OST or port.
 FLEET_LABELS = ("node", "hpc_job", "target", "device", "port")
 BANDWIDTH_UNITS = {"Bps", "binBps", "bytes", "decbytes"}
@@ -39,7 +36,7 @@ def rows(generated):
 
 @pytest.fixture(scope="module")
 def judged(rows):
-    return [panel for title, panels in rows.items() if title != MOVING_TO_THE_NODE_DASHBOARD for panel in panels]
+    return [panel for panels in rows.values() for panel in panels]
 
 
 def _exprs(panel):
