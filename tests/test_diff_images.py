@@ -24,9 +24,9 @@ def _changed() -> tuple[dict, dict]:
     new = copy.deepcopy(BUILT)
     # 0.75 -> 0.6: the fault cluster's straggler (about 0.62) turns from red to green
     _panel(new, "Straggler ratio")["fieldConfig"]["defaults"]["thresholds"]["steps"][1]["value"] = 0.6
-    _panel(new, "Tokens/s")["title"] = "Tokens per second"
-    new["panels"].remove(_panel(new, "Model TFLOP/s"))
-    added = {**copy.deepcopy(_panel(new, "Steps/s")), "title": "Steps per minute", "id": 99}
+    _panel(new, "Tokens per second, whole job")["title"] = "Tokens per second of the job"
+    new["panels"].remove(_panel(new, "Model TFLOP/s, whole job"))
+    added = {**copy.deepcopy(_panel(new, "Optimizer steps per second")), "title": "Steps per minute", "id": 99}
     new["panels"].append(added)
     return BUILT, new
 
@@ -39,19 +39,20 @@ def _panels(old: dict, new: dict) -> list[diff_images.ChangedPanel]:
 def test_each_changed_panel_has_the_sides_it_exists_in_named_by_uid_id_and_side():
     old, new = _changed()
     found = {panel.title: [p.name for p in panel.pictures] for panel in _panels(old, new)}
-    ids = {title: _panel(BUILT, title)["id"] for title in ("Straggler ratio", "Tokens/s", "Model TFLOP/s")}
+    titles = ("Straggler ratio", "Tokens per second, whole job", "Model TFLOP/s, whole job")
+    ids = {title: _panel(BUILT, title)["id"] for title in titles}
     assert found == {
         "Straggler ratio": [
             f"hpcobs-training-panel{ids['Straggler ratio']}-before.png",
             f"hpcobs-training-panel{ids['Straggler ratio']}-after.png",
         ],
         # a renamed panel is drawn under its old title before, its new one after
-        "Tokens per second": [
-            f"hpcobs-training-panel{ids['Tokens/s']}-before.png",
-            f"hpcobs-training-panel{ids['Tokens/s']}-after.png",
+        "Tokens per second of the job": [
+            f"hpcobs-training-panel{ids['Tokens per second, whole job']}-before.png",
+            f"hpcobs-training-panel{ids['Tokens per second, whole job']}-after.png",
         ],
         "Steps per minute": ["hpcobs-training-panel99-after.png"],
-        "Model TFLOP/s": [f"hpcobs-training-panel{ids['Model TFLOP/s']}-before.png"],
+        "Model TFLOP/s, whole job": [f"hpcobs-training-panel{ids['Model TFLOP/s, whole job']}-before.png"],
     }
 
 
@@ -70,9 +71,10 @@ def test_one_cluster_draws_every_picture_alone_over_the_dashboards_window_ending
     @contextmanager
     def simulated(config, seconds):
         started.append(seconds)
-        yield "http://127.0.0.1:1", 1_000_000.0
+        yield "http://127.0.0.1:1", 1_000_000.0, {"hpc_job": "1"}
 
-    def drawing(dashboard, url, png, scrape, window):
+    def drawing(dashboard, url, png, scrape, window, given, focus):
+        assert (given, focus) == ({}, {"hpc_job": "1"})  # the cluster's training job, for every picture
         drawn.append((dashboard["panels"][0]["title"], png.name, window.end))
         assert len(dashboard["panels"]) == 1 and dashboard["panels"][0]["gridPos"]["x"] == 0
 
@@ -87,10 +89,10 @@ def test_one_cluster_draws_every_picture_alone_over_the_dashboards_window_ending
 
 def test_the_links_are_relative_to_the_folder_the_markdown_is_written_to(tmp_path):
     old, new = _changed()
-    panels = [p for p in _panels(old, new) if p.title in ("Straggler ratio", "Model TFLOP/s")]
+    panels = [p for p in _panels(old, new) if p.title in ("Straggler ratio", "Model TFLOP/s, whole job")]
     text = diff_images.markdown(panels, tmp_path / "review" / "img", tmp_path / "comment")
     straggler = _panel(BUILT, "Straggler ratio")["id"]
-    removed = _panel(BUILT, "Model TFLOP/s")["id"]
+    removed = _panel(BUILT, "Model TFLOP/s, whole job")["id"]
     assert text.splitlines() == [
         "",
         "### Pictures",
@@ -98,7 +100,8 @@ def test_the_links_are_relative_to_the_folder_the_markdown_is_written_to(tmp_pat
         f"- `hpcobs-training` panel `Straggler ratio`: "
         f"[before](../review/img/hpcobs-training-panel{straggler}-before.png) → "
         f"[after](../review/img/hpcobs-training-panel{straggler}-after.png)",
-        f"- `hpcobs-training` panel `Model TFLOP/s`: [before](../review/img/hpcobs-training-panel{removed}-before.png)",
+        "- `hpcobs-training` panel `Model TFLOP/s, whole job`: "
+        f"[before](../review/img/hpcobs-training-panel{removed}-before.png)",
     ]
     assert diff_images.markdown([], tmp_path, tmp_path) == ""
 

@@ -46,9 +46,9 @@ class LinkBases:
 # Where an alert's dashboard link lands, from what it is about (the labels it carries in every firing case), the most
 # specific first (docs/alerts.md, Dashboard links): a job opens the job's view with the job, a node the node's view
 # with the node (and the GPU), anything else its domain's dashboard with the partition or filesystem it names.
-JOB_VIEW = (DashboardUid.TRAINING, ("hpc_job",))
-NODE_VIEW = (DashboardUid.NODE, ("node", "gpu"))
-DOMAIN_FILTERS = ("partition", "fs")
+JOB_VIEW: tuple[DashboardUid, tuple[str, ...]] = (DashboardUid.TRAINING, ("hpc_job",))
+NODE_VIEW: tuple[DashboardUid, tuple[str, ...]] = (DashboardUid.NODE, ("node", "gpu"))
+DOMAIN_FILTERS: tuple[str, ...] = ("partition", "fs")
 
 
 @dataclass

@@ -30,7 +30,7 @@ from hpcobs.targets.dashboards import DASHBOARDS_DIR
 
 SIDES = ("before", "after")
 # Draws one dashboard from a Prometheus to a PNG: preview.render, or a stand-in in tests.
-Draw = Callable[[dict, str, Path, int, preview.Window], Any]
+Draw = Callable[[dict, str, Path, int, preview.Window, Mapping[str, str], Mapping[str, str]], Any]
 
 
 @dataclass(frozen=True)
@@ -108,10 +108,11 @@ def draw(
     scrape = duration_seconds(config["scrape_interval"])
     # On stderr: the Markdown may be going to standard output.
     print("Simulating a cluster with faults on a loopback Prometheus (docs/preview.md)...", file=sys.stderr)
-    with simulated(config, longest) as (url, end):  # every picture reads up to the end of the cluster's window
+    with simulated(config, longest) as (url, end, focus):  # every picture reads up to the end of its window
         for picture in pictures:
             alone = preview.panel_alone(picture.dashboard, picture.title)
-            drawing(alone, url, folder / picture.name, scrape, preview.dashboard_window(picture.dashboard, end))
+            window = preview.dashboard_window(picture.dashboard, end)
+            drawing(alone, url, folder / picture.name, scrape, window, {}, focus)
 
 
 def markdown(panels: Iterable[ChangedPanel], folder: Path, written_in: Path) -> str:

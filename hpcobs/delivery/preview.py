@@ -24,7 +24,7 @@ import time
 import urllib.error
 import urllib.parse
 import urllib.request
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
 from contextlib import AbstractContextManager, contextmanager
 from dataclasses import dataclass
 from pathlib import Path
@@ -134,21 +134,32 @@ class Variables:
     shown: dict[str, str]
 
 
-def resolve(dashboard: dict, prometheus: Prometheus, window: Window) -> Variables:
+def resolve(
+    dashboard: dict,
+    prometheus: Prometheus,
+    window: Window,
+    given: Mapping[str, str] = {},
+    focus: Mapping[str, str] = {},
+) -> Variables:
+    """Each variable as Grafana opens the dashboard, or as `given` (a URL's var-<name>=<value>) sets it; `focus`
+    sets a variable that picks one value (the job of a job view), never one that filters a list (All)."""
     query: dict[str, str] = {}
     shown: dict[str, str] = {}
     for variable in dashboard["templating"]["list"]:
         name, kind = variable["name"], variable["type"]
+        if name in focus and name not in given and not (variable.get("multi") or variable.get("includeAll")):
+            given = {**given, name: focus[name]}
         if kind == "textbox":
-            query[name] = shown[name] = variable.get("query", "")
+            query[name] = shown[name] = given.get(name, variable.get("query", ""))
         elif kind == "query":
             options = _options(variable, query, prometheus, window)
-            current = (variable.get("current") or {}).get("value")
+            current = given.get(name, (variable.get("current") or {}).get("value"))
             if variable.get("includeAll") and current in (ALL, [ALL]):
                 query[name] = variable.get("allValue") or f"({'|'.join(map(_regex_escaped, options))})"
                 shown[name] = "All"
             else:
-                picked = current if current in options else (options[0] if options else "")
+                # A value given is kept even when the list lacks it, as Grafana keeps a URL's value.
+                picked = str(current) if current in options or name in given else (options[0] if options else "")
                 regex = variable.get("multi") or variable.get("includeAll")
                 query[name] = _regex_escaped(picked) if regex else picked
                 shown[name] = picked
@@ -329,11 +340,20 @@ def preflight() -> None:
     chromium.find()
 
 
-def render(dashboard: dict, prometheus_url: str, png: Path, scrape: int, window: Window) -> Rendered:
-    """Query, draw and photograph one dashboard over `window`."""
+def render(
+    dashboard: dict,
+    prometheus_url: str,
+    png: Path,
+    scrape: int,
+    window: Window,
+    given: Mapping[str, str] = {},
+    focus: Mapping[str, str] = {},
+) -> Rendered:
+    """Query, draw and photograph one dashboard over `window`, its variables as `given`, `focus` (see resolve) or
+    at their defaults."""
     prometheus = Prometheus(prometheus_url)
     began = time.monotonic()
-    variables = resolve(dashboard, prometheus, window)
+    variables = resolve(dashboard, prometheus, window, given, focus)
     panels = {
         # A collapsed row holds its panels, which stay hidden: only the panels on the grid are queried.
         str(p["id"]): panel_input(p, variables.query, prometheus, window, scrape)
@@ -416,19 +436,30 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="nodes of 8 GPUs in the simulated cluster (at least and by default 5; 128 is 1,024 GPUs); not with "
         "--prometheus",
     )
+    parser.add_argument(
+        "--var",
+        action="append",
+        metavar="NAME=VALUE",
+        help="a variable's value, as var-NAME=VALUE in a Grafana URL (repeatable; default: the dashboard's own, and "
+        "on the simulated cluster its training job)",
+    )
     parser.add_argument("--range", metavar="DURATION", help="the range ending now (default: the dashboard's own)")
 
 
 class Served(NamedTuple):
-    """A Prometheus to draw from, and the end of the window it holds (a site's: now)."""
+    """A Prometheus to draw from, the end of the window it holds (a site's: now) and the one-value variables that
+    show what it holds (the simulated cluster's training job: the newest running job, Training's default, has no
+    training metrics)."""
 
     url: str
     end: float
+    variables: dict[str, str]
 
 
 # The simulated cluster (hpcobs.proof.fault_cluster.serving, which cli passes in: delivery does not import proof):
-# given the config and a window in seconds, a loopback Prometheus' URL and the end of its window while the block runs.
-Simulated = Callable[[config_module.Config, int], AbstractContextManager[tuple[str, float]]]
+# given the config and a window in seconds, a loopback Prometheus' URL, the end of its window and the variables that
+# show its faults, while the block runs.
+Simulated = Callable[[config_module.Config, int], AbstractContextManager[tuple[str, float, dict[str, str]]]]
 
 
 def run(args: argparse.Namespace, simulated: Simulated) -> int:
@@ -450,8 +481,9 @@ def run(args: argparse.Namespace, simulated: Simulated) -> int:
     dashboards = _drawings(loaded, args.panel)
     longest = max(_range_seconds(args.range, dashboard) for dashboard in dashboards.values())
     with _prometheus(args.prometheus, simulated, config, longest) as served:
+        given = _given(args.var)
         failed = sum(
-            _drawn(images / name, dashboard, served.url, config, _window(args.range, dashboard, served.end))
+            _drawn(images / name, dashboard, served, config, _window(args.range, dashboard, served.end), given)
             for name, dashboard in dashboards.items()
         )
     if not args.panel and not args.open_rows:  # a digest stands for a dashboard's picture as it opens
@@ -490,16 +522,30 @@ def _prometheus(
 ) -> Iterator[Served]:
     """The site's Prometheus up to now, or the simulated fault cluster's for the window."""
     if url:
-        yield Served(url, time.time())
+        yield Served(url, time.time(), {})
         return
     print("Simulating a cluster with faults on a loopback Prometheus (docs/preview.md)...", flush=True)
-    with simulated(config, window_seconds) as (served, end):
-        yield Served(served, end)
+    with simulated(config, window_seconds) as (served, end, variables):
+        yield Served(served, end, variables)
 
 
-def _drawn(png: Path, dashboard: dict, url: str, config: config_module.Config, window: Window) -> int:
+def _given(pairs: list[str] | None) -> dict[str, str]:
+    """--var NAME=VALUE, as a Grafana URL's var-NAME=VALUE."""
+    given = {}
+    for pair in pairs or []:
+        name, equals, value = pair.partition("=")
+        if not equals or not re.fullmatch(r"[A-Za-z_]\w*", name):
+            raise UserError(f"preview: --var {pair!r}: write NAME=VALUE, e.g. --var hpc_job=400001")
+        given[name] = value
+    return given
+
+
+def _drawn(
+    png: Path, dashboard: dict, served: Served, config: config_module.Config, window: Window, given: Mapping[str, str]
+) -> int:
     """Draw one dashboard to `png`, print its summary and panels not drawn; the count of errors."""
-    rendered = render(dashboard, url, png, duration_seconds(config["scrape_interval"]), window)
+    scrape = duration_seconds(config["scrape_interval"])
+    rendered = render(dashboard, served.url, png, scrape, window, given, served.variables)
     panels, errors = rendered.report["panels"], rendered.report["errors"]
     states = {state: sum(1 for p in panels if p["state"] == state) for state in STATES}
     print(

@@ -36,9 +36,17 @@ class Drawn:
         return config
 
     def expected_colour(self, name: str, value: float | None) -> str | None:
-        """The colour of `value` in field `name` by the JSON's thresholds, or None where thresholds do not colour."""
+        """The colour of `value` in field `name` by the JSON: a value mapping's colour where one maps it (Grafana
+        lets a mapping's colour win), else its thresholds' step; None where neither colours it."""
         config = self.declared(name)
-        if value is None or config.get("color", {}).get("mode") != "thresholds":
+        if value is None:
+            return None
+        key = str(int(value)) if value == int(value) else str(value)
+        for mapping in config.get("mappings", []):
+            mapped = mapping.get("options", {}).get(key, {}) if mapping.get("type") == "value" else {}
+            if mapped.get("color"):
+                return self.palette.get(mapped["color"], mapped["color"])
+        if config.get("color", {}).get("mode") != "thresholds":
             return None
         steps = config["thresholds"]["steps"]
         colour = steps[0]["color"]  # the base step holds from minus infinity, whatever its value says
@@ -60,12 +68,13 @@ Check = Callable[[Drawn], Iterator[str]]
 
 
 def overrides_match_a_field(drawn: Drawn) -> Iterator[str]:
-    """An override that draws (unit, colours, words) must find its field; one that only links a label column's
-    cells may find none (a table shows a label only where some series has it)."""
+    """An override of a table's value column must find its column, under its query's name or its header: a
+    transformation that renames it loses its unit and colours. (An override of a label column or of one series
+    may find none: a label or a series shows only where the data has it.)"""
     names = {field["name"] for field in drawn.fields}
     for override in drawn.panel["fieldConfig"]["overrides"]:
         named = _names(override)
-        if {p["id"] for p in override["properties"]} != {"links"} and not names.intersection(named):
+        if any(name.startswith("Value") for name in named) and not names.intersection(named):
             lost = ", ".join(p["id"] for p in override["properties"])
             drawn_names = ", ".join(sorted(names))
             yield f"the override for {' / '.join(named)} matches no field (drawn: {drawn_names}): {lost} lost"
@@ -97,6 +106,8 @@ def values_coloured_by_thresholds(drawn: Drawn) -> Iterator[str]:
 
 
 def stat_values_in_the_page(drawn: Drawn) -> Iterator[str]:
+    if drawn.panel.get("options", {}).get("textMode") in ("name", "none"):  # the value is not written
+        return
     page = drawn.shown["text"]
     for value in drawn.shown["drawn"].get("values") or []:
         if len(page) < 400 and value["text"] not in page:  # the report keeps the first 400 characters
@@ -140,8 +151,17 @@ def legend_names_the_series(drawn: Drawn) -> Iterator[str]:
     legend = drawn.panel.get("options", {}).get("legend", {})
     if drawn.panel["type"] != "timeseries" or legend.get("showLegend") is False:
         return
+    renamed = {
+        name: prop["value"]
+        for override in drawn.panel["fieldConfig"]["overrides"]
+        for prop in override["properties"]
+        if prop["id"] == "displayName"
+        for name in _names(override)
+    }
+    sent = drawn.sent["frames"]
     expected = sorted(
-        field["config"].get("displayNameFromDS", "") for frame in drawn.sent["frames"] for field in frame["fields"][1:]
+        renamed.get(name, name)
+        for name in (f["config"].get("displayNameFromDS", "") for s in sent for f in s["fields"][1:])
     )
     if sorted(drawn.shown["legend"]) != expected:
         yield f"legend shows {sorted(drawn.shown['legend'])[:5]}, the queries' legends are {expected[:5]}"

@@ -66,10 +66,11 @@ def scenarios(window_seconds: int, nodes: int = NODES) -> str:
 
 
 @contextmanager
-def serving(config: Config, window_seconds: int, nodes: int = NODES) -> Iterator[tuple[str, float]]:
+def serving(config: Config, window_seconds: int, nodes: int = NODES) -> Iterator[tuple[str, float, dict[str, str]]]:
     """The URL of a loopback Prometheus holding the fault cluster's last `window_seconds` (at least MIN_WINDOW) on
-    `nodes` nodes of 8 GPUs and every recording rule's series over it, and the moment its window ends: simulating
-    and recording take minutes at a thousand GPUs, so "now" has moved on once it is served."""
+    `nodes` nodes of 8 GPUs and every recording rule's series over it, the moment its window ends (simulating and
+    recording take minutes at a thousand GPUs, so "now" has moved on once it is served) and the variables that
+    show its training faults: the hero job, the oldest, where Training opens on the newest running job."""
     for tool in (tools.PROMTOOL, servers.PROMETHEUS):  # one line naming the package, before simulating
         tools.find(tool)
     window_seconds = max(window_seconds, duration_seconds(MIN_WINDOW))
@@ -92,6 +93,6 @@ def serving(config: Config, window_seconds: int, nodes: int = NODES) -> Iterator
             layers.append(workload.firing_as_recorded(groups, Path(scratch)))  # the firing-alerts panels read
             last = sim.window.time(sim.window.steps - 1)
             prometheus.replay_rules(layers, sim.window.start, last, step)
-            yield prometheus.url, float(last)
+            yield prometheus.url, float(last), {"hpc_job": str(sim.cluster.roles.hero_job)}
         finally:
             prometheus.stop()

@@ -5,6 +5,7 @@
 import { GrafanaTheme2 } from '@grafana/data';
 
 import { Drawn, drawn } from './drawn';
+import './input';
 
 const SETTLE_MS = 300; // icons arrive by fetch after the first paint
 const TABLE_ROWS = 30;
@@ -68,11 +69,25 @@ function inBrowserColours(shown: Drawn | undefined): Drawn | undefined {
   );
 }
 
+// Every colour name the dashboard's JSON gives (threshold steps, value mappings), as the theme draws it.
+function colourNames(value: unknown, found: Set<string>): Set<string> {
+  if (Array.isArray(value)) {
+    value.forEach((item) => colourNames(item, found));
+  } else if (typeof value === 'object' && value !== null) {
+    for (const [key, inner] of Object.entries(value)) {
+      if (key === 'color' && typeof inner === 'string') {
+        found.add(inner);
+      } else {
+        colourNames(inner, found);
+      }
+    }
+  }
+  return found;
+}
+
 function palette(theme: GrafanaTheme2): Record<string, string> {
-  const names = Object.values(drawn).flatMap((shown) =>
-    shown.fields.flatMap((field) => (field.thresholds ?? []).map((step) => step.color))
-  );
-  return Object.fromEntries(names.map((name) => [name, computed(theme.visualization.getColorByName(name))]));
+  const names = colourNames(window.PREVIEW_INPUT.dashboard.panels, new Set());
+  return Object.fromEntries([...names].map((name) => [name, computed(theme.visualization.getColorByName(name))]));
 }
 
 export async function report(theme: GrafanaTheme2) {

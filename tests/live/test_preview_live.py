@@ -33,12 +33,12 @@ def _broken(dashboard: dict) -> dict:
     def panel(title: str) -> dict:
         return copy.deepcopy(next(p for p in dashboard["panels"] if p.get("title") == title))
 
-    renamed = panel("Nodes")  # the Unhealthy column's colours, for a header that no longer exists
+    renamed = panel("Nodes, worst first")  # the Unhealthy column's colours, for a header that no longer exists
     unhealthy = next(o for o in renamed["fieldConfig"]["overrides"] if "Unhealthy" in o["matcher"]["options"]["names"])
     unhealthy["matcher"]["options"]["names"] = ["Value #Z", "Sick"]
-    unjoined = {**panel("Nodes"), "id": 901, "title": "Nodes merged first"}
+    unjoined = {**panel("Nodes, worst first"), "id": 901, "title": "Nodes merged first"}
     unjoined["transformations"] = [unjoined["transformations"][i] for i in (1, 0, 2)]
-    unnamed = {**panel("GPUs allocated and idle"), "id": 902}
+    unnamed = {**panel("GPUs in the cluster: allocated, idle, unhealthy"), "id": 902}
     for target in unnamed["targets"]:
         target["legendFormat"] = ""
     return {**dashboard, "uid": "broken", "panels": [renamed, unjoined, unnamed]}
@@ -52,11 +52,13 @@ def drawn(tmp_path_factory):
     dashboards["broken"] = _broken(dashboards["hpcobs-gpu-cluster"])
     folder = tmp_path_factory.mktemp("preview")
     longest = max(preview.dashboard_window(d, 0).seconds for d in dashboards.values())
-    with fault_cluster.serving(config, longest) as (url, end):
+    with fault_cluster.serving(config, longest) as (url, end, focus):
         return {
             uid: (
                 dashboard,
-                preview.render(dashboard, url, folder / f"{uid}.png", 30, preview.dashboard_window(dashboard, end)),
+                preview.render(
+                    dashboard, url, folder / f"{uid}.png", 30, preview.dashboard_window(dashboard, end), {}, focus
+                ),
             )
             for uid, dashboard in dashboards.items()
         }
@@ -108,5 +110,5 @@ def test_the_checks_find_an_override_a_merge_and_a_legend_lost(drawn):
     lost = "\n".join(rendered.problems)
     assert "the override for Value #Z / Sick matches no field" in lost
     assert "Nodes merged first: rows repeat for gpu001" in lost
-    assert "GPUs allocated and idle: legend shows" in lost
+    assert "GPUs in the cluster: allocated, idle, unhealthy: legend shows" in lost
     assert len(rendered.problems) == 3, lost
