@@ -67,8 +67,8 @@ def _on_call(ctx: Context, nvidia: bool) -> Row:
         "GPUs not OK now",
         [Column(with_owner, "State", mappings=NOT_OK, cell="color-text", unit="none")],
         labels=["node", "gpu", "problem", "xid_class", "err_code", "hpc_job", "user"],
-        width=12,
-        height=8,
+        width=24,  # seven columns: half the width cut off the job and its user
+        height=7,
         label_links={"node": common.node_link(ctx), "hpc_job": common.training_link(ctx)},
         label_words={"problem": GPU_PROBLEM, "xid_class": common.XID_CLASS},
         shows=PROBLEM_FAULTS,
@@ -80,9 +80,7 @@ def _on_call(ctx: Context, nvidia: bool) -> Row:
     return Row(
         "On call: what is wrong now",
         [
-            common.firing_alerts(
-                ctx, "Gpu", "Node", "Exporter", width=12 if nvidia else 24, height=8, shows=ALERTED_FAULTS
-            ),
+            common.firing_alerts(ctx, "Gpu", "Node", "Exporter", width=24, height=7, shows=ALERTED_FAULTS),
             *([not_ok] if nvidia else []),
         ],
     )

@@ -16,6 +16,7 @@ policies, actions); nodes and jobs are instant tables of the most affected over 
 from dataclasses import dataclass
 
 from grafana_foundation_sdk.models import dashboard as grafana
+from hpcobs.security import names as security_content
 
 from hpcobs.authoring.context import Context
 from hpcobs.authoring.dashboard import (
@@ -33,7 +34,6 @@ from hpcobs.authoring.dashboard import (
     timeseries,
 )
 from hpcobs.lang import promql
-from hpcobs.security import names as security_content
 from hpcobs.settings.names import DashboardUid
 
 from . import common

@@ -44,7 +44,9 @@ def test_the_first_row_holds_the_firing_alerts_and_the_gpus_not_ok(dashboard):
     not_ok = panels[1]
     expr = not_ok["targets"][0]["expr"]
     assert "gpu:problems:count" in expr and "job:slurm_job_info:max" in expr  # the GPU's job and its user
-    assert all(panel["gridPos"]["y"] == panels[0]["gridPos"]["y"] for panel in panels)  # side by side, at the top
+    # One above the other, each the whole width (half of it cut off the job and its user), both above the fleet.
+    assert [(panel["gridPos"]["x"], panel["gridPos"]["w"]) for panel in panels] == [(0, 24), (0, 24)]
+    assert sum(panel["gridPos"]["h"] for panel in panels) <= 14
     links = {o["matcher"]["options"]["names"][0]: o for o in not_ok["fieldConfig"]["overrides"]}
     assert {"node", "hpc_job"} <= set(links), "the node and the job link to their own views"
 

@@ -117,7 +117,7 @@ def test_a_panel_of_today_reads_since_midnight():
 
 
 DOCS_IMAGES = ROOT / "docs" / "img"
-REGENERATE = "python build.py preview --images docs/img"
+REGENERATE = "python build.py preview --nodes 128 --range 90m --images docs/img"
 
 
 def test_docs_images_were_drawn_from_the_dashboards_out_holds():
