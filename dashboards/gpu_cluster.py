@@ -7,10 +7,6 @@ Over time the fleet is drawn as totals and distributions, a fixed number of line
 nodes, GPUs and jobs are affected is an instant table.
 """
 
-from grafana_foundation_sdk.builders import common as common_builders
-from grafana_foundation_sdk.builders import heatmap as heatmap_builders
-from grafana_foundation_sdk.models import heatmap as heatmap_models
-
 from hpcobs.authoring.context import Context
 from hpcobs.authoring.dashboard import (
     Column,
@@ -246,22 +242,19 @@ def _nodes_table(ctx: Context, nvidia: bool) -> Panel:
         Column(f"node:gpu_power:watts{{{in_cluster}}}", "GPU power", unit="watt"),
         *drained,
     ]
-    panel = table(
+    return table(
         "Nodes, worst first",
         columns,
         labels=["node", *(["reason"] if drained else [])],
         height=10,
         label_links={"node": common.node_link(ctx)},
+        sort_by=[column.name for column in problems],  # ties broken by the next problem
         description="Per node, worst first (unhealthy GPUs, then allocated but idle ones"
         + (", throttled ones, ones with an Xid" if nvidia else "")
         + "): GPUs, allocated, the jobs holding them and their users, mean GPU utilisation, GPU board power"
         + (", and the Slurm drain reason where the node is drained" if drained else "")
         + ". Click a node for its dashboard.",
     )
-    # The table helper sorts on its first column; ties are broken by the next problems.
-    worst_first = [common_builders.TableSortByFieldState().display_name(c.name).desc(True) for c in problems]
-    panel.builder.sort_by(worst_first)
-    return panel
 
 
 def _usage(ctx: Context) -> Row:
@@ -406,38 +399,22 @@ def _nvidia_health(ctx: Context) -> list[Panel]:
     ]
 
 
-def _by_how_many(panel: Panel) -> Panel:
-    """A heatmap of counts in one hue, darker where more: a count is neither good nor bad, so no red or green."""
-    colour = (
-        heatmap_builders.HeatmapColorOptions()
-        .mode(heatmap_models.HeatmapColorMode.OPACITY)
-        .fill("blue")
-        .scale(heatmap_models.HeatmapColorScale.EXPONENTIAL)
-        .exponent(0.5)
-        .steps(64)
-        .min(0)
-    )
-    panel.builder.color(colour)
-    return panel
-
-
 def _health(ctx: Context, nvidia: bool) -> Row:
     in_cluster = common.in_cluster(ctx)
     return Row(
         "Health and utilisation over time",
         [
             *(_nvidia_health(ctx) if nvidia else []),
-            _by_how_many(
-                heatmap(
-                    "GPUs per utilisation band, cluster",
-                    f"cluster:gpus_by_utilization:count{{{in_cluster}}}",
-                    legend="{{utilization}}",
-                    unit="none",
-                    min=0,
-                    description="How many GPUs run in each 10% band of utilisation, over time (darker: more GPUs): "
-                    "the fleet's distribution whatever its size. The colour counts GPUs, it does not grade them. "
-                    "Which nodes are cold: sort the Nodes table by utilisation.",
-                )
+            heatmap(
+                "GPUs per utilisation band, cluster",
+                f"cluster:gpus_by_utilization:count{{{in_cluster}}}",
+                legend="{{utilization}}",
+                unit="none",
+                min=0,
+                counts=True,
+                description="How many GPUs run in each 10% band of utilisation, over time (darker: more GPUs): "
+                "the fleet's distribution whatever its size. The colour counts GPUs, it does not grade them. "
+                "Which nodes are cold: sort the Nodes table by utilisation.",
             ),
         ],
     )

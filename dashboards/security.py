@@ -15,16 +15,12 @@ policies, actions); nodes and jobs are instant tables of the most affected over 
 
 from dataclasses import dataclass
 
-from grafana_foundation_sdk.models import dashboard as grafana
 from hpcobs.security import names as security_content
 
 from hpcobs.authoring.context import Context
 from hpcobs.authoring.dashboard import (
     Column,
     DashboardSpec,
-    Mappings,
-    Panel,
-    PanelBuilder,
     Query,
     Row,
     Variable,
@@ -120,26 +116,6 @@ def _with_user(series: _Series, per_job: str) -> str:
         f"or on ({cluster}, hpc_job) group by ({cluster}, hpc_job) (gpu:job:info{{{in_cluster}}})"
     )
     return f"{per_job} * on ({cluster}, hpc_job) group_left (user) ({owners})"
-
-
-def _priority_words(panel: Panel) -> Panel:
-    """A time series panel whose series are named by Falco's priority number (legend "{{priority}}"), drawn as
-    the priority's word in its colour: value mappings only name values, not series."""
-    return Panel(_series_words(panel.builder, common.FALCO_PRIORITY), panel.shows)
-
-
-def _series_words(builder: PanelBuilder, words: Mappings) -> PanelBuilder:
-    for value, text, colour in words:
-        builder = builder.with_override(
-            grafana.MatcherConfig(id_val="byNames", options={"mode": "include", "names": [str(value)]}),
-            [
-                grafana.DynamicConfigValue(id_val="displayName", value=text),
-                grafana.DynamicConfigValue(
-                    id_val="color", value=grafana.FieldColor(mode=grafana.FieldColorModeId.FIXED, fixed_color=colour)
-                ),
-            ],
-        )
-    return builder
 
 
 def _who(ctx: Context, series: _Series) -> Row:
@@ -246,18 +222,16 @@ def _falco(ctx: Context, series: _Series) -> Row:
     return Row(
         "Falco",
         [
-            _priority_words(
-                timeseries(
-                    "Falco events per second by priority, selected nodes",
-                    f"sum by (priority) ({series.falco_nodes})",
-                    legend="{{priority}}",
-                    unit="eps",
-                    width=8,
-                    stack=True,
-                    shows=FALCO_FAULTS,
-                    description="Falco rule matches per second on the selected nodes, by priority (Emergency ... "
-                    "Debug).",
-                )
+            timeseries(
+                "Falco events per second by priority, selected nodes",
+                f"sum by (priority) ({series.falco_nodes})",
+                legend="{{priority}}",
+                unit="eps",
+                width=8,
+                stack=True,
+                series_words=common.FALCO_PRIORITY,
+                shows=FALCO_FAULTS,
+                description="Falco rule matches per second on the selected nodes, by priority (Emergency ... Debug).",
             ),
             timeseries(
                 "Falco events per second by rule, fleet-wide",

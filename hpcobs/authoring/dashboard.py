@@ -242,10 +242,13 @@ def timeseries(
     width: int = 12,
     height: int = 8,
     stack: bool = False,
+    series_words: Mappings = (),
     **options: Unpack[FieldOptions],
 ) -> Panel:
     """Series over time; `stack` stacks them (filled); min and max also bound the axis softly; thresholds beyond
-    the base step are drawn as dashed lines (the limits an alert fires at, where a panel reads one)."""
+    the base step are drawn as dashed lines (the limits an alert fires at, where a panel reads one).
+    `series_words` names and colours series by their legend (a priority number drawn as its word): value
+    mappings name values, not series."""
     stacking = models.StackingMode.NORMAL if stack else models.StackingMode.NONE
     builder = (
         _panel(timeseries_panel.Panel(), title, description, width, height)
@@ -266,6 +269,16 @@ def timeseries(
     if len(options.get("thresholds", BASE)) > 1:
         builder = builder.thresholds_style(
             common_builders.GraphThresholdsStyleConfig().mode(models.GraphThresholdsStyleMode.DASHED)
+        )
+    for value, text, colour in series_words:
+        matcher = grafana.MatcherConfig(id_val="byNames", options={"mode": "include", "names": [str(value)]})
+        fixed = grafana.FieldColor(mode=grafana.FieldColorModeId.FIXED, fixed_color=colour)
+        builder = builder.with_override(
+            matcher,
+            [
+                grafana.DynamicConfigValue(id_val="displayName", value=text),
+                grafana.DynamicConfigValue(id_val="color", value=fixed),
+            ],
         )
     builder = _with_fields(builder, unit, grafana.FieldColorModeId.PALETTE_CLASSIC, options)
     return Panel(builder, options.get("shows", ()))
@@ -327,14 +340,17 @@ def heatmap(
     legend: str,
     width: int = 24,
     height: int = 10,
+    counts: bool = False,
     **options: Unpack[FieldOptions],
 ) -> Panel:
-    """Grafana 11 heatmap of series already bucketed: one row per series (e.g. per node), not calculated."""
+    """Grafana 11 heatmap of series already bucketed: one row per series (e.g. per node), not calculated. Values
+    good or bad (a utilisation) go red to green; `counts` (how many GPUs in a band) are one hue, darker where more:
+    a count is neither good nor bad."""
     colour = (
         heatmap_panel.HeatmapColorOptions()
-        .mode(heatmap_models.HeatmapColorMode.SCHEME)
-        .scheme("RdYlGn")
-        .fill("dark-orange")
+        .mode(heatmap_models.HeatmapColorMode.OPACITY if counts else heatmap_models.HeatmapColorMode.SCHEME)
+        .scheme("" if counts else "RdYlGn")
+        .fill("blue" if counts else "dark-orange")
         .scale(heatmap_models.HeatmapColorScale.EXPONENTIAL)
         .exponent(0.5)
         .steps(64)
@@ -409,9 +425,11 @@ def table(
     height: int = 10,
     label_links: Mapping[str, Link] = {},
     label_words: Mapping[str, Mappings] = {},
+    sort_by: Sequence[str] = (),
     **options: Unpack[FieldOptions],
 ) -> Panel:
-    """Instant queries merged on their labels: the label columns, then one column per query, sorted on the first.
+    """Instant queries merged on their labels: the label columns, then one column per query, sorted on the first
+    (or on the columns `sort_by` names, in turn, largest first).
     `label_links` makes a label column's cells links (the node column to the node dashboard, the job to its view);
     `label_words` names and colours a label column's values (a severity, a Slurm state)."""
     # One query: Grafana names its value field "Value", not "Value #A".
@@ -420,7 +438,12 @@ def table(
         _panel(table_panel.Panel(), title, description, width, height)
         .datasource(PROMETHEUS)
         .targets(_prometheus([Query(column.expr) for column in columns], table=True))
-        .sort_by([common_builders.TableSortByFieldState().display_name(columns[0].name).desc(True)])
+        .sort_by(
+            [
+                common_builders.TableSortByFieldState().display_name(name).desc(True)
+                for name in (sort_by or [columns[0].name])
+            ]
+        )
         .filterable(True)
         .transformations(_table_transformations(labels, raw, columns))
     )
