@@ -82,46 +82,60 @@ def _on_call(ctx: Context, nvidia: bool) -> Row:
     )
 
 
+def _unhealthy(ctx: Context) -> str:
+    return f"sum(cluster:gpus_unhealthy:count{{{common.in_cluster(ctx)}}}) or vector(0)"
+
+
+def _idle(ctx: Context) -> str:
+    return f"sum(node:gpus_allocated_idle:count{{{common.in_cluster(ctx)}}}) or vector(0)"
+
+
+def _counts(ctx: Context) -> list[Panel]:
+    """How many GPUs the cluster has, allocated, allocated but idle and unhealthy."""
+    in_cluster = common.in_cluster(ctx)
+    return [
+        stat(
+            "GPUs in the cluster",
+            f"sum(cluster:gpus:count{{{in_cluster}}})",
+            unit="none",
+            width=4,
+            description="GPUs reporting to the GPU exporters.",
+        ),
+        stat(
+            "GPUs allocated",
+            f"sum(cluster:gpus_allocated:count{{{in_cluster}}})",
+            unit="none",
+            width=4,
+            description="GPUs held by at least one Slurm job (from the exporter's job mapping).",
+        ),
+        stat(
+            "GPUs allocated but idle",
+            _idle(ctx),
+            unit="none",
+            width=4,
+            thresholds=common.ANY,
+            description=f"GPUs held by the same job for {ctx.thresholds.gpu_idle_window} with every "
+            "utilisation sample at 0; the Nodes table below lists them first after the unhealthy ones.",
+        ),
+        stat(
+            "GPUs unhealthy",
+            _unhealthy(ctx),
+            unit="none",
+            width=4,
+            thresholds=common.BAD,
+            description="GPUs with a drain-class Xid or a failed row remap (NVIDIA), a health check not OK "
+            "(AMD): drain the node. Which ones: GPUs not OK now, above.",
+        ),
+    ]
+
+
 def _fleet(ctx: Context, nvidia: bool) -> Row:
     in_cluster = common.in_cluster(ctx)
     power = f"cluster:gpu_power:watts{{{in_cluster}}}"
-    unhealthy = f"sum(cluster:gpus_unhealthy:count{{{in_cluster}}}) or vector(0)"
-    idle = f"sum(node:gpus_allocated_idle:count{{{in_cluster}}}) or vector(0)"
     return Row(
         "Fleet",
         [
-            stat(
-                "GPUs in the cluster",
-                f"sum(cluster:gpus:count{{{in_cluster}}})",
-                unit="none",
-                width=4,
-                description="GPUs reporting to the GPU exporters.",
-            ),
-            stat(
-                "GPUs allocated",
-                f"sum(cluster:gpus_allocated:count{{{in_cluster}}})",
-                unit="none",
-                width=4,
-                description="GPUs held by at least one Slurm job (from the exporter's job mapping).",
-            ),
-            stat(
-                "GPUs allocated but idle",
-                idle,
-                unit="none",
-                width=4,
-                thresholds=common.ANY,
-                description=f"GPUs held by the same job for {ctx.thresholds.gpu_idle_window} with every "
-                "utilisation sample at 0; the Nodes table below lists them first after the unhealthy ones.",
-            ),
-            stat(
-                "GPUs unhealthy",
-                unhealthy,
-                unit="none",
-                width=4,
-                thresholds=common.BAD,
-                description="GPUs with a drain-class Xid or a failed row remap (NVIDIA), a health check not OK "
-                "(AMD): drain the node. Which ones: GPUs not OK now, above.",
-            ),
+            *_counts(ctx),
             stat(
                 "Mean GPU utilisation, cluster",
                 f"cluster:gpu_utilization:avg{{{in_cluster}}}",
@@ -163,8 +177,8 @@ def _fleet(ctx: Context, nvidia: bool) -> Row:
                 [
                     Query(f"sum(cluster:gpus:count{{{in_cluster}}})", "total"),
                     Query(f"sum(cluster:gpus_allocated:count{{{in_cluster}}})", "allocated"),
-                    Query(idle, "allocated but idle"),
-                    Query(unhealthy, "unhealthy"),
+                    Query(_idle(ctx), "allocated but idle"),
+                    Query(_unhealthy(ctx), "unhealthy"),
                 ],
                 unit="none",
                 width=16,

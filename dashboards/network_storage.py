@@ -53,6 +53,55 @@ def _users(ctx: Context) -> str:
     return f"group by ({ctx.cluster}, hpc_job, user) (job:slurm_job_info:max{{{common.in_cluster(ctx)}}})"
 
 
+def _lustre_trouble(ctx: Context) -> list[Panel]:
+    """The Lustre targets filling up and the Lustre hosts reporting themselves unhealthy."""
+    in_cluster = common.in_cluster(ctx)
+    space, inodes = (
+        common.fill(ctx.thresholds.storage_full_ratio),
+        common.fill(ctx.thresholds.storage_inodes_full_ratio),
+    )
+    (space_trouble, _), (inodes_trouble, _) = space[1], inodes[1]
+    return [
+        table(
+            "Lustre targets filling up",
+            [
+                Column(
+                    f"fs:lustre_ost_used:ratio{{{in_cluster}}} > {space_trouble}",
+                    "Space used",
+                    space,
+                    cell="color-background",
+                    unit="percentunit",
+                ),
+                Column(
+                    f"fs:lustre_target_inodes_used:ratio{{{in_cluster}}} > {inodes_trouble}",
+                    "Inodes used",
+                    inodes,
+                    cell="color-background",
+                    unit="percentunit",
+                ),
+            ],
+            labels=["fs", "target", "node"],
+            width=6,
+            height=8,
+            shows=("fs_filling", "lustre_inodes"),
+            description=f"Lustre OSTs with more than {space_trouble:.0%} of their space used and OSTs or MDTs "
+            f"with more than {inodes_trouble:.0%} of their inodes used (orange), red from the level "
+            "StorageLustreOstFull and StorageLustreInodesFull fire at: a full OST fails the writes striped on it "
+            "while the filesystem still looks half empty. The node is the server.",
+        ),
+        stat(
+            "Lustre hosts unhealthy",
+            f"count(node:lustre_unhealthy:count{{{in_cluster}}}) or vector(0)",
+            unit="none",
+            thresholds=common.BAD,
+            width=2,
+            height=8,
+            description="Lustre servers and clients whose health_check reports unhealthy (a target hit an LBUG "
+            "or went read-only; clients of its targets hang): StorageLustreUnhealthy fires on each.",
+        ),
+    ]
+
+
 def _on_call(ctx: Context) -> Row:
     in_cluster = common.in_cluster(ctx)
     jobs_on_nodes = f"group by ({ctx.cluster}, node, hpc_job) (job:gpu_utilization_by_node:avg{{{in_cluster}}})"
@@ -63,11 +112,6 @@ def _on_call(ctx: Context) -> Row:
         on_node = f"{per_node} * on ({ctx.cluster}, node) group_right () {jobs_on_nodes}"
         return f"{on_node} * on ({ctx.cluster}, hpc_job) group_left (user) {users}"
 
-    space, inodes = (
-        common.fill(ctx.thresholds.storage_full_ratio),
-        common.fill(ctx.thresholds.storage_inodes_full_ratio),
-    )
-    (space_trouble, _), (inodes_trouble, _) = space[1], inodes[1]
     links = {"node": common.node_link(ctx), "hpc_job": common.training_link(ctx)}
     return Row(
         "What is wrong now",
@@ -128,43 +172,7 @@ def _on_call(ctx: Context) -> Row:
                 description="The Slurm jobs running on each node with ports not ACTIVE or trained below the nominal "
                 "rate, and their users: whose collectives wait for these ports. Click a node or a job for its view.",
             ),
-            table(
-                "Lustre targets filling up",
-                [
-                    Column(
-                        f"fs:lustre_ost_used:ratio{{{in_cluster}}} > {space_trouble}",
-                        "Space used",
-                        space,
-                        cell="color-background",
-                        unit="percentunit",
-                    ),
-                    Column(
-                        f"fs:lustre_target_inodes_used:ratio{{{in_cluster}}} > {inodes_trouble}",
-                        "Inodes used",
-                        inodes,
-                        cell="color-background",
-                        unit="percentunit",
-                    ),
-                ],
-                labels=["fs", "target", "node"],
-                width=6,
-                height=8,
-                shows=("fs_filling", "lustre_inodes"),
-                description=f"Lustre OSTs with more than {space_trouble:.0%} of their space used and OSTs or MDTs "
-                f"with more than {inodes_trouble:.0%} of their inodes used (orange), red from the level "
-                "StorageLustreOstFull and StorageLustreInodesFull fire at: a full OST fails the writes striped on it "
-                "while the filesystem still looks half empty. The node is the server.",
-            ),
-            stat(
-                "Lustre hosts unhealthy",
-                f"count(node:lustre_unhealthy:count{{{in_cluster}}}) or vector(0)",
-                unit="none",
-                thresholds=common.BAD,
-                width=2,
-                height=8,
-                description="Lustre servers and clients whose health_check reports unhealthy (a target hit an LBUG "
-                "or went read-only; clients of its targets hang): StorageLustreUnhealthy fires on each.",
-            ),
+            *_lustre_trouble(ctx),
         ],
     )
 
@@ -453,6 +461,47 @@ def _storage(ctx: Context) -> Row:
     )
 
 
+def _node_mounts(ctx: Context) -> list[Panel]:
+    """The fullest local mounts now and those forecast fullest."""
+    in_cluster = common.in_cluster(ctx)
+    window, horizon = ctx.thresholds.storage_fill_window, ctx.thresholds.storage_fill_horizon
+    mounts_forecast = f"topk(10, clamp(node:filesystem_used_forecast:ratio{{{in_cluster}}}, 0, 1))"
+    fill = common.fill(ctx.thresholds.storage_full_ratio)
+    return [
+        bargauge(
+            "Fullest node mounts",
+            f"topk(10, node:filesystem_used:ratio{{{in_cluster}}})",
+            legend="{{node}} {{mountpoint}}",
+            unit="percentunit",
+            thresholds=fill,
+            min=0,
+            max=1,
+            width=8,
+            description="The ten fullest local mounts (checkpoint staging, /).",
+        ),
+        table(
+            "Node mounts forecast to fill",
+            [
+                Column(mounts_forecast, f"Forecast in {horizon}", fill, cell="color-background", unit="percentunit"),
+                Column(
+                    f"node:filesystem_used:ratio{{{in_cluster}}} and on ({ctx.cluster}, node, mountpoint) "
+                    f"{mounts_forecast}",
+                    "Used now",
+                    fill,
+                    cell="color-text",
+                    unit="percentunit",
+                ),
+            ],
+            labels=["node", "mountpoint"],
+            width=16,
+            height=8,
+            description=f"The ten local mounts forecast fullest {horizon} ahead (linear fit over {window}), "
+            f"with their used fraction now: 100% means full within {horizon}. Shared mounts (Lustre, NFS) "
+            "are forecast once, above.",
+        ),
+    ]
+
+
 def _fill(ctx: Context) -> Row:
     in_cluster = common.in_cluster(ctx)
     window = ctx.thresholds.storage_fill_window
@@ -461,7 +510,6 @@ def _fill(ctx: Context) -> Row:
     # Forecasts are recorded (recording_rules/storage.py): fitted over the whole window, they would be computed
     # again at every point a panel draws, reading the window's every sample each time.
     lustre_forecast = f'clamp(fs:lustre_used_forecast:ratio{{{in_cluster}, fs=~"$fs"}}, 0, 1)'
-    mounts_forecast = f"topk(10, clamp(node:filesystem_used_forecast:ratio{{{in_cluster}}}, 0, 1))"
     fullest_osts = f'topk({TOP}, fs:lustre_ost_used:ratio{{{in_cluster}, fs=~"$fs"}})'
     fill = common.fill(ctx.thresholds.storage_full_ratio)
     return Row(
@@ -519,36 +567,7 @@ def _fill(ctx: Context) -> Row:
                 height=8,
                 description=f"The {TOP} fullest OSTs now, with their inodes used; the node is the server.",
             ),
-            bargauge(
-                "Fullest node mounts",
-                f"topk(10, node:filesystem_used:ratio{{{in_cluster}}})",
-                legend="{{node}} {{mountpoint}}",
-                unit="percentunit",
-                thresholds=fill,
-                min=0,
-                max=1,
-                width=8,
-                description="The ten fullest local mounts (checkpoint staging, /).",
-            ),
-            table(
-                "Node mounts forecast to fill",
-                [
-                    Column(mounts_forecast, f"Forecast in {horizon}", fill, cell="color-background"),
-                    Column(
-                        f"node:filesystem_used:ratio{{{in_cluster}}} and on ({ctx.cluster}, node, mountpoint) "
-                        f"{mounts_forecast}",
-                        "Used now",
-                        fill,
-                        cell="color-text",
-                    ),
-                ],
-                labels=["node", "mountpoint"],
-                width=16,
-                height=8,
-                description=f"The ten local mounts forecast fullest {horizon} ahead (linear fit over {window}), "
-                f"with their used fraction now: 100% means full within {horizon}. Shared mounts (Lustre, NFS) "
-                "are forecast once, above.",
-            ),
+            *_node_mounts(ctx),
         ],
         collapsed=True,
     )

@@ -21,6 +21,7 @@ from hpcobs.authoring.context import Context
 from hpcobs.authoring.dashboard import (
     Column,
     DashboardSpec,
+    Panel,
     Query,
     Row,
     Variable,
@@ -216,6 +217,35 @@ def _overview(ctx: Context, series: _Series) -> Row:
     )
 
 
+def _paged_rules(ctx: Context, series: _Series) -> list[Panel]:
+    """The Falco rules and Tetragon policies the security alerts page on: outbound connections, checkpoint reads."""
+    return [
+        timeseries(
+            "Unexpected outbound connections per second by rule, fleet-wide",
+            series.outbound,
+            legend="{{rule_name}}",
+            unit="eps",
+            width=8,
+            height=8,
+            shows=("unexpected_outbound",),
+            description="Falco matches of the outbound-connection rules (config "
+            "thresholds.security_outbound_rules), per second. " + FLEET_WIDE_NOTE,
+        ),
+        timeseries(
+            "Checkpoint reads by foreign processes",
+            series.checkpoint,
+            unit="eps",
+            width=8,
+            height=8,
+            shows=("checkpoint_foreign_read",),
+            description="Falco matches of the rules and Tetragon events of the policies reporting a checkpoint "
+            "read by a process outside its job (config thresholds.security_checkpoint_rules and "
+            "security_checkpoint_policies), per second by rule, or by policy and binary; what "
+            "SecurityCheckpointForeignRead pages on. " + FLEET_WIDE_NOTE,
+        ),
+    ]
+
+
 def _falco(ctx: Context, series: _Series) -> Row:
     cluster, in_cluster = series.cluster, series.in_cluster
     on_selected_nodes = f"group by ({cluster}, hpc_job) (gpu:job:info{{{series.nodes}}})"
@@ -303,29 +333,7 @@ def _falco(ctx: Context, series: _Series) -> Row:
                 description=f"Falco rules matched at priority Critical or above (<= {series.critical}) over the range. "
                 + FLEET_WIDE_NOTE,
             ),
-            timeseries(
-                "Unexpected outbound connections per second by rule, fleet-wide",
-                series.outbound,
-                legend="{{rule_name}}",
-                unit="eps",
-                width=8,
-                height=8,
-                shows=("unexpected_outbound",),
-                description="Falco matches of the outbound-connection rules (config "
-                "thresholds.security_outbound_rules), per second. " + FLEET_WIDE_NOTE,
-            ),
-            timeseries(
-                "Checkpoint reads by foreign processes",
-                series.checkpoint,
-                unit="eps",
-                width=8,
-                height=8,
-                shows=("checkpoint_foreign_read",),
-                description="Falco matches of the rules and Tetragon events of the policies reporting a checkpoint "
-                "read by a process outside its job (config thresholds.security_checkpoint_rules and "
-                "security_checkpoint_policies), per second by rule, or by policy and binary; what "
-                "SecurityCheckpointForeignRead pages on. " + FLEET_WIDE_NOTE,
-            ),
+            *_paged_rules(ctx, series),
         ],
     )
 

@@ -10,9 +10,10 @@ import sys
 
 import pytest
 
+from hpcobs.settings.names import DashboardUid
 from tests.conftest import MEASUREMENT, ROOT
 
-HPCOBS = ("hpcobs-gpu-cluster", "hpcobs-network-storage", "hpcobs-training", "hpcobs-slurm-jobs", "hpcobs-security")
+HPCOBS = tuple(str(uid) for uid in DashboardUid)
 NVIDIA = "nvidia-12239"
 # Above this share of a dashboard's samples, one query is the dashboard's cost (the forecast panel was 97%).
 ONE_QUERY_SHARE = 0.5

@@ -60,6 +60,10 @@ NOT_COMPARED = {
     "a rule at the configured level firing and one at the level below it silent",
     "log_nccl_warn_lines": "read by a Loki rule (alerts/logs.py), which no ruler evaluates in the tests: "
     "tests/test_loki_rules.py proves its patterns on real log lines, not its counts",
+    "dashboard_utilization_poor": "the dashboards' colour levels, read by no rule: tests/test_threshold_panels.py "
+    "proves the panels move with it, tests/test_preview_checks.py and the live preview that a value is drawn in "
+    "its step's colour",
+    "dashboard_utilization_good": "as dashboard_utilization_poor",
 }
 # Alerts whose firing case cannot come within 20% of a threshold, because the value only takes steps the exporter
 # cannot report between, and the case sits on the nearest step; by threshold and the alert's test file.
