@@ -27,7 +27,14 @@ from tests.grafana_fake import FakeGrafana, forbidden
 
 TOKEN = "glsa_q7Tz0kP2mN4vB6cD8eF1gH3iJ5kL7mN9_4f2a9c1e"
 REVISION = "0123456789ab (clean)"
-UIDS = ["hpcobs-gpu-cluster", "hpcobs-network-storage", "hpcobs-security", "hpcobs-slurm-jobs", "hpcobs-training"]
+UIDS = [
+    "hpcobs-gpu-cluster",
+    "hpcobs-network-storage",
+    "hpcobs-node",
+    "hpcobs-security",
+    "hpcobs-slurm-jobs",
+    "hpcobs-training",
+]
 DATASOURCES = ["hpcobs-prometheus", "hpcobs-loki", "hpcobs-tempo", "hpcobs-alertmanager"]
 SAVE = "/api/dashboards/db"
 SERVER_ERROR = {"message": "Failed to save dashboard"}
@@ -129,7 +136,7 @@ def test_first_deploy_creates_everything_and_a_rerun_writes_nothing(run, grafana
     assert first.row("hpcobs-prometheus") == "created     datasource hpcobs-prometheus (Prometheus)"
     assert first.row("hpcobs-gpu-cluster") == "created     dashboard  hpcobs-gpu-cluster (GPU cluster)"
     assert first.summary == (
-        f"deploy to {grafana.url}: 1 folder ensured, 4 datasources created, 5 dashboards created, 0 failed"
+        f"deploy to {grafana.url}: 1 folder ensured, 4 datasources created, 6 dashboards created, 0 failed"
     )
     # Every call but the health check carries the token, as a Bearer token.
     assert {r.authorization for r in grafana.requests if r.path != "/api/health"} == {f"Bearer {TOKEN}"}
@@ -156,7 +163,7 @@ def test_first_deploy_creates_everything_and_a_rerun_writes_nothing(run, grafana
     second = run()
     assert second.code == 0 and grafana.writes() == []
     assert second.summary == (
-        f"deploy to {grafana.url}: 1 folder ensured, 4 datasources unchanged, 5 dashboards unchanged, 0 failed"
+        f"deploy to {grafana.url}: 1 folder ensured, 4 datasources unchanged, 6 dashboards unchanged, 0 failed"
     )
 
 
@@ -172,7 +179,7 @@ def test_a_threshold_change_updates_exactly_the_dashboards_it_changes(run, grafa
     (body,) = saves(grafana)
     assert (body["dashboard"]["uid"], body["dashboard"]["version"]) == ("hpcobs-training", 1)
     assert grafana.dashboards["hpcobs-training"]["model"]["version"] == 2
-    assert result.summary.endswith("1 dashboard updated, 4 unchanged, 0 failed")
+    assert result.summary.endswith("1 dashboard updated, 5 unchanged, 0 failed")
 
 
 def test_dry_run_writes_nothing_and_shows_the_semantic_diff(run, grafana, site):
@@ -181,7 +188,7 @@ def test_dry_run_writes_nothing_and_shows_the_semantic_diff(run, grafana, site):
     assert fresh.row("hpcobs-security") == "create      dashboard  hpcobs-security (Security)"
     assert fresh.summary == (
         f"dry run against {grafana.url}, nothing written: 1 folder to create, 4 datasources to create, "
-        "5 dashboards to create, 0 failed"
+        "6 dashboards to create, 0 failed"
     )
     run()
     changed = site("thresholds:\n  training_straggler_ratio: 0.7\n")
@@ -224,7 +231,7 @@ def test_prune_deletes_only_owned_dashboards_the_build_no_longer_makes(run, graf
     assert pruned.row("hpcobs-old") == "deleted     dashboard  hpcobs-old (Old): no longer built"
     assert [(r.method, r.path) for r in grafana.writes()] == [("DELETE", "/api/dashboards/uid/hpcobs-old")]
     assert sorted(grafana.dashboards) == sorted(UIDS + list(foreign))
-    assert pruned.summary.endswith("5 dashboards unchanged, 1 deleted, 0 failed")
+    assert pruned.summary.endswith("6 dashboards unchanged, 1 deleted, 0 failed")
     for line in pruned.out.splitlines():
         assert not any(uid in line for uid in foreign), line
     assert run("--prune").code == 0 and grafana.writes() == []
@@ -240,8 +247,8 @@ def test_a_bad_token_stops_at_the_first_call_with_one_line(run, grafana, tmp_pat
         "role, Admin to manage datasources too (docs/deploy.md#token)"
     )
     assert result.out.splitlines()[2:] == [
-        f"not applied 9 items (4 datasources, 5 dashboards) to {grafana.url}: deploy stopped at the failure above",
-        f"deploy to {grafana.url}: 0 folders, 0 datasources, 0 dashboards, 1 failed, 9 not applied",
+        f"not applied 10 items (4 datasources, 6 dashboards) to {grafana.url}: deploy stopped at the failure above",
+        f"deploy to {grafana.url}: 0 folders, 0 datasources, 0 dashboards, 1 failed, 10 not applied",
     ]
     assert result.err.strip() == "deploy incomplete: nothing applied; fix the failure and rerun"
     assert "glsa_expired" not in result.out + result.err
@@ -268,7 +275,7 @@ def test_a_missing_permission_names_it(run, grafana, method, path, body, uid, ne
     if needed.startswith("datasources"):
         assert result.row(uid).endswith("Admin role (Editors cannot manage datasources), or pass --skip-datasources")
     if uid == "hpcobs":  # no folder, so no dashboard; the datasources do not need it
-        assert f"not applied 5 dashboards to {grafana.url}: its folder is not in place" in result.out.splitlines()
+        assert f"not applied 6 dashboards to {grafana.url}: its folder is not in place" in result.out.splitlines()
         assert result.row("hpcobs-loki").startswith("created ")
         assert grafana.dashboards == {}
 
@@ -372,10 +379,10 @@ def test_a_dry_run_does_not_retry_and_names_what_it_left_in_one_line(run, grafan
     assert dry.out.splitlines() == [
         f"failed      grafana    {grafana.url}: Grafana answered 503 (database is locked) to GET /api/health, "
         "1 attempt; see Grafana's log, then rerun (deploy converges)",
-        f"not applied 10 items (1 folder, 4 datasources, 5 dashboards) to {grafana.url}: deploy stopped at the "
+        f"not applied 11 items (1 folder, 4 datasources, 6 dashboards) to {grafana.url}: deploy stopped at the "
         "failure above",
         f"dry run against {grafana.url}, nothing written: 0 folders, 0 datasources, 0 dashboards, 1 failed, "
-        "10 not applied",
+        "11 not applied",
     ]
     # A deploy that writes retries, unless told otherwise, as does a dry run given --retries.
     assert len(run().out.splitlines()) == 3 and len(grafana.requests) == 1 + deploy.RETRIES
@@ -397,31 +404,31 @@ def test_a_failure_halfway_reports_what_was_applied_and_a_rerun_converges(run, g
     stopped = run()
     assert stopped.code == 1
     assert stopped.row("hpcobs-network-storage").startswith("created ")
-    assert stopped.row("hpcobs-security") == (
-        "failed      dashboard  hpcobs-security (Security): Grafana answered 500 (Failed to save dashboard) to "
+    assert stopped.row("hpcobs-node") == (
+        "failed      dashboard  hpcobs-node (Node): Grafana answered 500 (Failed to save dashboard) to "
         "POST /api/dashboards/db, 4 attempts; see Grafana's log, then rerun (deploy converges)"
     )
     assert stopped.out.splitlines()[-2] == (
-        f"not applied 2 dashboards to {grafana.url}: deploy stopped at the failure above"
+        f"not applied 3 dashboards to {grafana.url}: deploy stopped at the failure above"
     )
     assert stopped.err.strip() == (
         "deploy incomplete: applied created folder hpcobs, "
         + ", ".join(f"created datasource {uid}" for uid in DATASOURCES)
         + ", created dashboard hpcobs-gpu-cluster, created dashboard hpcobs-network-storage; not applied: "
-        "dashboard hpcobs-security (failed), dashboard hpcobs-slurm-jobs, dashboard hpcobs-training; fix the failure "
-        "and rerun, which skips what is already in place"
+        "dashboard hpcobs-node (failed), dashboard hpcobs-security, dashboard hpcobs-slurm-jobs, "
+        "dashboard hpcobs-training; fix the failure and rerun, which skips what is already in place"
     )
-    assert stopped.summary.endswith("2 dashboards created, 1 failed, 2 not applied")
+    assert stopped.summary.endswith("2 dashboards created, 1 failed, 3 not applied")
     assert sorted(grafana.dashboards) == UIDS[:2]
 
     grafana.faults.clear()
     rerun = run()
     assert rerun.code == 0
-    assert [line.split()[0] for line in rerun.out.splitlines()[1:-1]] == ["unchanged"] * 7 + ["created"] * 3
+    assert [line.split()[0] for line in rerun.out.splitlines()[1:-1]] == ["unchanged"] * 7 + ["created"] * 4
     assert [body["dashboard"]["uid"] for body in saves(grafana)] == UIDS[2:]
     third = run()
     assert third.code == 0 and grafana.writes() == []
-    assert third.summary.endswith("1 folder ensured, 4 datasources unchanged, 5 dashboards unchanged, 0 failed")
+    assert third.summary.endswith("1 folder ensured, 4 datasources unchanged, 6 dashboards unchanged, 0 failed")
 
 
 def _echo_authorization(request) -> dict:
@@ -763,7 +770,7 @@ def test_skip_datasources_leaves_them_alone(run, grafana):
     assert result.code == 0, result.out
     assert grafana.datasources == {} and not any(r.path.startswith("/api/datasources") for r in grafana.requests)
     assert result.summary == (
-        f"deploy to {grafana.url}: 1 folder ensured, datasources skipped, 5 dashboards created, 0 failed"
+        f"deploy to {grafana.url}: 1 folder ensured, datasources skipped, 6 dashboards created, 0 failed"
     )
 
 

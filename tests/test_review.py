@@ -110,8 +110,12 @@ def test_a_changed_threshold(generated, tmp_path):
 
 def layout_noise(old: str, new: str, moved: str = "") -> str:
     """What an edit of the layout renumbers and shifts, counted straight from the two dashboards' JSON: the panels
-    and rows both have (by title) with another id, or elsewhere (the moved panel aside)."""
-    before, after = ({panel["title"]: panel for panel in json.loads(text)["panels"]} for text in (old, new))
+    and rows both have (by title; a collapsed row's panels too) with another id, or elsewhere (the moved panel
+    aside)."""
+    before, after = (
+        {panel["title"]: panel for panel in [*dashboard["panels"], *every_panel(dashboard)]}
+        for dashboard in (json.loads(text) for text in (old, new))
+    )
     common = [title for title in before if title in after]
     ids = sum(before[title]["id"] != after[title]["id"] for title in common)
     positions = sum(
@@ -152,17 +156,19 @@ def test_an_added_panel_is_listed_and_the_renumbering_is_noise(generated, config
 
 
 def test_a_panel_moved_to_another_row_is_a_move(generated, config, monkeypatch):
-    def straggler_under_the_second_row(spec):
-        first, second = spec.rows[0], spec.rows[1]
-        moving = next(panel for panel in first.panels if panel.title == "Straggler ratio")
+    # Straggler ratio is in the second row (Progress, after the job's header); it moves under the third.
+    def straggler_under_the_next_row(spec):
+        here, there = spec.rows[1], spec.rows[2]
+        moving = next(panel for panel in here.panels if panel.title == "Straggler ratio")
         rows = (
-            dataclasses.replace(first, panels=[panel for panel in first.panels if panel is not moving]),
-            dataclasses.replace(second, panels=[*second.panels, moving]),
-            *spec.rows[2:],
+            spec.rows[0],
+            dataclasses.replace(here, panels=[panel for panel in here.panels if panel is not moving]),
+            dataclasses.replace(there, panels=[*there.panels, moving]),
+            *spec.rows[3:],
         )
         return dataclasses.replace(spec, rows=rows)
 
-    changed = wrapped_build(monkeypatch, config, dashboards.training, "dashboard", straggler_under_the_second_row)
+    changed = wrapped_build(monkeypatch, config, dashboards.training, "dashboard", straggler_under_the_next_row)
     rows = [panel["title"] for panel in json.loads(generated[TRAINING])["panels"] if panel["type"] == "row"]
     noise = layout_noise(generated[TRAINING], changed[TRAINING], moved="Straggler ratio")
     assert markdown(generated, changed) == (
@@ -172,7 +178,7 @@ def test_a_panel_moved_to_another_row_is_a_move(generated, config, monkeypatch):
         "\n"
         "#### Training (`hpcobs-training`)\n"
         "\n"
-        f"- moved panel `Straggler ratio`: row `{rows[0]}` → `{rows[1]}`\n"
+        f"- moved panel `Straggler ratio`: row `{rows[1]}` → `{rows[2]}`\n"
     )
 
 
@@ -222,7 +228,7 @@ def test_a_renamed_panel_and_its_changed_fields(generated):
     """compare_dashboards, which `deploy --dry-run` prints: a panel renamed with its unit, legend and thresholds."""
     old = json.loads(generated[TRAINING])
     new = copy.deepcopy(old)
-    panel = next(panel for panel in new["panels"] if panel["title"] == "Tokens/s")
+    panel = next(panel for panel in new["panels"] if panel["title"] == "Tokens per second, whole job")
     panel["title"] = "Throughput"
     panel["fieldConfig"]["defaults"]["unit"] = "tokens/s"
     panel["fieldConfig"]["defaults"]["thresholds"]["steps"].append({"color": "red", "value": 1000})
@@ -230,14 +236,14 @@ def test_a_renamed_panel_and_its_changed_fields(generated):
     assert compare_dashboards(old, new) == [
         "#### Training (`hpcobs-training`)",
         "",
-        "- renamed panel `Tokens/s` → `Throughput`:",
+        "- renamed panel `Tokens per second, whole job` → `Throughput`:",
         "  - unit `short` → `tokens/s`",
         "  - thresholds `0 green` → `0 green, 1000 red`",
         "  - query A legend (none) → `{{hpc_job}}`",
     ]
     assert compare_dashboards(old, old) == []
     rows = sum(panel["type"] == "row" for panel in old["panels"])
-    contents = f"({rows} rows, {len(old['panels']) - rows} panels)"
+    contents = f"({rows} rows, {len(every_panel(old))} panels)"  # a collapsed row's panels too
     assert compare_dashboards(None, old) == ["#### Training (`hpcobs-training`)", "", f"- added dashboard {contents}"]
     assert compare_dashboards(old, None)[2:] == [f"- removed dashboard {contents}"]
 
@@ -526,18 +532,41 @@ def test_sigterm_during_the_base_build_leaves_no_worktree(source_repo, scratch, 
 
 
 def temperature_change(summary: str, old: int, new: int) -> str:
-    """The report of GpuTemperatureHigh's threshold going from old to new (also tests/test_site_repository.py's)."""
+    """The report of GpuTemperatureHigh's threshold going from old to new (also tests/test_site_repository.py's):
+    the GPU cluster's GPUs not OK (its description, and the record gpu:problems:count it reads), the node
+    dashboard's temperature panel (its red) and the alert. Rule copies: the two rules' copies in each target that
+    copies the rule groups, and each rule's two rule-test files."""
     return (
-        f"{summary}: 3 changes in 1 dashboard and 1 rule group; "
-        f"{2 * RULE_COPIES} noise-only differences (rule copies) not listed\n"
+        f"{summary}: 5 changes in 2 dashboards and 2 rule groups; "
+        f"{RULE_COPIES + 2 * 2} noise-only differences (rule copies) not listed\n"
         "\n"
         "### Dashboards\n"
         "\n"
         "#### GPU cluster (`hpcobs-gpu-cluster`)\n"
         "\n"
-        f"- panel `Temperature`: thresholds `0 green, {old} red` → `0 green, {new} red`\n"
+        f"- panel `GPUs not OK now`: description `…a temperature from {old} C; and the job holding…` → "
+        f"`…a temperature from {new} C; and the job holding…`\n"
+        "\n"
+        "#### Node (`hpcobs-node`)\n"
+        "\n"
+        f"- panel `Temperature per GPU`: thresholds `0 green, {old} red` → `0 green, {new} red`\n"
         "\n"
         "### Rule groups\n"
+        "\n"
+        "#### `hpcobs-gpu-health` (`gpu.rules.yaml`)\n"
+        "\n"
+        "- record `gpu:problems:count`: expr:\n"
+        "  ```diff\n"
+        "  @@ -128,7 +128,7 @@\n"
+        "       count by (cluster, node, gpu) (\n"
+        "         max by (cluster, node, gpu) (\n"
+        "           label_replace(\n"
+        f'  -          DCGM_FI_DEV_GPU_TEMP{{job="dcgm-exporter"}} >= {old},\n'
+        f'  +          DCGM_FI_DEV_GPU_TEMP{{job="dcgm-exporter"}} >= {new},\n'
+        '             "node",\n'
+        '             "$1",\n'
+        '             "hostname",\n'
+        "  ```\n"
         "\n"
         "#### `hpcobs-gpu-alerts-thermal` (`gpu.rules.yaml`)\n"
         "\n"
