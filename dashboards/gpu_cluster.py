@@ -70,7 +70,7 @@ def _on_call(ctx: Context, nvidia: bool) -> Row:
         shows=PROBLEM_FAULTS,
         description="Each GPU with a problem now, one row per problem: its last Xid (and the Xid's class), "
         "uncorrectable ECC errors in the last hour, a failed or pending row remap, a hardware or thermal clock "
-        f"slowdown, or a temperature from {ctx.thresholds.gpu_temperature_celsius:g} C; and the job holding it "
+        f"slowdown, or a temperature above {ctx.thresholds.gpu_temperature_celsius:g} C; and the job holding it "
         "with the job's user. Click a node for its dashboard, a job for its training view.",
     )
     return Row(

@@ -188,7 +188,7 @@ def _gpu_problems(ctx: Context) -> Record:
         problem("row_remap_failed", dcgm_flag("row_remap_failure")),
         problem("row_remap_pending", dcgm_flag("row_remap_pending")),
         problem("throttled", dcgm_flag("clock_events", {"clock_event": THROTTLE_EVENTS})),
-        problem("hot", ctx.gpu("temperature", when=(">=", hot))),
+        problem("hot", ctx.gpu("temperature", when=(">", hot))),  # as GpuTemperatureHigh: above, not at
     ]
     gpu = dict(**ctx.cluster_labels, node="n1")
     return Record(
@@ -196,12 +196,13 @@ def _gpu_problems(ctx: Context) -> Record:
         " or ".join(problems),
         tests=[
             Case(
-                f"GPU 0: Xid 79 and {hot:g} C; GPU 1: row remap failed and uncorrectable ECC errors in the last hour; "
-                "GPU 2: remap pending, thermal slowdown; GPU 3 healthy: Xid 0, idle clock event, cooler, no ECC error",
+                f"GPU 0: Xid 79 and {hot + 1:g} C; GPU 1: row remap failed and uncorrectable ECC errors in the last "
+                "hour; GPU 2: remap pending, thermal slowdown; GPU 3 healthy: Xid 0, idle clock event, at the "
+                "temperature limit but not above it (GpuTemperatureHigh stays silent there too), no ECC error",
                 at="60m",
                 series=[
                     dcgm(ctx, "xid", t.held(79, "60m"), node="n1", gpu="0", err_code="79", err_msg="msg"),
-                    gpu_si_series(ctx, "temperature", t.held(hot, "60m"), node="n1", gpu="0"),
+                    gpu_si_series(ctx, "temperature", t.held(hot + 1, "60m"), node="n1", gpu="0"),
                     n1("row_remap_failure", 1, "1"),
                     gpu_si_series(
                         ctx, "ecc_uncorrectable", f"{t.held(0, '30m')} {t.held(2, '30m')}", node="n1", gpu="1"
@@ -210,7 +211,7 @@ def _gpu_problems(ctx: Context) -> Record:
                     n1("clock_events", 3, "2", clock_event="hw_thermal", window_size_in_ms="300000"),
                     dcgm(ctx, "xid", t.held(0, "60m"), node="n1", gpu="3", err_code="0", err_msg="msg"),
                     n1("clock_events", 9, "3", clock_event="gpu_idle", window_size_in_ms="300000"),
-                    gpu_si_series(ctx, "temperature", t.held(hot - 1, "60m"), node="n1", gpu="3"),
+                    gpu_si_series(ctx, "temperature", t.held(hot, "60m"), node="n1", gpu="3"),
                     gpu_si_series(ctx, "ecc_uncorrectable", t.held(4, "60m"), node="n1", gpu="3"),
                 ],
                 expect=[

@@ -544,8 +544,8 @@ def temperature_change(summary: str, old: int, new: int) -> str:
         "\n"
         "#### GPU cluster (`hpcobs-gpu-cluster`)\n"
         "\n"
-        f"- panel `GPUs not OK now`: description `…a temperature from {old} C; and the job holding…` → "
-        f"`…a temperature from {new} C; and the job holding…`\n"
+        f"- panel `GPUs not OK now`: description `…a temperature above {old} C; and the job holding…` → "
+        f"`…a temperature above {new} C; and the job holding…`\n"
         "\n"
         "#### Node (`hpcobs-node`)\n"
         "\n"
@@ -561,8 +561,8 @@ def temperature_change(summary: str, old: int, new: int) -> str:
         "       count by (cluster, node, gpu) (\n"
         "         max by (cluster, node, gpu) (\n"
         "           label_replace(\n"
-        f'  -          DCGM_FI_DEV_GPU_TEMP{{job="dcgm-exporter"}} >= {old},\n'
-        f'  +          DCGM_FI_DEV_GPU_TEMP{{job="dcgm-exporter"}} >= {new},\n'
+        f'  -          DCGM_FI_DEV_GPU_TEMP{{job="dcgm-exporter"}} > {old},\n'
+        f'  +          DCGM_FI_DEV_GPU_TEMP{{job="dcgm-exporter"}} > {new},\n'
         '             "node",\n'
         '             "$1",\n'
         '             "hostname",\n'
