@@ -724,4 +724,5 @@ def _lustre_unhealthy(data: _Data) -> Alert:
             pending=f"unhealthy for less than {for_}",
             pending_series=health(sick),
         ),
+        fired_by=("lustre_unhealthy",),
     )

@@ -20,7 +20,7 @@ from tests.live.conftest import raw_names_read
 SCENARIOS = (
     "straggler,idle_gpus,thermal,xid48,dbe,ib_port_down,ib_link_flap,ib_symbol_errors,fs_filling,"
     "unexpected_outbound,checkpoint_foreign_read,queue_backlog,slurm_nodes_down,nvlink_errors,"
-    "ib_link_degraded,crypto_miner,ecc_disabled"
+    "ib_link_degraded,crypto_miner,ecc_disabled,lustre_unhealthy"
 )
 HOURS = 2.5
 STEP = 30

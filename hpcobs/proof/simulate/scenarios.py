@@ -23,7 +23,16 @@ from hpcobs.exporters.sources import Sources
 from hpcobs.lang.promql import duration, duration_seconds, si_factor
 from hpcobs.proof.simulate.core import UP, Window, window_mask
 from hpcobs.proof.simulate.expect import Expectation
-from hpcobs.proof.simulate.model import FOREVER, LUSTRE_FS, LUSTRE_OST_KIB, NFS_SCRATCH, Cluster, Job, Node
+from hpcobs.proof.simulate.model import (
+    FOREVER,
+    LUSTRE_FS,
+    LUSTRE_OST_KIB,
+    LUSTRE_SERVERS,
+    NFS_SCRATCH,
+    Cluster,
+    Job,
+    Node,
+)
 from hpcobs.proof.simulate.storage import MDT_KIB, osts
 from hpcobs.proof.simulate.training import EVAL_OUTPUTS, GRADIENTS, SHARDS, allreduce_time_us, communicators, exec_us
 from hpcobs.security import names as security_content
@@ -1388,6 +1397,33 @@ def _lustre_inodes(scene: Scene, spec: Spec, start: int, end: int) -> Fault:
             )
     return Fault(
         "lustre_inodes", start, end, {"target": target}, f"{target} running out of inodes", effects, tuple(expectations)
+    )
+
+
+@kind(
+    "lustre_unhealthy",
+    1200,
+    "An OSS reports its Lustre health_check unhealthy (a target hit an LBUG or went read-only): the exporter on "
+    "oss02 turns health from 1 to 0 for the duration. node=X: another Lustre server.",
+    targets=("node",),
+)
+def _lustre_unhealthy(scene: Scene, spec: Spec, start: int, end: int) -> Fault:
+    host = spec.node or "oss02"
+    if host not in LUSTRE_SERVERS:
+        raise scene.refuse(
+            f"no node named {host!r} among the Lustre servers", f"use one of {', '.join(LUSTRE_SERVERS)}"
+        )
+    effects = (Effect("lustre_unhealthy", (host,), scene.idx(start), scene.idx(end)),)
+    at = min(start + 120, scene.window.duration - scene.window.step)
+    expectations = []
+    if scene.sources["lustre"].enabled and scene.fits(at):
+        name, _, labels = scene.selector("lustre", "healthy", None)
+        labels["instance"] = f"{host}:{_port('lustre')}"
+        expectations.append(
+            Expectation("lustre_unhealthy", "Lustre host unhealthy", name, labels, "value", "==", 0, at)
+        )
+    return Fault(
+        "lustre_unhealthy", start, end, {"node": host}, f"Lustre on {host} unhealthy", effects, tuple(expectations)
     )
 
 

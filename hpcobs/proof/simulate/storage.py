@@ -240,7 +240,10 @@ def families(sim) -> Iterator[Family]:
     def emit(signal: str, metric):
         if signal == "healthy":
             for host in LUSTRE_SERVERS:
-                yield sim.target("lustre", host), [1] * n
+                health = [1] * n
+                for effect in sim.faults.effects("lustre_unhealthy", host):
+                    health[effect.start : effect.end] = [0] * (effect.end - effect.start)
+                yield sim.target("lustre", host), health
             for node in sim.cluster.nodes:  # a client's exporter answers only while its node is up and listed
                 scraped = sim.scraped("lustre", node.index)
                 yield sim.target("lustre", node.name), [1] * n if scraped is None else where(scraped, [1] * n)
