@@ -10,6 +10,7 @@ import sys
 import textwrap
 import time
 
+import hpcobs_training
 import pytest
 import yaml
 from hpcobs_training import Tracker
@@ -59,7 +60,7 @@ def test_environment_detection(tmp_path, environ, expected, monkeypatch):
     tracker = Tracker(textfile_dir=tmp_path, environ=environ)
     job, rank, local_rank, node = expected
     assert (tracker.job, tracker.rank, tracker.local_rank, tracker.node) == (job, rank, local_rank, node or "host3")
-    assert tracker.path == str(tmp_path / f"hpcobs_training_{job}_{rank}.prom")
+    assert tracker.path == str(tmp_path / f"hpcobs_training_{job}_rank{rank}.prom")
     tracker.close()
 
 
@@ -73,10 +74,10 @@ def test_keywords_override_the_environment(tmp_path):
     }
     tracker = Tracker(job="9", rank=8, local_rank=7, node="b", textfile_dir=tmp_path, environ=environ)
     assert (tracker.job, tracker.rank, tracker.local_rank, tracker.node) == ("9", "8", "7", "b")
-    assert tracker.path == str(tmp_path / "hpcobs_training_9_8.prom")
+    assert tracker.path == str(tmp_path / "hpcobs_training_9_rank8.prom")
     tracker.close()
     from_variable = Tracker(environ={**environ, "HPCOBS_TRAINING_TEXTFILE_DIR": str(tmp_path)})
-    assert from_variable.path == str(tmp_path / "hpcobs_training_1_2.prom")
+    assert from_variable.path == str(tmp_path / "hpcobs_training_1_rank2.prom")
     from_variable.close()
 
 
@@ -84,6 +85,14 @@ def test_keywords_override_the_environment(tmp_path):
 def test_a_job_id_never_leaves_its_file_name(tmp_path, job):
     with pytest.raises(ValueError, match="job"):
         Tracker(job=job, textfile_dir=tmp_path)
+
+
+def test_the_default_directory_is_the_jobs_own_made_by_the_prolog(tmp_path, monkeypatch):
+    monkeypatch.setattr(hpcobs_training, "JOBS_DIR", str(tmp_path))
+    (tmp_path / "77").mkdir()
+    tracker = Tracker(environ={"SLURM_JOB_ID": "77", "SLURM_PROCID": "3"})
+    assert tracker.path == str(tmp_path / "77" / "hpcobs_training_77_rank3.prom")
+    tracker.close()
 
 
 def test_no_directory_and_the_root_directory_are_refused():
@@ -100,7 +109,7 @@ def test_series_are_the_contract_plus_the_phase_counter(tmp_path):
     tracker = Tracker(job="100", rank=0, node="n", textfile_dir=tmp_path, interval=0)
     run_steps(tracker, 3)
     tracker.close()
-    text = (tmp_path / "hpcobs_training_100_0.prom").read_text()
+    text = (tmp_path / "hpcobs_training_100_rank0.prom").read_text()
     assert families(text) == expected
     values = {(s.name, s.labels.get("phase")): s.value for f in text_string_to_metric_families(text) for s in f.samples}
     assert values[("hpcobs_training_steps_total", None)] == 3
@@ -116,7 +125,7 @@ def test_label_values_are_escaped(tmp_path):
     tracker = Tracker(job="5", rank=0, node=node, textfile_dir=tmp_path, interval=0)
     run_steps(tracker, 1)
     tracker.close()
-    text = (tmp_path / "hpcobs_training_5_0.prom").read_text()
+    text = (tmp_path / "hpcobs_training_5_rank0.prom").read_text()
     parsed = [s for f in text_string_to_metric_families(text) for s in f.samples]
     assert {s.labels["node"] for s in parsed} == {node}
     assert {s.labels["hpc_job"] for s in parsed} == {"5"}
@@ -140,7 +149,7 @@ def test_custom_phase_names(tmp_path):
 
 def test_writes_are_throttled_by_time(tmp_path):
     tracker = Tracker(job="3", rank=1, textfile_dir=tmp_path, interval=0.3)
-    path = tmp_path / "hpcobs_training_3_1.prom"
+    path = tmp_path / "hpcobs_training_3_rank1.prom"
     run_steps(tracker, 1)  # the first step's end writes
     first = path.stat().st_mtime_ns
     assert "hpcobs_training_steps_total" in path.read_text()
@@ -186,9 +195,12 @@ def test_concurrent_writers_never_show_a_partial_file(tmp_path):
     for process in ranks:
         process.join(timeout=60)
         assert process.exitcode == 0
-    assert sorted(p.name for p in tmp_path.iterdir()) == ["hpcobs_training_8_0.prom", "hpcobs_training_8_1.prom"]
+    assert sorted(p.name for p in tmp_path.iterdir()) == [
+        "hpcobs_training_8_rank0.prom",
+        "hpcobs_training_8_rank1.prom",
+    ]
     for rank in (0, 1):
-        text = (tmp_path / f"hpcobs_training_8_{rank}.prom").read_text()
+        text = (tmp_path / f"hpcobs_training_8_rank{rank}.prom").read_text()
         steps = [s.value for f in text_string_to_metric_families(text) for s in f.samples if f.name.endswith("steps")]
         assert steps == [3000]
     assert reads > 10
@@ -217,8 +229,8 @@ def test_a_crash_mid_step_leaves_the_last_complete_file(tmp_path):
         os.kill(process.pid, signal.SIGKILL)
         process.wait(timeout=30)
     assert process.returncode == -signal.SIGKILL
-    assert [p.name for p in tmp_path.iterdir()] == ["hpcobs_training_21_0.prom"]
-    text = (tmp_path / "hpcobs_training_21_0.prom").read_text()
+    assert [p.name for p in tmp_path.iterdir()] == ["hpcobs_training_21_rank0.prom"]
+    text = (tmp_path / "hpcobs_training_21_rank0.prom").read_text()
     samples = {s.name: s.value for f in text_string_to_metric_families(text) for s in f.samples}
     assert samples["hpcobs_training_steps_total"] == 3
     assert samples["hpcobs_training_tokens_total"] == 3

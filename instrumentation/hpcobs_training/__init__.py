@@ -6,7 +6,7 @@
             with tracker.phase("forward"): ...
             tracker.loss(loss.item())
 
-The series go to `<dir>/hpcobs_training_<job>_<rank>.prom`, rewritten atomically at most every `interval`
+The series go to `<dir>/hpcobs_training_<job>_rank<rank>.prom`, rewritten atomically at most every `interval`
 seconds at a step's end and once at close, for node_exporter's textfile collector; or, with `http_port=`, to
 prometheus_client's HTTP endpoint on `http_port + local_rank`. No thread of ours: the textfile is written by the
 training loop itself.
@@ -29,6 +29,7 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 __all__ = ["Tracker", "PHASES", "DIR_VARIABLE"]
 
 DIR_VARIABLE = "HPCOBS_TRAINING_TEXTFILE_DIR"
+JOBS_DIR = "/run/hpcobs-jobs"  # one directory per job, made by slurm/prolog, read by the jobs' node_exporter
 PHASES = ("data", "forward", "backward", "optimizer", "comm", "checkpoint")
 PHASE_NAME = re.compile(r"[a-z][a-z0-9_]{0,31}")
 # A job id becomes part of a file name: no separator, no leading dot, nothing a shell or a glob would read.
@@ -93,12 +94,18 @@ class Tracker:
         self.path: str | None = None
         if http_port is None:
             directory = os.fspath(textfile_dir) if textfile_dir is not None else env.get(DIR_VARIABLE, "")
+            job_dir = os.path.join(JOBS_DIR, self.job)  # slurm/prolog makes it, the job's own (docs/contracts.md)
+            if not directory and os.path.isdir(job_dir):
+                directory = job_dir
             if not directory:
-                raise ValueError(f"no textfile directory: pass textfile_dir=, set {DIR_VARIABLE}, or pass http_port=")
+                raise ValueError(
+                    f"no textfile directory: {job_dir} does not exist; pass textfile_dir=, set {DIR_VARIABLE}, "
+                    "or pass http_port="
+                )
             if os.path.realpath(directory) in ROOT_TEXTFILE_DIRS:
                 raise ValueError(f"{directory}: node_exporter's root-owned textfile directory; use the job's own")
             # The file name and the hpc_job label are the same value: the file names the series it holds.
-            self.path = os.path.join(directory, f"hpcobs_training_{self.job}_{self.rank}.prom")
+            self.path = os.path.join(directory, f"hpcobs_training_{self.job}_rank{self.rank}.prom")
         self.steps = self.step_seconds = self.tokens = self.flops = 0.0
         self.last_loss = float("nan")
         self.last_step = time.time()
