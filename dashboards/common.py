@@ -153,10 +153,7 @@ def firing_alerts(
     the job's user, joined from the job-info record), each node and job a link to its own view. `where` adds
     matchers narrowing them to the dashboard's entity (e.g. `hpc_job="$hpc_job"` on a job's view)."""
     matchers = ", ".join(filter(None, (alerts(ctx, *prefixes), where)))
-    firing = f'ALERTS{{alertstate="firing", {matchers}}}'
-    users = f"group by ({ctx.cluster}, hpc_job, user) (job:slurm_job_info:max{{{in_cluster(ctx)}}})"
-    # Alerts with a job gain its user; `or ignoring (user)` adds the others (a metric name never takes part).
-    expr = f"{firing} * on ({ctx.cluster}, hpc_job) group_left (user) {users} or ignoring (user) {firing}"
+    expr = with_owner(ctx, f'ALERTS{{alertstate="firing", {matchers}}}')
     return table(
         "Firing alerts",
         [Column(expr, "State", mappings=((1, "firing", "red"),), cell="color-text")],
@@ -170,6 +167,21 @@ def firing_alerts(
             "bad, where and whose job; click a node or a job for its own view.",
             **options,
         },
+    )
+
+
+def owners(ctx: Context, *labels: str) -> str:
+    """Each job's owner labels (user by default), one series per job, to join on hpc_job."""
+    owned = ", ".join(labels or ("user",))
+    return f"group by ({ctx.cluster}, hpc_job, {owned}) (job:slurm_job_info:max{{{in_cluster(ctx)}}})"
+
+
+def with_owner(ctx: Context, expr: str, *labels: str) -> str:
+    """`expr` (series carrying hpc_job) with its job's owner labels (user by default) from the job-info record; a
+    series whose job has none keeps its row without them (`or ignoring`: a metric name never takes part)."""
+    owned = ", ".join(labels or ("user",))
+    return (
+        f"{expr} * on ({ctx.cluster}, hpc_job) group_left ({owned}) {owners(ctx, *labels)} or ignoring ({owned}) {expr}"
     )
 
 

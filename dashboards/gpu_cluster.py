@@ -46,10 +46,8 @@ TOP = 10  # offenders an instant table lists
 def _owned_gpus(ctx: Context) -> str:
     """One job per allocated GPU, with its user where the job-info record has one: a GPU shared by two jobs is shown
     with one of them, so that a join on the GPU stays one-to-one."""
-    in_cluster = common.in_cluster(ctx)
-    jobs = f"topk by ({ctx.cluster}, node, gpu) (1, gpu:job:info{{{in_cluster}}})"
-    users = f"group by ({ctx.cluster}, hpc_job, user) (job:slurm_job_info:max{{{in_cluster}}})"
-    return f"({jobs} * on ({ctx.cluster}, hpc_job) group_left (user) {users} or ignoring (user) {jobs})"
+    jobs = f"topk by ({ctx.cluster}, node, gpu) (1, gpu:job:info{{{common.in_cluster(ctx)}}})"
+    return f"({common.with_owner(ctx, jobs)})"
 
 
 def _on_call(ctx: Context, nvidia: bool) -> Row:

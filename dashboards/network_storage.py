@@ -48,11 +48,6 @@ def _above(limit: float, color: str = "red") -> Thresholds:
     return ((None, "green"), (limit, color))
 
 
-def _users(ctx: Context) -> str:
-    """Each job's user, to join on hpc_job (group_left (user))."""
-    return f"group by ({ctx.cluster}, hpc_job, user) (job:slurm_job_info:max{{{common.in_cluster(ctx)}}})"
-
-
 def _lustre_trouble(ctx: Context) -> list[Panel]:
     """The Lustre targets filling up and the Lustre hosts reporting themselves unhealthy."""
     in_cluster = common.in_cluster(ctx)
@@ -105,7 +100,7 @@ def _lustre_trouble(ctx: Context) -> list[Panel]:
 def _on_call(ctx: Context) -> Row:
     in_cluster = common.in_cluster(ctx)
     jobs_on_nodes = f"group by ({ctx.cluster}, node, hpc_job) (job:gpu_utilization_by_node:avg{{{in_cluster}}})"
-    users = _users(ctx)
+    users = common.owners(ctx)
 
     def with_jobs(per_node: str) -> str:
         """A per-node count once per job running on the node, with the job's user."""
@@ -388,7 +383,7 @@ def _storage(ctx: Context) -> Row:
     in_cluster = common.in_cluster(ctx)
     filesystems = f'{in_cluster}, fs=~"$fs"'
     written = common.over_range(ctx, f"job:lustre_write_bytes:rate{{{in_cluster}}}")
-    users = _users(ctx)
+    users = common.owners(ctx)
     top_writers = f"topk({TOP}, {written})"
 
     def of_top_writers(expr: str) -> str:

@@ -150,11 +150,8 @@ def _problem_counts(ctx: Context, nvidia: bool) -> list[Panel]:
 
 
 def _jobs(ctx: Context) -> Panel:
-    cluster = ctx.cluster
-    gpus = f"count by ({cluster}, hpc_job) (gpu:job:info{{{_this_node(ctx)}}})"
-    owners = f"group by ({cluster}, hpc_job, user, account) (job:slurm_job_info:max{{{common.in_cluster(ctx)}}})"
-    # Jobs with Slurm info gain their user and account; `or ignoring` adds the jobs without.
-    expr = f"{gpus} * on ({cluster}, hpc_job) group_left (user, account) {owners} or ignoring (user, account) {gpus}"
+    gpus = f"count by ({ctx.cluster}, hpc_job) (gpu:job:info{{{_this_node(ctx)}}})"
+    expr = common.with_owner(ctx, gpus, "user", "account")
     return table(
         "Jobs on node $node",
         [Column(expr, "GPUs of this node")],

@@ -88,9 +88,7 @@ def serving(config: Config, window_seconds: int, nodes: int = NODES) -> Iterator
         try:
             prometheus.load_openmetrics(history)  # before the start: no restart
             prometheus.start()
-            groups = demo.rule_groups(config)
-            layers = workload.recording_layer_files(groups, Path(scratch))
-            layers.append(workload.firing_as_recorded(groups, Path(scratch)))  # the firing-alerts panels read
+            layers = workload.replay_layers(demo.rule_groups(config), Path(scratch))
             last = sim.window.time(sim.window.steps - 1)
             prometheus.replay_rules(layers, sim.window.start, last, step)
             yield prometheus.url, float(last), {"hpc_job": str(sim.cluster.roles.hero_job)}

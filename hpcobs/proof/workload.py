@@ -104,6 +104,13 @@ def recording_layer_files(groups: Sequence[Group], folder: Path) -> list[list[Pa
     return files
 
 
+def replay_layers(groups: Sequence[Group], folder: Path) -> list[list[Path]]:
+    """What a backfill of `groups` replays, layer after layer: the recording layers, then each alert's firing as
+    ALERTS (firing_as_recorded), which the dashboards' firing-alerts panels read."""
+    firing = firing_as_recorded(groups, folder)
+    return [*recording_layer_files(groups, folder), *([firing] if firing else [])]
+
+
 def firing_as_recorded(groups: Sequence[Group], folder: Path) -> list[Path]:
     """A rule file that records each alert's firing as Prometheus' ALERTS series (alertname, alertstate "firing",
     the alert's labels, value 1), to load after every recording layer: a backfill (promtool, vmalert replay)

@@ -14,7 +14,7 @@ from hpcobs.authoring.dashboard import every_panel
 from hpcobs.build import pipeline
 from hpcobs.lang import lint
 from hpcobs.proof.simulate import Simulation, write
-from hpcobs.proof.workload import firing_as_recorded, recording_layer_files
+from hpcobs.proof.workload import replay_layers
 from tests.conftest import MEASUREMENT
 from tests.live.conftest import raw_names_read
 from tests.live.test_dashboards_live import _resolve_variables, _substituted
@@ -59,8 +59,7 @@ def clusters(config, dashboards, tmp_path_factory, prometheus_factory):
         openmetrics = folder / "cluster.om"
         with open(openmetrics, "w") as stream:
             write(sim, "openmetrics", stream, names=names)
-        recording = [g for g in groups if any(hasattr(r, "record") for r in g.rules)]
-        layers = [*recording_layer_files(recording, folder), firing_as_recorded(groups, folder)]
+        layers = replay_layers(groups, folder)
         start, end = sim.window.start, sim.window.start + sim.window.duration - STEP
         prometheus = prometheus_factory(openmetrics=openmetrics, lookback_delta=f"{STEP * 3 // 2}s")
         prometheus.replay_rules(layers, start, end, f"{STEP}s")

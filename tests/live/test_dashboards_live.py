@@ -23,7 +23,7 @@ from hpcobs.build import pipeline
 from hpcobs.lang import lint
 from hpcobs.lang.lint import GRAFANA_VARIABLE
 from hpcobs.proof.simulate import Simulation, kinds, write
-from hpcobs.proof.workload import firing_as_recorded, recording_layer_files
+from hpcobs.proof.workload import replay_layers
 from tests.conftest import MEASUREMENT
 from tests.live.conftest import raw_names_read
 from tests.live.test_scenarios import HOURS, SCENARIOS
@@ -72,8 +72,7 @@ def clusters(config, dashboards, tmp_path_factory, prometheus_factory, victoria_
             write(sim, "openmetrics", stream, names=names)
         with open(jsonl, "w") as stream:
             write(sim, "vm", stream, names=names)
-        layers = recording_layer_files([g for g in groups if any(hasattr(r, "record") for r in g.rules)], folder)
-        layers.append(firing_as_recorded(groups, folder))  # the firing-alerts panels read ALERTS
+        layers = replay_layers(groups, folder)
         start, end = sim.window.start, sim.window.start + sim.window.duration - STEP
         prometheus = prometheus_factory(openmetrics=openmetrics, lookback_delta=f"{STEP * 3 // 2}s")
         prometheus.replay_rules(layers, start, end, f"{STEP}s")
