@@ -108,10 +108,10 @@ def _events(ctx: Context, rate: str, *by: str) -> str:
     return promql.aggregate("sum", (ctx.cluster, *by), common.over_range(ctx, rate))
 
 
-def _with_user(ctx: Context, series: _Series, per_job: str) -> str:
+def _with_user(ctx: Context, per_job: str) -> str:
     """A per-job expression with each job's user; a job without a job-info series (prolog broken) keeps its row,
     without a user, as the job records do."""
-    cluster, in_cluster = series.cluster, series.in_cluster
+    cluster, in_cluster = ctx.cluster, common.in_cluster(ctx)
     owners = (
         f"{common.owners(ctx)} or on ({cluster}, hpc_job) group by ({cluster}, hpc_job) (gpu:job:info{{{in_cluster}}})"
     )
@@ -134,7 +134,7 @@ def _who(ctx: Context, series: _Series) -> Row:
         with the job's user; a node without a job keeps one row."""
         events = f"({_events(ctx, rate, 'node')} and on ({cluster}, node) {flagged} or {flagged} * 0)"
         with_jobs = f"{events} * on ({cluster}, node) group_right () {jobs_now}"
-        return f"{_with_user(ctx, series, with_jobs)} or on ({cluster}, node) {events}"
+        return f"{_with_user(ctx, with_jobs)} or on ({cluster}, node) {events}"
 
     return Row(
         "Who and where",
@@ -297,7 +297,6 @@ def _falco(ctx: Context, series: _Series) -> Row:
                     Column(
                         _with_user(
                             ctx,
-                            series,
                             f"topk({TOP_SHOWN}, ({_events(ctx, f'job:falco_events:rate{{{in_cluster}}}', 'hpc_job')} "
                             f"> 0) and on ({cluster}, hpc_job) {on_selected_nodes})",
                         ),
