@@ -321,7 +321,8 @@ class Prometheus(Server):
     """Prometheus with no scrape targets serving backfilled blocks; `rule_files` are loaded (listed by
     /api/v1/rules) but evaluated live at wall-clock time only: history comes from `backfill_rules`. Given a
     started `alertmanager`, its live alerts are sent there (the `alerting:` block). Given a `config_file`, it runs on
-    that prometheus.yml instead (out/prometheus/scrape/'s, a site's), scrape jobs and all.
+    that prometheus.yml instead (out/prometheus/scrape/'s, a site's), scrape jobs and all; given `scrape_configs`,
+    its own configuration scrapes those jobs every `scrape_interval` (live exporters on loopback).
 
     Prometheus loads blocks from its storage dir at start, and otherwise only on its own block reload
     (once a minute), so `add_blocks` restarts a running server to make new history visible at once.
@@ -345,9 +346,13 @@ class Prometheus(Server):
         lookback_delta: str = "5m",
         alertmanager: Alertmanager | None = None,
         config_file: Path | None = None,
+        scrape_configs: Sequence[dict] = (),
+        scrape_interval: str = "1m",
     ) -> None:
         super().__init__()
         self.config_file = config_file
+        self.scrape_configs = list(scrape_configs)
+        self.scrape_interval = scrape_interval
         self.rule_files = [Path(f).resolve() for f in rule_files]
         self.alertmanager = alertmanager  # where live alerts are sent, if anywhere
         self.evaluation_interval = evaluation_interval
@@ -474,9 +479,11 @@ class Prometheus(Server):
     def _own_config(self) -> Path:
         config = self.workdir / "prometheus.yml"
         settings: dict = {
-            "global": {"evaluation_interval": self.evaluation_interval},
+            "global": {"scrape_interval": self.scrape_interval, "evaluation_interval": self.evaluation_interval},
             "rule_files": [str(f) for f in self.rule_files],
         }
+        if self.scrape_configs:
+            settings["scrape_configs"] = self.scrape_configs
         if self.alertmanager is not None:
             target = f"127.0.0.1:{self.alertmanager.port}"
             settings["alerting"] = {"alertmanagers": [{"static_configs": [{"targets": [target]}]}]}

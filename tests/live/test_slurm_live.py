@@ -428,24 +428,6 @@ class DcgmStandIn(ExpositionServer):
         return "\n".join(lines) + "\n"
 
 
-class ScrapingPrometheus(Prometheus):
-    """The test servers' Prometheus, with scrape targets and a one-second scrape interval."""
-
-    def __init__(self, rule_files, scrape_configs: list[dict], **options) -> None:
-        super().__init__(rule_files, **options)
-        self.scrape_configs = scrape_configs
-        self.ready_seconds = 0.0
-
-    def _arguments(self) -> list[str]:
-        arguments = super()._arguments()
-        config = self.workdir / "prometheus.yml"
-        document = yaml.safe_load(config.read_text())
-        document["global"]["scrape_interval"] = RULE_INTERVAL
-        document["scrape_configs"] = self.scrape_configs
-        config.write_text(yaml.safe_dump(document, sort_keys=False))
-        return arguments
-
-
 def fast_rule_files(config, folder: Path) -> list[Path]:
     """The generated rule files, every group evaluated each second instead of each scrape interval."""
     paths = []
@@ -460,7 +442,7 @@ def fast_rule_files(config, folder: Path) -> list[Path]:
 
 
 @pytest.fixture(scope="module")
-def monitoring(slurm, config, tmp_path_factory) -> Iterator[ScrapingPrometheus]:
+def monitoring(slurm, config, tmp_path_factory) -> Iterator[Prometheus]:
     """node_exporter on the textfile directory, a second one (as nobody) on the jobs' own metrics directories,
     the dcgm-exporter stand-in on the mapping directory, and Prometheus scraping them with the generated recording
     rules, as docs/slurm.md sets them up.
@@ -496,13 +478,14 @@ def monitoring(slurm, config, tmp_path_factory) -> Iterator[ScrapingPrometheus]:
 
     try:
         with DcgmStandIn(slurm.mapping_dir, slurm.node, dcgm, version) as stand_in:
-            prometheus = ScrapingPrometheus(
+            prometheus = Prometheus(
                 fast_rule_files(config, tmp_path_factory.mktemp("rules")),
-                [
+                scrape_configs=[
                     scrape(job_info.scrape_labels(), f"127.0.0.1:{port}", 9100),
                     scrape(training.scrape_labels(), f"127.0.0.1:{jobs_port}", 9101),
                     scrape(dcgm.scrape_labels(), stand_in.address, 9400),
                 ],
+                scrape_interval=RULE_INTERVAL,
                 evaluation_interval=RULE_INTERVAL,
             )
             try:

@@ -1,0 +1,434 @@
+"""Issue 31 end to end, on loopback: a training job instrumented with hpcobs_training, watched as a site watches it.
+
+Eight ranks of job 4242 (real `python` processes running training_rank.py, with the variables srun sets: ranks 0-3
+on "n1", 4-7 on "n2") write their textfiles into their node's own job directory (<tmp>/<node>/<job>/, what
+slurm/prolog makes under /run/hpcobs-jobs) and send their traces over OTLP/HTTP to a receiver here, set up by the
+standard OTEL_* variables alone. Rank 5 loads its data 4x as long every third step. A real node_exporter per node
+reads its job directories (textfile collector only, as docs/slurm.md runs the jobs' node_exporter), and a real
+Prometheus scrapes both as job="training" every 5 s with the generated recording and alerting rules of a site
+config with short training thresholds (its own rule tests passing). Then:
+- TrainingStraggler fires, once, for rank 5 on n2, naming the data phase;
+- the training dashboard's per-rank and phase panel queries put rank 5 and its data phase first;
+- the spans carry what the TraceQL queries filter on, and every step kept as slow is one of rank 5's slow steps,
+  its data span the long one, while the other steps are kept at the sample share.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import gzip
+import http.server
+import json
+import os
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import hpcobs_training
+import pytest
+from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import (
+    ExportTraceServiceRequest,
+    ExportTraceServiceResponse,
+)
+from prometheus_client.parser import text_string_to_metric_families
+
+from hpcobs.authoring.context import Context
+from hpcobs.authoring.dashboard import panel_queries
+from hpcobs.build import outdir, pipeline, validate
+from hpcobs.build.cache import Cache
+from hpcobs.exporters.sources import Sources
+from hpcobs.proof.servers import Prometheus, free_port
+from hpcobs.settings import config as config_module
+from hpcobs.settings.names import DashboardUid
+from hpcobs.targets.prometheus import RULES_DIR
+from tests.conftest import MEASUREMENT
+from tests.live.test_dashboards_live import _substituted
+from tests.live.test_slurm_live import NODE_EXPORTER
+from tests.live.training_rank import PHASE_SECONDS, SLOW_DATA_FACTOR, SLOW_EVERY
+
+pytestmark = pytest.mark.live
+
+JOB = "4242"
+RANKS = {str(rank): "n1" if rank < 4 else "n2" for rank in range(8)}
+SLOW_RANK = "5"
+# Scrape and rule evaluation every 5 s; TrainingStraggler after 15 s of straggling (a whole rate window, 20 s, has
+# passed by the time the ratio first falls).
+SITE = """\
+scrape_interval: 5s
+thresholds:
+  training_straggler_for: 15s
+"""
+TRAINING_RULE_TESTS = "prometheus/tests/training/"
+# Steps every rank makes before the traces are read: 50 of rank 5's slow steps, 30 s at 0.2 s a step.
+MIN_STEPS = 150
+# The sample share is 1%: a binomial draw over a thousand steps or more stays far under 3%.
+SHARE_BOUND = 0.03
+WAIT = 90.0
+POLL = 0.5
+STOP_WAIT = 15.0
+STEPS = "hpcobs_training_steps"  # the counter family, as the text parser names it (no _total)
+RANK_SCRIPT = Path(__file__).with_name("training_rank.py")
+
+
+@dataclass
+class Span:
+    resource: dict[str, str]
+    name: str
+    trace_id: bytes
+    span_id: bytes
+    parent_span_id: bytes
+    attributes: dict[str, object]
+    seconds: float
+
+
+class TraceReceiver:
+    """An OTLP/HTTP trace receiver on loopback (POST /v1/traces, protobuf, optionally gzip as OTEL_*_COMPRESSION
+    asks): every span it was sent, with its resource's attributes."""
+
+    def __init__(self) -> None:
+        self.spans: list[Span] = []
+        self.lock = threading.Lock()
+        receiver = self
+
+        class Handler(http.server.BaseHTTPRequestHandler):
+            def do_POST(self) -> None:
+                body = self.rfile.read(int(self.headers["Content-Length"]))
+                if self.headers.get("Content-Encoding") == "gzip":
+                    body = gzip.decompress(body)
+                request = ExportTraceServiceRequest()
+                request.ParseFromString(body)
+                receiver.add(request)
+                answer = ExportTraceServiceResponse().SerializeToString()
+                self.send_response(200)
+                self.send_header("Content-Type", "application/x-protobuf")
+                self.send_header("Content-Length", str(len(answer)))
+                self.end_headers()
+                self.wfile.write(answer)
+
+            def log_message(self, *args) -> None:
+                pass
+
+        self.server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.thread = threading.Thread(target=self.server.serve_forever, daemon=True)
+
+    @property
+    def endpoint(self) -> str:
+        return f"http://127.0.0.1:{self.server.server_address[1]}"
+
+    def add(self, request: ExportTraceServiceRequest) -> None:
+        spans = [
+            Span(
+                {a.key: _value(a.value) for a in resource_spans.resource.attributes},
+                span.name,
+                span.trace_id,
+                span.span_id,
+                span.parent_span_id,
+                {a.key: _value(a.value) for a in span.attributes},
+                (span.end_time_unix_nano - span.start_time_unix_nano) / 1e9,
+            )
+            for resource_spans in request.resource_spans
+            for scope_spans in resource_spans.scope_spans
+            for span in scope_spans.spans
+        ]
+        with self.lock:
+            self.spans += spans
+
+    def __enter__(self) -> TraceReceiver:
+        self.thread.start()
+        return self
+
+    def __exit__(self, *exc_info) -> None:
+        self.server.shutdown()
+        self.server.server_close()
+
+
+def _value(value) -> object:
+    """An OTLP AnyValue as Python: string, bool, int or float."""
+    return getattr(value, value.WhichOneof("value"))
+
+
+@dataclass
+class Job:
+    """The running job and what watches it."""
+
+    config: dict
+    prometheus: Prometheus
+    traces: TraceReceiver
+    job_dirs: dict[str, Path]
+    ranks: dict[str, subprocess.Popen]
+    stop_file: Path
+    started: float
+    timings: list[str] = field(default_factory=list)
+
+    def steps(self) -> dict[str, int]:
+        """Each rank's steps, from its own textfile as node_exporter reads it."""
+        counted = {}
+        for rank, node in RANKS.items():
+            path = self.job_dirs[node] / f"hpcobs_training_{JOB}_rank{rank}.prom"
+            text = path.read_text() if path.exists() else ""
+            values = [s.value for f in text_string_to_metric_families(text) for s in f.samples if f.name == STEPS]
+            counted[rank] = int(values[0]) if values else 0
+        return counted
+
+    def stop(self) -> dict[str, int]:
+        """Let every rank leave its loop and exit (its last textfile written, its spans flushed); their steps."""
+        self.stop_file.touch()
+        for rank, process in self.ranks.items():
+            try:
+                process.wait(timeout=STOP_WAIT)
+            except subprocess.TimeoutExpired:
+                pytest.fail(f"rank {rank} did not exit {STOP_WAIT:.0f}s after the stop file", pytrace=False)
+            assert process.returncode == 0, f"rank {rank} exited with {process.returncode}"
+        return self.steps()
+
+
+def _site(folder: Path, cache_dir: Path):
+    """The site's config and its generated Prometheus rule files, the training rule tests passing at its thresholds
+    (promtool, as the build runs them)."""
+    (folder / "site.yaml").write_text(SITE)
+    config = config_module.load(folder / "site.yaml")
+    files = {
+        path: text
+        for path, text in pipeline.generate(config).items()
+        if path.startswith((f"{RULES_DIR}/", TRAINING_RULE_TESTS))
+    }
+    out = folder / "out"
+    outdir.write_tree(out, files)
+    errors = validate.trees_tool_errors({out: files}, Cache(cache_dir))[out]
+    assert not errors, "\n".join(errors)
+    return config, sorted((out / RULES_DIR).glob("*.rules.yaml"))
+
+
+def _rank_environment(rank: str, node: str, job_dir: Path, traces: TraceReceiver) -> dict[str, str]:
+    """What srun gives a task, the job directory the prolog would make, and OpenTelemetry's own variables; nothing of
+    the test's environment that would change either (its OTEL_* or Slurm variables)."""
+    inherited = {
+        key: value
+        for key, value in os.environ.items()
+        if not key.startswith(("OTEL_", "SLURM", "HPCOBS_TRAINING")) and key not in ("RANK", "LOCAL_RANK")
+    }
+    helper = str(Path(hpcobs_training.__file__).resolve().parent.parent)
+    return {
+        **inherited,
+        "PYTHONPATH": os.pathsep.join(filter(None, [helper, inherited.get("PYTHONPATH")])),
+        "SLURM_JOB_ID": JOB,
+        "SLURM_PROCID": rank,
+        "SLURM_LOCALID": str(int(rank) % 4),
+        "SLURMD_NODENAME": node,
+        hpcobs_training.DIR_VARIABLE: str(job_dir),
+        "OTEL_EXPORTER_OTLP_ENDPOINT": traces.endpoint,
+        # The batch span processor's export delay, 5 s by default: spans arrive while the test polls.
+        "OTEL_BSP_SCHEDULE_DELAY": "500",
+    }
+
+
+@pytest.fixture(scope="module")
+def job(tmp_path_factory, private_cache_dir) -> Iterator[Job]:
+    began = time.monotonic()
+    folder = tmp_path_factory.mktemp("training-e2e")
+    config, rule_files = _site(folder, private_cache_dir)
+    built = time.monotonic() - began
+    job_dirs = {node: folder / node / JOB for node in sorted(set(RANKS.values()))}
+    logs = folder / "logs"
+    logs.mkdir()
+    go, stop_file = folder / "go", folder / "stop"
+    with contextlib.ExitStack() as stack:
+        traces = stack.enter_context(TraceReceiver())
+        exporters = {}
+        for node, job_dir in job_dirs.items():
+            job_dir.mkdir(parents=True)
+            exporters[node] = f"127.0.0.1:{free_port()}"
+            process = subprocess.Popen(
+                [NODE_EXPORTER, "--collector.disable-defaults", "--collector.textfile",
+                 f"--collector.textfile.directory={job_dir.parent}/*", f"--web.listen-address={exporters[node]}"],
+                stdout=stack.enter_context(open(logs / f"node_exporter_{node}.log", "wb")), stderr=subprocess.STDOUT,
+            )  # fmt: skip
+            stack.callback(_end, process)
+        # As a site scrapes the jobs' node_exporter: its scrape job, the cluster label, an instance per node.
+        cluster_labels = Context(config).cluster_labels
+        prometheus = Prometheus(
+            rule_files,
+            scrape_configs=[
+                {
+                    "job_name": Sources(config)["training"].scrape_labels()["job"],
+                    "static_configs": [
+                        {"targets": [address], "labels": {**cluster_labels, "instance": f"{node}:9101"}}
+                        for node, address in exporters.items()
+                    ],
+                }
+            ],
+            scrape_interval=config.get("scrape_interval"),
+            evaluation_interval=Context(config).evaluation_interval,
+        )
+        stack.callback(prometheus.stop)
+        prometheus.start()
+        ranks = {}
+        for rank, node in RANKS.items():
+            ready = folder / f"ready{rank}"
+            ranks[rank] = subprocess.Popen(
+                [sys.executable, str(RANK_SCRIPT), str(ready), str(go), str(stop_file), SLOW_RANK],
+                env=_rank_environment(rank, node, job_dirs[node], traces),
+                stdout=stack.enter_context(open(logs / f"rank{rank}.log", "wb")), stderr=subprocess.STDOUT,
+            )  # fmt: skip
+            stack.callback(_end, ranks[rank])
+        stack.callback(stop_file.touch)
+        deadline = time.monotonic() + WAIT
+        while not all((folder / f"ready{rank}").exists() for rank in RANKS):
+            failed = {rank: p.returncode for rank, p in ranks.items() if p.poll() is not None}
+            if failed or time.monotonic() > deadline:
+                tails = "\n".join(f"rank {r}: {(logs / f'rank{r}.log').read_text()[-800:]}" for r in failed)
+                pytest.fail(f"ranks not ready (exited: {failed}):\n{tails}", pytrace=False)
+            time.sleep(0.05)
+        ready_at = time.monotonic()
+        go.touch()
+        yield Job(
+            config,
+            prometheus,
+            traces,
+            job_dirs,
+            ranks,
+            stop_file,
+            ready_at,
+            [f"training e2e: rules built and tested in {built:.1f}s, ranks ready {ready_at - began:.1f}s after start"],
+        )
+
+
+def _end(process: subprocess.Popen) -> None:
+    if process.poll() is None:
+        process.terminate()
+        try:
+            process.wait(timeout=STOP_WAIT)
+        except subprocess.TimeoutExpired:
+            process.kill()
+            process.wait()
+
+
+def _straggler_alerts(prometheus: Prometheus) -> list[dict]:
+    return [a for a in prometheus.alerts() if a["labels"]["alertname"] == "TrainingStraggler"]
+
+
+def test_training_straggler_fires_once_for_the_slow_rank_naming_its_data_phase(job, record_property):
+    seen: set[tuple] = set()
+    deadline = time.monotonic() + WAIT
+    firing: list[dict] = []
+    while not firing and time.monotonic() < deadline:
+        alerts = _straggler_alerts(job.prometheus)
+        seen |= {tuple(sorted(a["labels"].items())) for a in alerts}
+        firing = [a for a in alerts if a["state"] == "firing"]
+        time.sleep(POLL)
+    assert firing, f"TrainingStraggler not firing {WAIT:.0f}s after the first step; pending or firing: {seen}"
+    fired_after = time.monotonic() - job.started
+    # One alert from pending to firing: the same rank was the slowest all along, no other rank took its turn.
+    assert len(seen) == 1, seen
+    (alert,) = firing
+    labels = alert["labels"]
+    assert (labels["hpc_job"], labels["rank"], labels["node"]) == (JOB, SLOW_RANK, RANKS[SLOW_RANK]), labels
+    assert labels.get("phase") == "data", labels
+    assert "data" in alert["annotations"]["description"], alert["annotations"]
+    job.timings.append(f"training e2e: TrainingStraggler firing {fired_after:.1f}s after the first step")
+    record_property(MEASUREMENT, "; ".join(job.timings))
+
+
+def _training_dashboard(config) -> dict:
+    (text,) = (
+        text
+        for path, text in pipeline.generate(config).items()
+        if path.startswith("grafana/dashboards/") and json.loads(text)["uid"] == DashboardUid.TRAINING
+    )
+    return json.loads(text)
+
+
+def test_the_dashboard_per_rank_and_phase_panels_put_the_straggler_first(job):
+    ctx = Context(job.config)
+    values = {ctx.cluster: ctx.config.get("cluster", "name"), "hpc_job": JOB}
+    queries = [
+        (title, _substituted(expr, values))
+        for _, title, expr, kind in panel_queries(_training_dashboard(job.config))
+        if kind == "prometheus"
+    ]
+    highlight = 1 / ctx.thresholds.training_straggler_ratio
+
+    def read() -> dict[str, list]:
+        return {f"{title}: {expr}": job.prometheus.query(expr, time.time()) for title, expr in queries}
+
+    def per_rank(results: dict[str, list]) -> dict[str, list]:
+        return {q: r for q, r in results.items() if r and all("rank" in s.labels for s in r)}
+
+    def per_phase(results: dict[str, list]) -> dict[str, list]:
+        return {q: r for q, r in results.items() if r and all("phase" in s.labels for s in r)}
+
+    # The panels read one instant over $__rate_interval: wait until every rank has a step time there.
+    deadline = time.monotonic() + WAIT
+    results = read()
+    while max(map(len, per_rank(results).values()), default=0) < len(RANKS) and time.monotonic() < deadline:
+        time.sleep(POLL)
+        results = read()
+    ranks, phases = per_rank(results), per_phase(results)
+    assert ranks, "no per-rank panel query returned data"
+    assert phases, "no phase panel query returned data"
+    for query, samples in ranks.items():
+        top = max(samples, key=lambda s: s.value)
+        assert (top.labels["rank"], top.labels["node"]) == (SLOW_RANK, RANKS[SLOW_RANK]), (query, samples)
+        if "job:training_step_seconds:median" in query:
+            # The "x median rank" column: the straggler red, every other rank green.
+            assert top.value > highlight, (query, samples)
+            assert all(s.value < highlight for s in samples if s is not top), (query, samples)
+    for query, samples in phases.items():
+        top = max(samples, key=lambda s: s.value)
+        assert top.labels["phase"] == "data", (query, samples)
+        if "rank" in top.labels:
+            assert top.labels["rank"] == SLOW_RANK, (query, samples)
+
+
+def test_the_sampler_keeps_the_straggler_slow_steps_with_the_attributes_traceql_filters_on(job, record_property):
+    deadline = time.monotonic() + WAIT
+    while min(job.steps().values()) < MIN_STEPS and time.monotonic() < deadline:
+        time.sleep(POLL)
+    steps = job.stop()
+    assert min(steps.values()) >= MIN_STEPS, steps
+    spans = list(job.traces.spans)
+    assert spans, "no span received"
+    for span in spans:
+        assert set(hpcobs_training.RESOURCE_ATTRIBUTES) <= span.resource.keys(), span.resource
+        rank = span.resource["rank"]
+        expected = {
+            "service.name": "training",
+            "hpc_job": JOB,
+            "rank": rank,
+            "node": RANKS[rank],
+            "local_rank": str(int(rank) % 4),
+        }
+        assert {k: span.resource[k] for k in hpcobs_training.RESOURCE_ATTRIBUTES} == expected, span.resource
+    step_spans = [s for s in spans if s.name == hpcobs_training.STEP_SPAN]
+    children: dict[bytes, list[Span]] = {}
+    for span in spans:
+        if span.name != hpcobs_training.STEP_SPAN:
+            children.setdefault(span.parent_span_id, []).append(span)
+    for span in step_spans:
+        assert set(hpcobs_training.SPAN_ATTRIBUTES) <= span.attributes.keys(), span.attributes
+        phases = children.get(span.span_id, [])
+        assert sorted(p.name for p in phases) == ["backward", "data", "forward", "optimizer"], span
+        assert all(p.trace_id == span.trace_id for p in phases)
+    slow = [s for s in step_spans if s.attributes["hpcobs.slow"] is True]
+    # Every slow step of rank 5, and nothing else, kept as slow.
+    assert {s.resource["rank"] for s in slow} == {SLOW_RANK}
+    slow_steps = sorted(s.attributes["hpcobs.step"] for s in slow)
+    assert slow_steps == list(range(SLOW_EVERY, steps[SLOW_RANK] + 1, SLOW_EVERY)), slow_steps
+    for span in slow:
+        phases = {p.name: p.seconds for p in children[span.span_id]}
+        others = sum(seconds for name, seconds in phases.items() if name != "data")
+        assert phases["data"] > others, phases
+        assert phases["data"] >= PHASE_SECONDS["data"] * SLOW_DATA_FACTOR, phases
+    # The rest kept at the sample share: a few, from every kind of rank.
+    rest = [s for s in step_spans if s.attributes["hpcobs.slow"] is False]
+    fast_steps = sum(steps.values()) - len(slow)
+    assert 0 < len(rest) <= SHARE_BOUND * fast_steps, (len(rest), fast_steps)
+    record_property(
+        MEASUREMENT,
+        f"training e2e: {sum(steps.values())} steps, {len(slow)} kept as slow (all rank {SLOW_RANK}'s), "
+        f"{len(rest)} sampled of {fast_steps} others, {len(spans)} spans received",
+    )
