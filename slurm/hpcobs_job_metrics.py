@@ -47,8 +47,10 @@ CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
 
 NAME = re.compile(r"[a-zA-Z_:][a-zA-Z0-9_:]*")
 SAMPLE = re.compile(r"([a-zA-Z_:][a-zA-Z0-9_:]*)[ \t]*(?:\{(.*)\})?[ \t]+(\S+)(?:[ \t]+(\S+))?[ \t]*")
-LABEL = re.compile(r'[ \t]*([a-zA-Z_][a-zA-Z0-9_]*)[ \t]*=[ \t]*"((?:[^"\\]|\\.)*)"[ \t]*(?:,|$)')
-# The text format escapes backslash, double quote and newline in label values, nothing else.
+# The text format escapes backslash, double quote and newline in label values, backslash and newline in HELP, and
+# nothing else: another escape fails `promtool check metrics` (expfmt's parser), so the line is refused.
+LABEL = re.compile(r'[ \t]*([a-zA-Z_][a-zA-Z0-9_]*)[ \t]*=[ \t]*"((?:[^"\\]|\\[\\"n])*)"[ \t]*(?:,|$)')
+HELP_TEXT = re.compile(r"(?:[^\\]|\\[\\n])*")
 ESCAPE = re.compile(r"\\(.)")
 UNESCAPED = {"\\": "\\", '"': '"', "n": "\n"}
 
@@ -96,7 +98,7 @@ def parse_sample(line: str) -> Sample | None:
     position = 0
     while text[position:].strip():
         label = LABEL.match(text, position)
-        if not label or label[1].startswith("__") or any(char not in UNESCAPED for char in ESCAPE.findall(label[2])):
+        if not label or label[1].startswith("__"):
             return None
         labels.append((label[1], label[2]))
         position = label.end()
@@ -134,7 +136,8 @@ class JobFiles:
         if len(words) < 2 or words[0] not in ("HELP", "TYPE"):
             return  # a comment
         name, rest = words[1], words[2] if len(words) == 3 else ""
-        if not NAME.fullmatch(name) or (words[0] == "TYPE" and rest not in TYPES):
+        valid = rest in TYPES if words[0] == "TYPE" else HELP_TEXT.fullmatch(rest)
+        if not NAME.fullmatch(name) or not valid:
             self.refusals.lines["malformed"] += 1
         else:
             (self.helps if words[0] == "HELP" else self.types).setdefault(name, set()).add(rest)
@@ -271,13 +274,13 @@ def exposition(base_path: str) -> str:
         (REFUSED_LINES, [job.refusals.lines for job in jobs]),
         (REFUSED_FILES, [job.refusals.files for job in jobs]),
     ):
-        samples = [
+        refusals = [
             f'{name}{{hpc_job="{job.job_id}",reason="{reason}"}} {count}'
             for job, counted in zip(jobs, counts)
             for reason, count in sorted(counted.items())
         ]
-        if samples:
-            lines += [f"# HELP {name} {SELF_HELP[name]}", f"# TYPE {name} gauge", *samples]
+        if refusals:
+            lines += [f"# HELP {name} {SELF_HELP[name]}", f"# TYPE {name} gauge", *refusals]
     return "".join(f"{line}\n" for line in lines)
 
 

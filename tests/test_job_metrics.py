@@ -125,11 +125,12 @@ def test_escapes_are_kept_and_a_line_the_text_format_does_not_allow_is_refused(j
         f'{STEPS}{{hpc_job="7" rank="6"}} 1',  # no comma
         f'{STEPS}{{hpc_job="7",rank="7"}}',  # no value
         "# TYPE other_metric countr",
+        "# HELP other_metric a\\tb",  # no such escape in HELP either
     ]
     write(jobs, "7", "a.prom", "\n".join(lines) + "\n")
     text = served(jobs)
     assert samples(text) == [lines[0]]
-    assert refused(text) == {("7", "malformed"): 8}
+    assert refused(text) == {("7", "malformed"): 9}
     promtool_accepts(text)
 
 
