@@ -636,7 +636,7 @@ def _pass_amd_file(path: str, gpu: str, heirs: list[dict]) -> None:
 
 def make_job_metrics_dir(base: str, job_id: str, environ: dict[str, str]) -> None:
     """`<base>/<job id>`, owned by the job's user: the one place the job writes metrics (docs/contracts.md), apart
-    from every file root writes. Readable by all, for the node_exporter that serves it."""
+    from every file root writes. Readable by all, for job-metrics, which serves it as an unprivileged user."""
     uid, gid = environ.get("SLURM_JOB_UID", ""), environ.get("SLURM_JOB_GID", "")
     if not (is_number(uid) and is_number(gid)):
         raise SetupError(
