@@ -317,7 +317,7 @@ def listen_address(text: str) -> tuple[str, int]:
     """HOST:PORT (an empty host: every address; [v6] in brackets) as http.server takes it."""
     host, colon, port = text.rpartition(":")
     if not colon or not hpcobs_slurm.is_number(port) or not 0 < int(port) < 65536:
-        raise hpcobs_slurm.SetupError(f"--listen: {text!r} is not HOST:PORT; fix: write e.g. --listen :9101")
+        raise hpcobs_slurm.SetupError(f"--listen: {text!r} is not HOST:PORT; fix: write e.g. --listen :9500")
     return host.removeprefix("[").removesuffix("]"), int(port)
 
 
@@ -326,7 +326,7 @@ def main(arguments: list[str]) -> int:
     import argparse
 
     parser = argparse.ArgumentParser(prog="job-metrics", description="hpcobs jobs' metrics reader (docs/slurm.md)")
-    parser.add_argument("--listen", default=":9101", help="HOST:PORT to serve /metrics on (default: %(default)s)")
+    parser.add_argument("--listen", default=":9500", help="HOST:PORT to serve /metrics on (default: %(default)s)")
     options = parser.parse_args(arguments)
     path = hpcobs_slurm.config_path()
     try:

@@ -304,9 +304,9 @@ def test_the_reader_serves_metrics_alone_as_an_unprivileged_user(public_node):
 @pytest.mark.parametrize(
     ("arguments", "config", "problem"),
     [
-        (["--listen", "9101"], "", "job-metrics: --listen: '9101' is not HOST:PORT; fix: write e.g. --listen :9101"),
+        (["--listen", "9500"], "", "job-metrics: --listen: '9500' is not HOST:PORT; fix: write e.g. --listen :9500"),
         (["--listen", "127.0.0.1:70000"], "", "is not HOST:PORT"),
-        (["--listen", "192.0.2.1:9101"], "", "job-metrics: --listen 192.0.2.1:9101: Cannot assign requested address"),
+        (["--listen", "192.0.2.1:9500"], "", "job-metrics: --listen 192.0.2.1:9500: Cannot assign requested address"),
         ([], "job_metrics_dir =\n", "job_metrics_dir: empty; fix: set it to the prolog's jobs' directory"),
         ([], "job_metrics_dir = jobs\n", "job_metrics_dir: 'jobs' is relative; fix: give a full path"),
         ([], "colour = blue\n", "colour: unknown key; fix: use one of"),

@@ -29,7 +29,7 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 __all__ = ["Tracker", "PHASES", "DIR_VARIABLE"]
 
 DIR_VARIABLE = "HPCOBS_TRAINING_TEXTFILE_DIR"
-JOBS_DIR = "/run/hpcobs-jobs"  # one directory per job, made by slurm/prolog, read by the jobs' node_exporter
+JOBS_DIR = "/run/hpcobs-jobs"  # one directory per job, made by slurm/prolog, read by slurm/job-metrics
 PHASES = ("data", "forward", "backward", "optimizer", "comm", "checkpoint")
 PHASE_NAME = re.compile(r"[a-z][a-z0-9_]{0,31}")
 # A job id becomes part of a file name: no separator, no leading dot, nothing a shell or a glob would read.
