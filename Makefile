@@ -10,7 +10,7 @@ venv:  # the virtualenv with hpcobs installed editable: enough to build
 
 setup: venv  # plus the test extras (pytest, ruff, mypy, import-linter), the training helper, the pinned LogQL and TraceQL parsers and the preview page
 	$(PYTHON) -m pip install -e '.[test]'
-	$(PYTHON) -m pip install -e ./instrumentation
+	$(PYTHON) -m pip install -e './instrumentation[otel]'
 	npm ci --prefix tests/logql
 	npm ci --prefix tests/traceql
 	npm ci --prefix preview

@@ -9,7 +9,7 @@
 The series go to `<dir>/hpcobs_training_<job>_rank<rank>.prom`, rewritten atomically at most every `interval`
 seconds at a step's end and once at close, for node_exporter's textfile collector; or, with `http_port=`, to
 prometheus_client's HTTP endpoint on `http_port + local_rank`. No thread of ours: the textfile is written by the
-training loop itself.
+training loop itself. With traces on (tracing.py), the slow steps and a small share of the others become spans.
 """
 
 from __future__ import annotations
@@ -22,11 +22,15 @@ import socket
 import tempfile
 import time
 from collections.abc import Iterator
+from typing import Any
 
 from prometheus_client import CollectorRegistry, generate_latest, start_http_server
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 
-__all__ = ["Tracker", "PHASES", "DIR_VARIABLE"]
+from hpcobs_training import tracing
+from hpcobs_training.tracing import RESOURCE_ATTRIBUTES, SPAN_ATTRIBUTES, STEP_SPAN, StepTracer
+
+__all__ = ["Tracker", "PHASES", "DIR_VARIABLE", "STEP_SPAN", "RESOURCE_ATTRIBUTES", "SPAN_ATTRIBUTES"]
 
 DIR_VARIABLE = "HPCOBS_TRAINING_TEXTFILE_DIR"
 JOBS_DIR = "/run/hpcobs-jobs"  # one directory per job, made by slurm/prolog, read by slurm/job-metrics
@@ -65,7 +69,12 @@ def _env(environ: os._Environ[str] | dict[str, str], *names: str, default: str) 
 class Tracker:
     """One rank's training metrics. Job, rank, local rank and node come from Slurm or torchrun's environment
     (SLURM_JOB_ID; RANK else SLURM_PROCID; LOCAL_RANK else SLURM_LOCALID; SLURMD_NODENAME else the short
-    hostname); each keyword overrides its variable."""
+    hostname); each keyword overrides its variable.
+
+    Traces (`traces=None`: on when an OTLP endpoint is configured and the OpenTelemetry SDK is installed, see
+    tracing.traces_wanted): a span per kept step, see tracing.StepTracer for the `slow_*` and `sample_share`
+    keywords. `tracer_provider=` uses a provider of yours (its resource is yours: tracing.resource_attributes
+    gives ours) instead of one built from the OTEL_* variables."""
 
     def __init__(
         self,
@@ -78,6 +87,12 @@ class Tracker:
         http_port: int | None = None,
         interval: float = 15.0,
         environ: dict[str, str] | None = None,
+        traces: bool | None = None,
+        tracer_provider: Any = None,
+        slow_factor: float = 1.5,
+        slow_quantile: float = 0.5,
+        slow_window: int = 256,
+        sample_share: float = 0.01,
     ) -> None:
         env = os.environ if environ is None else environ
         self.job = str(job) if job is not None else _env(env, "SLURM_JOB_ID", default="unknown")
@@ -111,6 +126,25 @@ class Tracker:
         self.last_step = time.time()
         self.phases: dict[str, float] = {}
         self._previous_end: float | None = None
+        self._tracer: StepTracer | None = None
+        self.tracer_provider = None  # the provider the spans go to, when traces are on
+        if traces is None:
+            traces = tracer_provider is not None or tracing.traces_wanted(env)
+        if traces:
+            self._tracer = StepTracer(
+                tracer_provider,
+                tracing.resource_attributes(self.job, self.rank, self.node, self.local_rank, env),
+                env,
+                seed=f"{self.job}/{self.rank}",
+                slow_factor=slow_factor,
+                slow_quantile=slow_quantile,
+                slow_window=slow_window,
+                sample_share=sample_share,
+            )
+            self.tracer_provider = self._tracer.provider
+        # The phases entered in the running step, (name, start, end) on the monotonic clock; None outside a step
+        # and when traces are off, so that phase() records nothing then.
+        self._step_phases: list[tuple[str, float, float]] | None = None
         self._last_write = float("-inf")
         self.registry = CollectorRegistry(auto_describe=True)
         self.registry.register(self)
@@ -143,16 +177,35 @@ class Tracker:
     @contextlib.contextmanager
     def step(self, tokens: float = 0, flops: float = 0) -> Iterator[None]:
         """One optimizer step. Its duration runs from the previous step's end (so data loading between steps is
-        included) or, for the first step, from its start. A step that raises is not counted."""
+        included) or, for the first step, from its start. A step that raises is not counted, nor traced."""
         start = time.monotonic()
-        yield
+        if self._tracer is not None:
+            # One wall-clock reading a step: the span times are this anchor plus monotonic offsets.
+            start_ns = time.time_ns()
+            self._step_phases = []
+        try:
+            yield
+        finally:
+            phases, self._step_phases = self._step_phases, None
         end = time.monotonic()
         self.steps += 1
-        self.step_seconds += end - (start if self._previous_end is None else self._previous_end)
+        seconds = end - (start if self._previous_end is None else self._previous_end)
+        self.step_seconds += seconds
         self._previous_end = end
         self.tokens += tokens
         self.flops += flops
         self.last_step = time.time()
+        if self._tracer is not None and (slow := self._tracer.keep(seconds)) is not None:
+            assert phases is not None
+
+            def wall(moment: float) -> int:
+                return start_ns + round((moment - start) * 1e9)
+
+            spans = [(name, wall(began), wall(ended)) for name, began, ended in phases]
+            self._tracer.emit(int(self.steps), slow, start_ns, wall(end), spans)
+            # The next step starts after the spans are made: their cost would otherwise make it look slow, and
+            # keeping it would make the one after it slow in turn.
+            self._previous_end = time.monotonic()
         if end - self._last_write >= self.interval:
             self.write()
 
@@ -165,7 +218,10 @@ class Tracker:
         try:
             yield
         finally:
-            self.phases[name] = self.phases.get(name, 0.0) + time.monotonic() - start
+            end = time.monotonic()
+            self.phases[name] = self.phases.get(name, 0.0) + end - start
+            if self._step_phases is not None:
+                self._step_phases.append((name, start, end))
 
     def loss(self, value: float) -> None:
         self.last_loss = float(value)
@@ -197,6 +253,8 @@ class Tracker:
         self._closed = True
         atexit.unregister(self.close)
         self.write()
+        if self._tracer is not None:
+            self._tracer.close()
         if self._server is not None:
             server = self._server[0] if isinstance(self._server, tuple) else self._server
             server.shutdown()
