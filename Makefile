@@ -8,10 +8,11 @@ venv:  # the virtualenv with hpcobs installed editable: enough to build
 	python3 -m venv .venv
 	$(PYTHON) -m pip install -e .
 
-setup: venv  # plus the test extras (pytest, ruff, mypy, import-linter), the training helper, the pinned LogQL parser and the preview page
+setup: venv  # plus the test extras (pytest, ruff, mypy, import-linter), the training helper, the pinned LogQL and TraceQL parsers and the preview page
 	$(PYTHON) -m pip install -e '.[test]'
 	$(PYTHON) -m pip install -e './instrumentation[otel]'
 	npm ci --prefix tests/logql
+	npm ci --prefix tests/traceql
 	npm ci --prefix preview
 	npm run build --prefix preview
 

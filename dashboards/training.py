@@ -11,6 +11,7 @@ because the dashboard is about one job; each is still capped or drawn as a heatm
 from grafana_foundation_sdk.models.common import BigValueTextMode
 from grafana_foundation_sdk.models.dashboard import VariableSort
 
+from hpcobs.authoring import traceql
 from hpcobs.authoring.context import Context
 from hpcobs.authoring.dashboard import (
     Column,
@@ -42,6 +43,15 @@ JOB_ALERTS = ("Training", "Gpu", "StorageCheckpoint", "SlurmJob", "ExporterJob")
 # The faults that fire the hero job's own training alerts in the simulator.
 JOB_FAULTS = ("straggler", "training_hang", "checkpoint_stall", "nccl_latency_spike")
 JOB_STATE = ((1, "running", "green"), (0, "ended", "blue"))
+# What the training helper (instrumentation/hpcobs_training) sets on its spans, declared here because the build
+# never imports the helper: tests/test_traceql.py holds these to its STEP_SPAN, RESOURCE_ATTRIBUTES and
+# SPAN_ATTRIBUTES and to the spans it emits.
+STEP_SPAN = "step"
+JOB_ATTRIBUTE = "resource.hpc_job"
+RANK_ATTRIBUTE = "resource.rank"
+SLOW_ATTRIBUTE = "span.hpcobs.slow"
+JOB = traceql.GrafanaVariable("hpc_job")
+RANK = traceql.GrafanaVariable("rank")
 
 
 def _job(ctx: Context) -> str:
@@ -64,9 +74,21 @@ def _started(ctx: Context) -> str:
     return f"time() - {ctx.select('job_info', ['job_run_time'], ('hpc_job',), where=where)}"
 
 
-def _traces(ctx: Context) -> str:
+def _rank_step_seconds(ctx: Context, window: str) -> str:
+    """Each rank's step time over `window`, as the recording rules compute it (rate of step seconds over rate of
+    steps), from the selected job's raw series."""
+    return f"{_per_rank(ctx, 'step_seconds', window=window)} / ({_per_rank(ctx, 'steps', window=window)} > 0)"
+
+
+def _traces(ctx: Context, *conditions: tuple[str, traceql.Value]) -> str:
+    """Grafana Explore on Tempo with the selected job's spans that meet `conditions`."""
     tempo = ctx.config.get("grafana", "datasources")["tempo"]["uid"]
-    return explore_url(tempo, "tempo", '{ .hpc_job = "$hpc_job" }', "traceql")
+    return explore_url(tempo, "tempo", traceql.spans([(JOB_ATTRIBUTE, JOB), *conditions]), "traceql")
+
+
+def _slow_steps(ctx: Context, *rank: tuple[str, traceql.Value]) -> str:
+    """The selected job's slow steps (those the helper's sampler kept for being slow), of one rank if given."""
+    return _traces(ctx, *rank, (traceql.NAME, STEP_SPAN), (SLOW_ATTRIBUTE, True))
 
 
 def _header(ctx: Context) -> Row:
@@ -251,23 +273,28 @@ def _progress_over_time(ctx: Context) -> list[Panel]:
     ]
 
 
-def _per_rank(ctx: Context, signal: str, by: tuple[str, ...] = ("rank", "node")) -> str:
+def _per_rank(
+    ctx: Context, signal: str, by: tuple[str, ...] = ("rank", "node"), window: str = "$__rate_interval"
+) -> str:
     """The rate of a training signal of each rank of the selected job (raw series: read at one instant only)."""
     return ctx.select(
-        "training", [signal], by, op="sum", where=_raw_job(ctx), over=lambda expr: f"rate({expr}[$__rate_interval])"
+        "training", [signal], by, op="sum", where=_raw_job(ctx), over=lambda expr: f"rate({expr}[{window}])"
     )
 
 
 def _slowest_ranks(ctx: Context) -> str:
-    """The SLOWEST_RANKS slowest ranks of the job and their step time, as the recording rules compute a rank's
-    (rate of step seconds over rate of steps)."""
-    return f"topk({SLOWEST_RANKS}, {_per_rank(ctx, 'step_seconds')} / ({_per_rank(ctx, 'steps')} > 0))"
+    """The SLOWEST_RANKS slowest ranks of the job and their step time."""
+    return f"topk({SLOWEST_RANKS}, {_rank_step_seconds(ctx, '$__rate_interval')})"
 
 
 def _ranks(ctx: Context) -> list[Panel]:
     """The slowest ranks now (raw training series of this job, one instant read) and the loss."""
     job = _job(ctx)
     slowest = _slowest_ranks(ctx)
+    rank_traces = Link(
+        "Slow steps of rank ${__data.fields.rank} in Tempo",
+        _slow_steps(ctx, (RANK_ATTRIBUTE, traceql.GrafanaVariable("__data.fields.rank"))),
+    )
     cluster = ctx.cluster
     # The record holds the slowest rank at each evaluation: the ranks that ever were the slowest, picked once over
     # the range (a line per rank over time would grow with every rank that took its turn).
@@ -288,11 +315,12 @@ def _ranks(ctx: Context) -> list[Panel]:
             labels=["rank", "node"],
             width=8,
             height=9,
-            label_links={"node": common.node_link(ctx)},
+            label_links={"node": common.node_link(ctx), "rank": rank_traces},
             description=f"The {SLOWEST_RANKS} slowest ranks of the job over the last few scrapes, their nodes and "
             "their step time against the median rank's (raw training series of this job, read at one instant: "
             "a large job has thousands of ranks, and a panel over time would read every one at every point; "
-            "per-rank rows are fine only because this view is one job); click a node for its own view.",
+            "per-rank rows are fine only because this view is one job); click a node for its own view, a rank "
+            "for its slow steps in Tempo.",
         ),
         table(
             "Ranks that were the slowest over the range",
@@ -536,8 +564,12 @@ def _logs_and_traces(ctx: Context) -> Row:
             ),
             text(
                 "Traces of the job",
-                f"[Traces of job $hpc_job in Tempo]({_traces(ctx)}) (spans with attribute `hpc_job`).",
-                description="Opens Grafana Explore on the Tempo datasource with the job's traces.",
+                f"[Slow steps of rank $rank]({_slow_steps(ctx, (RANK_ATTRIBUTE, RANK))}) · "
+                f"[Slow steps of every rank]({_slow_steps(ctx)}) · [Every span of job $hpc_job]({_traces(ctx)}) "
+                "in Tempo.",
+                description="Opens Grafana Explore on the Tempo datasource with the step spans the training helper "
+                "kept for being slow (each with a child span per phase) of the selected rank or of every rank, or "
+                "with every span of the job.",
             ),
         ],
     )
@@ -571,10 +603,23 @@ def dashboard(ctx: Context) -> DashboardSpec:
                 all_value=None,
                 description="The job's nodes; All is the job's node list (logs never read other hosts).",
             ),
+            Variable(
+                "rank",
+                "Rank",
+                f"query_result(sort_desc({_rank_step_seconds(ctx, ctx.rate_window)}))",
+                regex='/rank="([0-9]+)"/',
+                sort=VariableSort.DISABLED,
+                description="The job's ranks, slowest first (step time over the recording rules' rate window): "
+                "the default is the slowest rank when the dashboard opens; the traces links open its slow steps.",
+            ),
             common.log_selector(ctx),
             common.log_node_label(ctx),
         ),
         rows=(_header(ctx), _progress(ctx), _where_time_goes(ctx), _gpus(ctx), _nccl(ctx), _logs_and_traces(ctx)),
-        links=(*common.others(UID), Link("Job traces (Tempo)", _traces(ctx))),
+        links=(
+            *common.others(UID),
+            Link("Slow steps of the rank (Tempo)", _slow_steps(ctx, (RANK_ATTRIBUTE, RANK))),
+            Link("Job traces (Tempo)", _traces(ctx)),
+        ),
         alerts=common.alerts(ctx, "Training"),
     )

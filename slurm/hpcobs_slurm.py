@@ -215,7 +215,7 @@ def read_config(path: str) -> dict[str, str]:
         raise SetupError(f"config error: {error}") from None
     except (OSError, UnicodeDecodeError) as error:
         raise SetupError(
-            f"config error: {path}: cannot be read ({_reason(error)}); fix: install {CONFIG_NAME} beside the scripts"
+            f"config error: {path}: cannot be read ({reason(error)}); fix: install {CONFIG_NAME} beside the scripts"
         ) from None
     values = dict(DEFAULTS)
     for number, raw in enumerate(text.splitlines(), start=1):
@@ -273,7 +273,7 @@ def scontrol_details(bin_dir: str, job_id: str, uid: str) -> dict[str, str]:
         # Bytes, decoded by hand: text mode would turn a carriage return in the job name into a newline.
         done = subprocess.run(command, capture_output=True, timeout=SLURM_COMMAND_TIMEOUT, check=False)
     except (OSError, subprocess.TimeoutExpired) as error:
-        raise SetupError(f"{command[0]}: {_reason(error)}; fix: set slurm_bin_dir, or query_scontrol = no") from None
+        raise SetupError(f"{command[0]}: {reason(error)}; fix: set slurm_bin_dir, or query_scontrol = no") from None
     output = done.stdout.decode(errors="replace")
     start = re.match(SCONTROL_JOB, output)
     if done.returncode or not start or start[1] != job_id:
@@ -310,7 +310,7 @@ def read_gpu_map(path: str) -> dict[int, str]:
     except SetupError as error:
         raise SetupError(f"gpu_map: {error}") from None
     except OSError as error:
-        raise SetupError(f"gpu_map: {path}: {_reason(error)}; fix: write the file or leave gpu_map empty") from None
+        raise SetupError(f"gpu_map: {path}: {reason(error)}; fix: write the file or leave gpu_map empty") from None
     for number, raw in enumerate(data.decode(errors="replace").split("\n"), start=1):
         fields = raw.split("#", 1)[0].split()
         if not fields:
@@ -438,7 +438,7 @@ def trusted_command(bin_dir: str, name: str) -> str:
     try:
         check_trusted(path, "file")
     except OSError as error:
-        raise SetupError(f"{path}: {_reason(error)}; fix: set slurm_bin_dir in {CONFIG_NAME}") from None
+        raise SetupError(f"{path}: {reason(error)}; fix: set slurm_bin_dir in {CONFIG_NAME}") from None
     return path
 
 
@@ -636,7 +636,7 @@ def _pass_amd_file(path: str, gpu: str, heirs: list[dict]) -> None:
 
 def make_job_metrics_dir(base: str, job_id: str, environ: dict[str, str]) -> None:
     """`<base>/<job id>`, owned by the job's user: the one place the job writes metrics (docs/contracts.md), apart
-    from every file root writes. Readable by all, for the node_exporter that serves it."""
+    from every file root writes. Readable by all, for job-metrics, which serves it as an unprivileged user."""
     uid, gid = environ.get("SLURM_JOB_UID", ""), environ.get("SLURM_JOB_GID", "")
     if not (is_number(uid) and is_number(gid)):
         raise SetupError(
@@ -728,7 +728,7 @@ class Steps:
             self.problems.append(f"{what}: {error}")
         except OSError as error:
             self.problems.append(
-                f"{what}: {error.filename or ''}: {_reason(error)}; fix: check that the directory set in "
+                f"{what}: {error.filename or ''}: {reason(error)}; fix: check that the directory set in "
                 f"{CONFIG_NAME} is on a writable filesystem and root may write there"
             )
         except Exception as error:  # a bug, or what no check foresaw: the next step still runs
@@ -736,7 +736,7 @@ class Steps:
         return None
 
 
-def _reason(error: BaseException) -> str:
+def reason(error: BaseException) -> str:
     return getattr(error, "strerror", None) or str(error) or type(error).__name__
 
 
@@ -837,7 +837,7 @@ def jobs_on_node(bin_dir: str, node: str) -> set[str]:
     try:
         done = subprocess.run(command, capture_output=True, text=True, timeout=SLURM_COMMAND_TIMEOUT, check=False)
     except (OSError, subprocess.TimeoutExpired) as error:
-        raise SetupError(f"{command[0]}: {_reason(error)}; fix: set slurm_bin_dir in {CONFIG_NAME}") from None
+        raise SetupError(f"{command[0]}: {reason(error)}; fix: set slurm_bin_dir in {CONFIG_NAME}") from None
     ids = done.stdout.split()
     if done.returncode or not all(map(is_number, ids)):
         problem = (done.stderr.strip().splitlines() or ["output is not a list of job ids"])[0]
@@ -890,7 +890,7 @@ def main(action: str, arguments: list[str]) -> int:
     except SetupError as error:
         problems = [str(error)]
     except OSError as error:
-        problems = [f"{error.filename or ''}: {_reason(error)}; fix: check the directories set in {path}"]
+        problems = [f"{error.filename or ''}: {reason(error)}; fix: check the directories set in {path}"]
     except Exception as error:  # a bug here must not fail jobs either
         problems = [f"internal error: {type(error).__name__}: {error}; fix: report it with this line"]
     if problems:

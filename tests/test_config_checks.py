@@ -206,7 +206,7 @@ def test_job_info_selector_names_its_scrape_job(tmp_path, selector):
 @pytest.mark.parametrize(
     "site",
     [
-        # kube-prometheus' job names; the jobs' node_exporter under a job of its own
+        # kube-prometheus' job names; the jobs' metrics reader under a job of its own
         "exporters:\n  job_info: {selector: 'job=\"node-exporter\"'}\n"
         "  training: {selector: 'job=\"hpcobs-jobs\"'}\n  nccl_inspector: {selector: 'job=\"hpcobs-jobs\"'}\n",
         # one scrape job for both node_exporters, told apart by the port Prometheus puts in `instance`

@@ -16,10 +16,20 @@ TRAINING = f"grafana/dashboards/HPC/{DashboardUid.TRAINING}.json"
 # label values are still listed over the range); 9, 10 and 100 hold GPUs now; job 100 runs on two nodes.
 ENDED, RUNNING, NEWEST = "11", ("9", "10", "100"), "100"
 JOB_NODES = ("gpu007", "gpu012")
+# The job's ranks and step times, slowest first as the rank variable's sort_desc returns them.
+RANK_STEP_SECONDS = (("7", "1.9"), ("12", "1.1"), ("3", "1.0"))
 
 
 class Cluster:
     def get(self, path, params):
+        if path == "/api/v1/query" and "hpcobs_training_step_seconds_total" in params["query"]:
+            series = [
+                {"cluster": "gpu-prod", "hpc_job": NEWEST, "rank": r, "node": JOB_NODES[0]}
+                for r, _ in RANK_STEP_SECONDS
+            ]
+            return {
+                "result": [{"metric": s, "value": [params["time"], v]} for s, (_, v) in zip(series, RANK_STEP_SECONDS)]
+            }
         if path == "/api/v1/query":
             assert "job:gpus_allocated:count" in params["query"]
             series = [{"__name__": "job:gpus_allocated:count", "cluster": "gpu-prod", "hpc_job": j} for j in RUNNING]

@@ -10,15 +10,19 @@ import pytest
 
 from tests.test_dashboards import DASHBOARDS, panels, substitute
 
-LOGQL = Path(__file__).resolve().parent / "logql"
+TESTS = Path(__file__).resolve().parent
 
 
-def parse(expressions: list[str]) -> list[str | None]:
-    """The parser's verdict on each expression: None if it parses, else the error position and a snippet."""
-    if shutil.which("node") is None or not (LOGQL / "node_modules" / "@grafana" / "lezer-logql").is_dir():
-        pytest.fail("the LogQL parser is not installed: install nodejs and npm, then run `npm ci --prefix tests/logql`")
+def parse(expressions: list[str], folder: str = "logql", package: str = "lezer-logql") -> list[str | None]:
+    """The verdict of Grafana's grammar `package` (installed in tests/<folder>) on each expression: None if it
+    parses, else the error position and a snippet."""
+    where = TESTS / folder
+    if shutil.which("node") is None or not (where / "node_modules" / "@grafana" / package).is_dir():
+        pytest.fail(
+            f"the {package} parser is not installed: install nodejs and npm, then `npm ci --prefix tests/{folder}`"
+        )
     result = subprocess.run(
-        ["node", "parse.mjs"], input=json.dumps(expressions), capture_output=True, text=True, cwd=LOGQL, timeout=120
+        ["node", "parse.mjs"], input=json.dumps(expressions), capture_output=True, text=True, cwd=where, timeout=120
     )
     assert result.returncode == 0, result.stderr
     verdicts = json.loads(result.stdout)

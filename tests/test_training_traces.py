@@ -227,6 +227,23 @@ def test_reruns_keep_the_same_steps_and_ranks_differ(tmp_path, clock):
     assert kept(0) == kept(0) != kept(1)
 
 
+def test_making_spans_does_not_slow_the_next_step(tmp_path, clock, memory, monkeypatch):
+    provider, exporter = memory
+    t = tracker(tmp_path, provider, sample_share=0.0)
+    for _ in range(10):
+        run_step(t, clock)
+    emit = tracing.StepTracer.emit
+
+    def one_second_emit(self, *arguments):
+        clock.now += 1.0
+        emit(self, *arguments)
+
+    monkeypatch.setattr(tracing.StepTracer, "emit", one_second_emit)
+    run_step(t, clock, (0.1, 0, 0, 0))  # slow, kept: its spans take a second to make
+    run_step(t, clock)
+    assert [s.attributes["hpcobs.step"] for s in steps_of(exporter)] == [11]
+
+
 def test_the_window_stays_at_slow_window(tmp_path, clock, memory):
     provider, _ = memory
     t = tracker(tmp_path, provider, slow_window=16, sample_share=0.0)
@@ -292,3 +309,19 @@ def test_without_traces_opentelemetry_is_never_imported(tmp_path):
         "assert not [m for m in sys.modules if m.startswith('opentelemetry')], sys.modules\n"
     )
     subprocess.run([sys.executable, "-c", script], check=True)
+
+
+def test_without_the_sdk_traces_stay_off_unless_asked_for(tmp_path):
+    script = (
+        "import sys\n"
+        "sys.modules['opentelemetry'] = None  # as if not installed\n"
+        "import hpcobs_training\n"
+        f"make = lambda **k: hpcobs_training.Tracker(job='1', textfile_dir={str(tmp_path)!r}, **k)\n"
+        "assert make(environ={'OTEL_EXPORTER_OTLP_ENDPOINT': 'http://127.0.0.1:4318'}).tracer_provider is None\n"
+        "try:\n"
+        "    make(environ={}, traces=True)\n"
+        "except ImportError as error:\n"
+        "    print(error)\n"
+    )
+    done = subprocess.run([sys.executable, "-c", script], check=True, capture_output=True, text=True)
+    assert done.stdout == "traces: the OpenTelemetry SDK is not installed (pip install 'hpcobs-training[otel]')\n"

@@ -506,7 +506,8 @@ def dashboard_url(uid: str, **variables: str) -> str:
 
 
 def explore_url(datasource_uid: str, datasource_type: str, query: str, query_type: str) -> str:
-    """Grafana Explore with one query on a datasource, over the dashboard's time range."""
+    """Grafana Explore with one query on a datasource, over the dashboard's time range. Grafana variables stay
+    readable for Grafana to fill in: ${__from}, and ${name:format} (hpcobs.authoring.traceql)."""
     pane = {
         "datasource": datasource_uid,
         "queries": [
@@ -520,7 +521,7 @@ def explore_url(datasource_uid: str, datasource_type: str, query: str, query_typ
         "range": {"from": "${__from}", "to": "${__to}"},
     }
     state = json.dumps({"a": pane}, separators=(",", ":"))
-    return "/explore?schemaVersion=1&orgId=1&panes=" + quote(state, safe="${}_")
+    return "/explore?schemaVersion=1&orgId=1&panes=" + quote(state, safe="${}_:")
 
 
 @dataclass(frozen=True)
@@ -628,17 +629,12 @@ def narrowed(spec: DashboardSpec, off: Off) -> DashboardSpec | None:
             model = copy.deepcopy(panel.builder.build())
             targets = model.targets or []
             kept = [target for target in targets if not off.query(target)]
-            defaults = model.field_config.defaults if model.field_config else None
-            data_links = (defaults.links if defaults else None) or []
-            linked = [link for link in data_links if not off.link(link.url or "")]
             if (targets and not kept) or off.text(model):
                 continue
-            if len(kept) == len(targets) and len(linked) == len(data_links):
+            if not _unlinked(model, off) and len(kept) == len(targets):
                 panels.append(panel)
                 continue
             model.targets = kept
-            if defaults is not None and len(linked) != len(data_links):
-                defaults.links = linked
             panels.append(Panel(_PanelModel(model), panel.shows))
         if panels:
             rows.append(dataclasses.replace(row, panels=panels))
@@ -648,6 +644,29 @@ def narrowed(spec: DashboardSpec, off: Off) -> DashboardSpec | None:
     links = tuple(link for link in spec.links if not off.link(link.url))
     narrow = dataclasses.replace(spec, rows=tuple(rows), links=links)
     return dataclasses.replace(narrow, variables=_referred_to(narrow))
+
+
+def _unlinked(model: grafana.Panel, off: Off) -> bool:
+    """Takes the data links `off` refuses out of a panel's fields and its overrides' (a table's label column links);
+    whether there were any."""
+    config = model.field_config
+    if config is None:
+        return False
+    dropped = False
+
+    def kept(links: list[Any]) -> list[Any]:
+        nonlocal dropped
+        left = [link for link in links if not off.link(link.url or "")]
+        dropped |= len(left) != len(links)
+        return left
+
+    if config.defaults is not None and config.defaults.links:
+        config.defaults.links = kept(config.defaults.links)
+    for override in config.overrides or []:
+        for prop in override.properties:
+            if prop.id_val == "links" and isinstance(prop.value, list):
+                prop.value = kept(prop.value)
+    return dropped
 
 
 def _referred_to(spec: DashboardSpec) -> tuple[Variable, ...]:
@@ -725,14 +744,17 @@ def query_result_line(labels: Mapping[str, str], value: float, at: float) -> str
 def variable_options(variable: Mapping[str, Any], texts: Iterable[str]) -> list[str]:
     """The options Grafana lists for a query variable from its raw texts: the regex's first group where it has
     one (texts it does not match are dropped), distinct, in the variable's sort order (Grafana's
-    sortVariableValues: numerical orders on the first number, a text without one first)."""
+    sortVariableValues: numerical orders on the first number, a text without one first; disabled keeps the
+    query's order, the first occurrence of each)."""
     pattern = str(variable.get("regex") or "").strip("/")
     values = list(texts)
     if pattern:
         found = (re.search(pattern, text) for text in values)
         values = [match.group(1) if match.groups() else match.group(0) for match in found if match]
-    options = sorted(set(values))
     sort = grafana.VariableSort(variable.get("sort", grafana.VariableSort.ALPHABETICAL_ASC))
+    if sort == grafana.VariableSort.DISABLED:
+        return list(dict.fromkeys(values))
+    options = sorted(set(values))
     if sort in (grafana.VariableSort.NUMERICAL_ASC, grafana.VariableSort.NUMERICAL_DESC):
         options.sort(key=lambda text: int(number.group(1)) if (number := re.search(r"(\d+)", text)) else -1)
     return options[::-1] if sort.name.endswith("_DESC") else options

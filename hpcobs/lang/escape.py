@@ -25,6 +25,12 @@ def promql_string(value: str) -> str:
     return json.dumps(value, ensure_ascii=False)
 
 
+def traceql_string(value: str) -> str:
+    """A TraceQL double-quoted string literal holding exactly `value`: Tempo's lexer unquotes strings with Go's
+    rules (strconv.Unquote), which read every escape JSON writes, as PromQL's does."""
+    return promql_string(value)
+
+
 def label_replace_constant(value: str) -> str:
     """label_replace's replacement writing exactly `value`: `$1` and `${name}` would expand, `$$` writes one `$`."""
     return value.replace("$", "$$")

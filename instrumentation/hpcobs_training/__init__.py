@@ -33,7 +33,7 @@ from hpcobs_training.tracing import RESOURCE_ATTRIBUTES, SPAN_ATTRIBUTES, STEP_S
 __all__ = ["Tracker", "PHASES", "DIR_VARIABLE", "STEP_SPAN", "RESOURCE_ATTRIBUTES", "SPAN_ATTRIBUTES"]
 
 DIR_VARIABLE = "HPCOBS_TRAINING_TEXTFILE_DIR"
-JOBS_DIR = "/run/hpcobs-jobs"  # one directory per job, made by slurm/prolog, read by the jobs' node_exporter
+JOBS_DIR = "/run/hpcobs-jobs"  # one directory per job, made by slurm/prolog, read by slurm/job-metrics
 PHASES = ("data", "forward", "backward", "optimizer", "comm", "checkpoint")
 PHASE_NAME = re.compile(r"[a-z][a-z0-9_]{0,31}")
 # A job id becomes part of a file name: no separator, no leading dot, nothing a shell or a glob would read.
@@ -131,20 +131,17 @@ class Tracker:
         if traces is None:
             traces = tracer_provider is not None or tracing.traces_wanted(env)
         if traces:
-            owned = tracer_provider is None
-            if owned:
-                attributes = tracing.resource_attributes(self.job, self.rank, self.node, self.local_rank, env)
-                tracer_provider = tracing.own_provider(attributes, env)
-            self.tracer_provider = tracer_provider
             self._tracer = StepTracer(
                 tracer_provider,
-                owned=owned,
+                tracing.resource_attributes(self.job, self.rank, self.node, self.local_rank, env),
+                env,
                 seed=f"{self.job}/{self.rank}",
                 slow_factor=slow_factor,
                 slow_quantile=slow_quantile,
                 slow_window=slow_window,
                 sample_share=sample_share,
             )
+            self.tracer_provider = self._tracer.provider
         # The phases entered in the running step, (name, start, end) on the monotonic clock; None outside a step
         # and when traces are off, so that phase() records nothing then.
         self._step_phases: list[tuple[str, float, float]] | None = None
@@ -206,6 +203,9 @@ class Tracker:
 
             spans = [(name, wall(began), wall(ended)) for name, began, ended in phases]
             self._tracer.emit(int(self.steps), slow, start_ns, wall(end), spans)
+            # The next step starts after the spans are made: their cost would otherwise make it look slow, and
+            # keeping it would make the one after it slow in turn.
+            self._previous_end = time.monotonic()
         if end - self._last_write >= self.interval:
             self.write()
 

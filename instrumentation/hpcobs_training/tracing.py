@@ -15,7 +15,15 @@ import random
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-__all__ = ["STEP_SPAN", "RESOURCE_ATTRIBUTES", "SPAN_ATTRIBUTES", "SlidingQuantile", "StepTracer", "traces_wanted"]
+__all__ = [
+    "STEP_SPAN",
+    "RESOURCE_ATTRIBUTES",
+    "SPAN_ATTRIBUTES",
+    "SlidingQuantile",
+    "StepTracer",
+    "resource_attributes",
+    "traces_wanted",
+]
 
 STEP_SPAN = "step"
 RESOURCE_ATTRIBUTES = ("service.name", "hpc_job", "rank", "node", "local_rank")
@@ -53,6 +61,14 @@ class SlidingQuantile:
         bisect.insort(self.ordered, value)
 
 
+def installed(module: str) -> bool:
+    """Whether `module` can be imported, without importing it (its parent packages are imported)."""
+    try:
+        return importlib.util.find_spec(module) is not None
+    except ModuleNotFoundError:  # a parent package is missing
+        return False
+
+
 def traces_wanted(environ: Mapping[str, str]) -> bool:
     """The default of `Tracker(traces=None)`: an OTLP endpoint is configured, the SDK is not disabled, no other
     traces exporter was asked for, and the SDK is installed."""
@@ -62,7 +78,7 @@ def traces_wanted(environ: Mapping[str, str]) -> bool:
         return False
     if not (environ.get("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT") or environ.get("OTEL_EXPORTER_OTLP_ENDPOINT")):
         return False
-    return importlib.util.find_spec("opentelemetry.sdk") is not None
+    return installed("opentelemetry.sdk")
 
 
 def _exporter(environ: Mapping[str, str]) -> Any:
@@ -75,7 +91,7 @@ def _exporter(environ: Mapping[str, str]) -> Any:
     traces_endpoint = environ.get("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT")
     base_endpoint = environ.get("OTEL_EXPORTER_OTLP_ENDPOINT")
     if protocol == "grpc":
-        if importlib.util.find_spec("opentelemetry.exporter.otlp.proto.grpc") is None:
+        if not installed("opentelemetry.exporter.otlp.proto.grpc"):
             raise ValueError("OTLP protocol grpc: the grpc exporter is not installed (hpcobs-training[otel-grpc])")
         from opentelemetry.exporter.otlp.proto.grpc.trace_exporter import OTLPSpanExporter as GrpcExporter
 
@@ -116,13 +132,15 @@ def own_provider(attributes: dict[str, str], environ: Mapping[str, str]) -> Any:
 
 
 class StepTracer:
-    """Decides which steps to keep and turns a kept step and its phases into spans."""
+    """Decides which steps to keep and turns a kept step and its phases into spans: through `provider`, else
+    through a provider of its own with `attributes` as resource and the exporter `environ` asks for."""
 
     def __init__(
         self,
         provider: Any,
+        attributes: dict[str, str],
+        environ: Mapping[str, str],
         *,
-        owned: bool,
         seed: str,
         slow_factor: float,
         slow_quantile: float,
@@ -137,11 +155,12 @@ class StepTracer:
             raise ValueError(f"slow_window {slow_window!r}: expected a positive integer")
         if not 0 <= sample_share <= 1:
             raise ValueError(f"sample_share {sample_share!r}: expected a number in [0, 1]")
+        # Built after the checks: a refused keyword must not leave an export thread behind.
+        self.owned = provider is None
+        self.provider = own_provider(attributes, environ) if provider is None else provider
         from opentelemetry import trace
 
-        self.provider = provider
-        self.owned = owned
-        self.tracer = provider.get_tracer("hpcobs_training")
+        self.tracer = self.provider.get_tracer("hpcobs_training")
         self.in_parent = trace.set_span_in_context
         self.durations = SlidingQuantile(slow_window, slow_quantile)
         self.slow_factor = slow_factor

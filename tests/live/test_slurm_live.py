@@ -160,10 +160,12 @@ class Slurm:
                 pytest.skip(f"slurmd cannot start here: its GPU device files need mknod ({error.strerror})")
 
     def _install_scripts(self) -> None:
-        """As docs/slurm.md installs them: the three files in a directory of root's, the configuration beside them,
-        the directories left for the scripts to make (and check)."""
+        """As docs/slurm.md installs them: the prolog, epilog and jobs' metrics reader in a directory of root's, the
+        configuration beside them, the directories left for the scripts to make (and check)."""
         self.scripts.mkdir(mode=0o755)
-        for name, mode in (("prolog", 0o755), ("epilog", 0o755), ("hpcobs_slurm.py", 0o644)):
+        scripts = ("prolog", "epilog", "job-metrics")
+        modules = ("hpcobs_slurm.py", "hpcobs_job_metrics.py")
+        for name, mode in [(name, 0o755) for name in scripts] + [(name, 0o644) for name in modules]:
             shutil.copy(ROOT / "slurm" / name, self.scripts / name)
             (self.scripts / name).chmod(mode)
         settings = {
@@ -443,7 +445,7 @@ def fast_rule_files(config, folder: Path) -> list[Path]:
 
 @pytest.fixture(scope="module")
 def monitoring(slurm, config, tmp_path_factory) -> Iterator[Prometheus]:
-    """node_exporter on the textfile directory, a second one (as nobody) on the jobs' own metrics directories,
+    """node_exporter on the textfile directory, slurm/job-metrics (as nobody) on the jobs' own metrics directories,
     the dcgm-exporter stand-in on the mapping directory, and Prometheus scraping them with the generated recording
     rules, as docs/slurm.md sets them up.
 
@@ -461,12 +463,8 @@ def monitoring(slurm, config, tmp_path_factory) -> Iterator[Prometheus]:
         [NODE_EXPORTER, "--collector.disable-defaults", "--collector.textfile",
          f"--collector.textfile.directory={slurm.textfile}", f"--web.listen-address=127.0.0.1:{port}"],
     )  # fmt: skip
-    daemons.start(
-        "node_exporter_jobs",
-        [NODE_EXPORTER, "--collector.disable-defaults", "--collector.textfile",
-         f"--collector.textfile.directory={slurm.job_metrics}/*", f"--web.listen-address=127.0.0.1:{jobs_port}"],
-        user=NOBODY,
-    )  # fmt: skip
+    reader = [str(slurm.scripts / "job-metrics"), "--listen", f"127.0.0.1:{jobs_port}"]
+    daemons.start("job_metrics", reader, user=NOBODY)
     cluster_labels = Context(config).cluster_labels
 
     def scrape(labels: dict[str, str], address: str, exporter_port: int) -> dict:
@@ -490,7 +488,7 @@ def monitoring(slurm, config, tmp_path_factory) -> Iterator[Prometheus]:
             )
             try:
                 prometheus.start()
-                wait_until(lambda: _up(prometheus) == 3, "Prometheus scraping both node_exporters and the stand-in")
+                wait_until(lambda: _up(prometheus) == 3, "Prometheus scraping node_exporter, job-metrics, the stand-in")
                 prometheus.ready_seconds = time.monotonic() - began
                 yield prometheus
             finally:
@@ -511,17 +509,18 @@ def test_recording_rules_count_the_gpus_of_each_job_user_and_account(slurm, moni
     record_property(MEASUREMENT, f"slurm: node_exporter, stand-in and Prometheus up in {monitoring.ready_seconds:.1f}s")
     began = time.monotonic()
     two_gpus = slurm.submit("two GPUs", "--gres=gpu:2", "--account=ml_lab", f"--job-name={JOB_NAME}")
-    # The job of nobody attacks: it tries to write job info where root does, and forges job info claiming the
-    # other job in its own metrics directory, with the scrape job label of the trusted node_exporter.
-    forged = (
-        "# HELP hpcobs_slurm_job_info forged\n# TYPE hpcobs_slurm_job_info gauge\n"
-        f'hpcobs_slurm_job_info{{hpc_job="{two_gpus}",user="mallory",account="stolen",partition="{PARTITION}",'
+    # The job of nobody attacks: it tries to write job info where root does, and forges job info in its own
+    # metrics directory, with the scrape job label of the trusted node_exporter, claiming the other job (refused by
+    # job-metrics) and its own job for another owner (served).
+    forged = "# HELP hpcobs_slurm_job_info forged\n# TYPE hpcobs_slurm_job_info gauge\n" + "".join(
+        f'hpcobs_slurm_job_info{{hpc_job="{job}",user="mallory",account="stolen",partition="{PARTITION}",'
         'job_name="",qos="",job="node"} 1\n'
+        for job in (two_gpus, "%s")  # printf puts the job's own id in place of %s
     )
     own = f"{slurm.job_metrics}/$SLURM_JOB_ID"
     attack = (
         f"if printf x > {slurm.textfile}/hpcobs_job_$SLURM_JOB_ID.prom 2>/dev/null; then r=wrote; else r=refused; fi; "
-        f"echo $r > {own}/attempt; printf {shlex.quote(forged)} > {own}/forged.prom; "
+        f"echo $r > {own}/attempt; printf {shlex.quote(forged)} $SLURM_JOB_ID > {own}/forged.prom; "
     )
     one_gpu = slurm.submit(
         "one GPU", "--gres=gpu:1", "--account=vision", f"--uid={NOBODY}", "--gid=nogroup", first=attack
@@ -553,12 +552,14 @@ def test_recording_rules_count_the_gpus_of_each_job_user_and_account(slurm, moni
     assert settled(counted, expected) == expected
     # The job name went through Slurm, the prolog's escaping, node_exporter and Prometheus unchanged.
     assert by(monitoring, f'hpcobs_slurm_job_info{{hpc_job="{two_gpus}",job="node"}}', "job_name") == {(JOB_NAME,): 1}
-    # The forgery was scraped, from the jobs' node_exporter, its `job` label kept aside by Prometheus: the rules,
-    # which read job info from job="node" alone, never saw it.
+    # The forgery of its own job was scraped, from job-metrics, its `job` label kept aside by Prometheus: the
+    # rules, which read job info from job="node" alone, never saw it. The one naming the other job was refused.
     forgery = 'hpcobs_slurm_job_info{user="mallory"}'
     assert wait_until(lambda: by(monitoring, forgery, "job", "exported_job", "hpc_job"), "the forged series") == {
-        ("training", "node", two_gpus): 1
+        ("training", "node", one_gpu): 1
     }
+    refused = "hpcobs_job_metrics_refused_lines"
+    assert by(monitoring, refused, "hpc_job", "reason") == {(one_gpu, "other_job"): 1}
     assert (slurm.job_metrics / one_gpu / "attempt").read_text() == "refused\n"
     assert settled(counted, expected) == expected
     for tag in ("two GPUs", "one GPU", "other account"):

@@ -1,23 +1,5 @@
-// Reads a JSON list of LogQL expressions on stdin; prints a JSON list with, for each, null if Grafana's
-// LogQL grammar parses it without error nodes, else the first error's position and a snippet.
+// Grafana's LogQL grammar on a JSON list of expressions (stdin): null or the first error for each (stdout).
 import { parser } from '@grafana/lezer-logql';
+import { check } from '../lezer_check.mjs';
 
-let input = '';
-for await (const chunk of process.stdin) input += chunk;
-
-const check = (expr) => {
-  let error = null;
-  parser.parse(expr).iterate({
-    enter: (node) => {
-      if (error === null && node.type.isError) {
-        const at = node.from;
-        error = `syntax error at ${at}: ${JSON.stringify(expr.slice(Math.max(0, at - 20), at))}` +
-          ` ⚠ ${JSON.stringify(expr.slice(at, at + 20))}`;
-      }
-      return error === null;
-    },
-  });
-  return error;
-};
-
-process.stdout.write(JSON.stringify(JSON.parse(input).map(check)) + '\n');
+await check(parser);

@@ -6,9 +6,7 @@ textfile collector (docs/contracts.md#job-info).
 from __future__ import annotations
 
 from collections.abc import Callable, Iterator
-from itertools import chain
 
-from hpcobs.exporters.labels import gpu_uuid
 from hpcobs.lang import promregex
 from hpcobs.proof.simulate.core import Family, accumulate, seeded, to_unit, where, window_mask
 from hpcobs.proof.simulate.model import (
@@ -53,10 +51,9 @@ COLLECTORS = (
 # which docs/exporters.md asks for); mlx5 hw_counters stay off.
 OPTIONAL_COLLECTED = ("nfs_mount_read_bytes", "nfs_mount_write_bytes")
 NFS_METHODS = ("Access", "Getattr", "Lookup", "Read", "Write")
-# slurm/hpcobs-slurm.conf's defaults: root's textfile directory, and the jobs' own metrics directories, read
-# by two node_exporters (docs/slurm.md#security); node_exporter 1.5 names each file by its full path.
+# slurm/hpcobs-slurm.conf's default: root's textfile directory, read by node_exporter (docs/slurm.md#security);
+# node_exporter 1.5 names each file by its full path.
 TEXTFILE_DIR = "/var/lib/prometheus/node-exporter"
-JOB_METRICS_DIR = "/run/hpcobs-jobs"
 BOOT_AGO = 12 * 86400
 # A rebooted node's kernel started this long before node_exporter answers again (services, then the exporter).
 BOOT_TO_FIRST_SCRAPE = 120
@@ -447,31 +444,7 @@ def node_exporter_families(sim) -> Iterator[Family]:
         per_node = _per_node(sim, signal)
         if per_node is None:
             continue
-        series = _node_series(sim, "node_exporter", metric, per_node)
-        if signal == "textfile_mtime":
-            series = chain(series, _node_series(sim, "training", metric, _job_metrics_mtime(sim)))
-        yield Family(metric.name, metric.type, metric.help, series)
-
-
-def _job_metrics_mtime(sim):
-    """The jobs' node_exporter's files: NCCL Inspector's per-GPU dumps in each job's own directory, rewritten
-    every 30 s while the job runs."""
-    n = sim.window.steps
-
-    def series(node: Node):
-        if not sim.enabled("nccl_inspector"):
-            return
-        for job in sim.cluster.jobs_on(node.index):
-            if job.nccl:
-                running = sim.activity.running(job)
-                r = seeded(sim.seed, "node", "textfile_mtime", node.name, job.id)
-                for gpu in job.gpus_on(node.index):
-                    yield (
-                        {"file": f"{JOB_METRICS_DIR}/{job.id}/nccl_inspector_metrics_{gpu_uuid(node.name, gpu)}.prom"},
-                        where(running, [sim.window.time(i) - r.randrange(30) for i in range(n)]),
-                    )
-
-    return series
+        yield Family(metric.name, metric.type, metric.help, _node_series(sim, "node_exporter", metric, per_node))
 
 
 def _node_series(sim, exporter: str, metric, per_node, nodes=None):

@@ -26,7 +26,7 @@ from hpcobs.settings.config import Config
 from hpcobs.settings.thresholds import Thresholds
 
 # Exporters whose series another exporter's target serves from its textfile directory (same target, same `up`):
-# NCCL Inspector's dumps are written by the job, into its own metrics directory, read by the jobs' node_exporter
+# NCCL Inspector's dumps are written by the job, into its own metrics directory, read by slurm/job-metrics
 # that also serves the training metrics (docs/slurm.md#security).
 SERVED_BY = {"nccl_inspector": "training"}
 
