@@ -232,8 +232,12 @@ def _straggler(jobs: _TestJob) -> Alert:
     straggling = (
         f"job:training_slowest_rank:step_seconds and on ({cluster}, hpc_job) job:training_straggler:ratio < {ratio}"
     )
-    # The phase in which the slowest rank loses the most against the median rank, when it loses time in any.
-    slow_phase = f"topk by ({cluster}, hpc_job) (1, job:training_slowest_rank:phase_excess_seconds > 0)"
+    # The phase in which the slowest rank spends the most seconds per step beyond the median rank, when it spends
+    # more in any.
+    excess = (
+        f"job:training_slowest_rank:phase_seconds - on ({cluster}, hpc_job, phase) job:training_phase_seconds:median"
+    )
+    slow_phase = f"topk by ({cluster}, hpc_job) (1, {excess} > 0)"
     fault = round(0.5 / ratio / 0.9, 3)
     return jobs.job_alert(
         "TrainingStraggler",

@@ -375,11 +375,7 @@ def _where_time_goes(ctx: Context) -> Row:
                 "Seconds per step in each phase: median rank and slowest rank",
                 [
                     Query(f"job:training_phase_seconds:median{{{job}}}", "{{phase}}, median rank"),
-                    # Without the rank: the slowest rank changes over time, its phase stays one line.
-                    Query(
-                        f"max without (rank, node) (job:training_slowest_rank:phase_seconds{{{job}}})",
-                        "{{phase}}, slowest rank",
-                    ),
+                    Query(f"job:training_slowest_rank:phase_seconds{{{job}}}", "{{phase}}, slowest rank"),
                 ],
                 unit="s",
                 width=9,
@@ -390,7 +386,8 @@ def _where_time_goes(ctx: Context) -> Row:
             ),
             timeseries(
                 "Slowest rank's excess over the median rank, per phase",
-                f"job:training_slowest_rank:phase_excess_seconds{{{job}}}",
+                f"job:training_slowest_rank:phase_seconds{{{job}}} - on ({cluster}, hpc_job, phase) "
+                f"job:training_phase_seconds:median{{{job}}}",
                 legend="{{phase}}",
                 unit="s",
                 width=7,
