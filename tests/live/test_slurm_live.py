@@ -160,14 +160,7 @@ class Slurm:
                 pytest.skip(f"slurmd cannot start here: its GPU device files need mknod ({error.strerror})")
 
     def _install_scripts(self) -> None:
-        """As docs/slurm.md installs them: the prolog, epilog and jobs' metrics reader in a directory of root's, the
-        configuration beside them, the directories left for the scripts to make (and check)."""
-        self.scripts.mkdir(mode=0o755)
-        scripts = ("prolog", "epilog", "job-metrics")
-        modules = ("hpcobs_slurm.py", "hpcobs_job_metrics.py")
-        for name, mode in [(name, 0o755) for name in scripts] + [(name, 0o644) for name in modules]:
-            shutil.copy(ROOT / "slurm" / name, self.scripts / name)
-            (self.scripts / name).chmod(mode)
+        """As docs/slurm.md installs them, the directories left for the scripts to make (and check)."""
         settings = {
             "textfile_dir": self.textfile,
             "dcgm_mapping_dir": self.mapping_dir,
@@ -176,9 +169,7 @@ class Slurm:
             "state_dir": self.state,
             "query_scontrol": "yes",
         }
-        config = self.scripts / "hpcobs-slurm.conf"
-        config.write_text("".join(f"{k} = {v}\n" for k, v in settings.items()))
-        config.chmod(0o644)
+        install_scripts(self.scripts, settings)
 
     def _write_config(self) -> None:
         root, ctld_port, slurmd_port = self.root, free_port(), free_port()
@@ -292,6 +283,20 @@ PartitionName={PARTITION} Nodes={self.node} Default=YES MaxTime=INFINITE State=U
         deadline = time.monotonic() + WAIT
         while self.run("squeue", "--noheader", "--format=%A", check=False) and time.monotonic() < deadline:
             time.sleep(POLL)
+
+
+def install_scripts(directory: Path, settings: dict[str, object]) -> None:
+    """As docs/slurm.md installs them: the prolog, epilog and jobs' metrics reader in a new directory of root's, the
+    configuration (`settings`) beside them."""
+    directory.mkdir(mode=0o755)
+    scripts = ("prolog", "epilog", "job-metrics")
+    modules = ("hpcobs_slurm.py", "hpcobs_job_metrics.py")
+    for name, mode in [(name, 0o755) for name in scripts] + [(name, 0o644) for name in modules]:
+        shutil.copy(ROOT / "slurm" / name, directory / name)
+        (directory / name).chmod(mode)
+    config = directory / "hpcobs-slurm.conf"
+    config.write_text("".join(f"{k} = {v}\n" for k, v in settings.items()))
+    config.chmod(0o644)
 
 
 def _expand(ranges: str) -> list[int]:
