@@ -47,6 +47,7 @@ from hpcobs.exporters.sources import Sources
 from hpcobs.lang.promql import duration_seconds
 from hpcobs.proof.servers import Prometheus, free_port
 from hpcobs.settings import config as config_module
+from hpcobs.settings.config import Config
 from hpcobs.settings.names import DashboardUid
 from hpcobs.targets.prometheus import RULES_DIR
 from tests.conftest import MEASUREMENT
@@ -60,8 +61,7 @@ pytestmark = pytest.mark.live
 JOB = "4242"
 RANKS = {str(rank): "n1" if rank < 4 else "n2" for rank in range(8)}
 SLOW_RANK = "5"
-# Scrape and rule evaluation every 5 s; TrainingStraggler after 15 s of straggling (a whole rate window, 20 s, has
-# passed by the time the ratio first falls).
+# Scrape and rule evaluation every 5 s, TrainingStraggler after 15 s of straggling: it fires within a minute.
 SITE = """\
 scrape_interval: 5s
 thresholds:
@@ -162,7 +162,7 @@ def _value(value) -> object:
 class Job:
     """The running job and what watches it."""
 
-    config: dict
+    config: Config
     prometheus: Prometheus
     traces: TraceReceiver
     job_dirs: dict[str, Path]
@@ -172,7 +172,7 @@ class Job:
     timings: list[str] = field(default_factory=list)
 
     def steps(self) -> dict[str, int]:
-        """Each rank's steps, from its own textfile as the reader serves it."""
+        """Each rank's steps, as its textfile says."""
         counted = {}
         for rank, node in RANKS.items():
             path = self.job_dirs[node] / f"hpcobs_training_{JOB}_rank{rank}.prom"
@@ -193,7 +193,7 @@ class Job:
         return self.steps()
 
 
-def _site(folder: Path, cache_dir: Path):
+def _site(folder: Path, cache_dir: Path) -> tuple[Config, list[Path]]:
     """The site's config and its generated Prometheus rule files, the training rule tests passing at its thresholds
     (promtool, as the build runs them)."""
     (folder / "site.yaml").write_text(SITE)
@@ -400,8 +400,8 @@ def test_the_dashboard_per_rank_and_phase_panels_put_the_straggler_first(job):
     for query, samples in ranks.items():
         top = max(samples, key=lambda s: s.value)
         assert (top.labels["rank"], top.labels["node"]) == (SLOW_RANK, RANKS[SLOW_RANK]), (query, samples)
-        if "job:training_step_seconds:median" in query:
-            # The "x median rank" column: the straggler red, every other rank green.
+        if "median" in query:
+            # An "x median rank" column: the straggler (its data phase) red, every other rank (phase) green.
             assert top.value > highlight, (query, samples)
             assert all(s.value < highlight for s in samples if s is not top), (query, samples)
     for query, samples in phases.items():
@@ -456,7 +456,7 @@ def test_the_sampler_keeps_the_straggler_slow_steps_and_the_tempo_links_select_t
     for span in step_spans:
         assert set(hpcobs_training.SPAN_ATTRIBUTES) <= span.attributes.keys(), span.attributes
         phases = children.get(span.span_id, [])
-        assert sorted(p.name for p in phases) == ["backward", "data", "forward", "optimizer"], span
+        assert sorted(p.name for p in phases) == sorted(PHASE_SECONDS), span
         assert all(p.trace_id == span.trace_id for p in phases)
     slow = [s for s in step_spans if s.attributes["hpcobs.slow"] is True]
     # Every slow step of rank 5, and nothing else, kept as slow.
@@ -472,7 +472,7 @@ def test_the_sampler_keeps_the_straggler_slow_steps_and_the_tempo_links_select_t
         others = sum(seconds for name, seconds in phases.items() if name != "data")
         assert phases["data"] > others, phases
         assert phases["data"] >= PHASE_SECONDS["data"] * SLOW_DATA_FACTOR, phases
-    # The rest kept at the sample share: a few, from every kind of rank.
+    # The other steps kept at the sample share: some, and far fewer than 3% of them.
     rest = [s for s in step_spans if s.attributes["hpcobs.slow"] is False]
     fast_steps = sum(steps.values()) - len(slow)
     assert 0 < len(rest) <= SHARE_BOUND * fast_steps, (len(rest), fast_steps)
