@@ -351,7 +351,6 @@ def _where_time_goes(ctx: Context) -> Row:
                 ],
                 unit="s",
                 width=9,
-                shows=("straggler",),
                 description="Seconds per step each phase takes on the median rank and on the slowest rank (the one "
                 "\"Slowest rank now\" names): two lines per phase, whatever the job's size. A straggler's slow "
                 f"phase is the one whose two lines part. {no_phases}",
@@ -363,7 +362,6 @@ def _where_time_goes(ctx: Context) -> Row:
                 legend="{{phase}}",
                 unit="s",
                 width=7,
-                shows=("straggler",),
                 description="Seconds per step the slowest rank spends in each phase beyond the median rank: the "
                 f"highest line is the phase TrainingStraggler names. {no_phases}",
             ),
@@ -383,7 +381,6 @@ def _where_time_goes(ctx: Context) -> Row:
                 width=8,
                 sort_by=("x median rank",),
                 label_links={"node": common.node_link(ctx)},
-                shows=("straggler",),
                 description=f'Each phase of the job\'s {SLOWEST_RANKS} slowest ranks (as "Slowest ranks now" '
                 "picks them): its seconds per step and that against the median rank's in the same phase, largest "
                 f"first; red above {straggler:.3g}x, the straggler's slow phase on top (raw training series of this "
