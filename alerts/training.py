@@ -139,6 +139,27 @@ def rank_series(
     return out
 
 
+def phase_series(
+    ctx: Context, phases: dict[tuple[str, str], dict[str, float]], length: int, job: str = "42"
+) -> list[Series]:
+    """Per-rank phase counters of one job, as rank_series() steps it (4 steps a scrape): each (rank, node)'s seconds
+    per step in each phase."""
+    return [
+        series(
+            ctx,
+            "training",
+            "phase_seconds",
+            counter([(4.0 * seconds, length)]),
+            node=node,
+            hpc_job=job,
+            rank=rank,
+            phase=phase,
+        )
+        for (rank, node), per_phase in phases.items()
+        for phase, seconds in per_phase.items()
+    ]
+
+
 def groups(ctx: Context) -> list[Group]:
     jobs = _TestJob(ctx)
     rules = [
@@ -188,46 +209,76 @@ class _TestJob:
         )
 
 
+# Seconds per step in each phase of a balanced rank of the straggler's cases (0.4 s of its 0.5 s step timed).
+BALANCED_PHASES = {"data": 0.05, "forward": 0.1, "backward": 0.15, "comm": 0.1}
+
+
 def _straggler(jobs: _TestJob) -> Alert:
     ctx, ratio, for_ = jobs.ctx, jobs.thresholds.training_straggler_ratio, jobs.thresholds.training_straggler_for
+    cluster = ctx.cluster
     when = timing(ctx, for_, 1)
+    length = when.hold // when.step + 20
 
-    def four_ranks(slowest: float) -> list[Series]:
-        return (
-            rank_series(
-                ctx,
-                {("0", "n1"): 0.5, ("1", "n1"): 0.5, ("2", "n2"): 0.5, ("3", "n2"): slowest},
-                length=when.hold // when.step + 20,
-            )
-            + jobs.info
-        )
+    def four_ranks(slowest: float, slow_phase: str | None = None) -> list[Series]:
+        """Ranks 0-2 at 0.5 s a step and rank 3 at `slowest`; with a slow phase, every rank times its phases and
+        rank 3 spends its extra time in that one."""
+        step_times = {("0", "n1"): 0.5, ("1", "n1"): 0.5, ("2", "n2"): 0.5, ("3", "n2"): slowest}
+        phases = {}
+        if slow_phase is not None:
+            phases = {rank: BALANCED_PHASES for rank in step_times}
+            phases[("3", "n2")] = {**BALANCED_PHASES, slow_phase: BALANCED_PHASES[slow_phase] + slowest - 0.5}
+        return rank_series(ctx, step_times, length=length) + phase_series(ctx, phases, length) + jobs.info
 
+    straggling = (
+        f"job:training_slowest_rank:step_seconds and on ({cluster}, hpc_job) job:training_straggler:ratio < {ratio}"
+    )
+    # The phase in which the slowest rank spends the most seconds per step beyond the median rank, when it spends
+    # more in any.
+    excess = (
+        f"job:training_slowest_rank:phase_seconds - on ({cluster}, hpc_job, phase) job:training_phase_seconds:median"
+    )
+    slow_phase = f"topk by ({cluster}, hpc_job) (1, {excess} > 0)"
+    # Joined as 1 (`> bool 0`), so that the alert's value stays the slowest rank's step time.
+    fault = round(0.5 / ratio / 0.9, 3)
     return jobs.job_alert(
         "TrainingStraggler",
         severity="warning",
         team=Team.JOB_OWNER,
         expr=owned(
             ctx,
-            f"job:training_slowest_rank:step_seconds and on ({ctx.cluster}, hpc_job) "
-            f"job:training_straggler:ratio < {ratio}",
+            f"({straggling}) * on ({cluster}, hpc_job) group_left (phase) ({slow_phase} > bool 0) "
+            f"or on ({cluster}, hpc_job) {straggling}",
         ),
         for_=for_,
         summary="One rank of a training job is much slower than the others.",
         description=f"{jobs.job}: rank {label('rank')} on {label('node')} has been the slowest for {for_}, with the "
-        f"median rank's step time under {ratio} of its own; the whole job runs at its pace. Check that "
-        "node's GPUs (clocks, thermals, PCIe) and drain it if it is the hardware.",
+        f"median rank's step time under {ratio} of its own; the whole job runs at its pace. It is slow in its "
+        f"{label('phase')} phase (the one it exceeds the median rank in the most; blank when the job times no "
+        "phase): data is the input pipeline or the filesystem, forward or backward that node's GPUs (clocks, "
+        "thermals, PCIe), comm the fabric. Drain the node if it is the hardware.",
         fired_by=("straggler",),
         **standard_cases(
             when,
-            fault=f"a slowest rank just under the {ratio} ratio",
-            fault_series=four_ranks(round(0.5 / ratio / 0.9, 3)),
-            expect=jobs.owned(rank="3", node="n2"),
+            fault=f"a slowest rank just under the {ratio} ratio, slow in its data phase",
+            fault_series=four_ranks(fault, "data"),
+            expect=jobs.owned(rank="3", node="n2", phase="data"),
             healthy="balanced ranks",
-            healthy_series=four_ranks(0.5),
+            healthy_series=four_ranks(0.5, "data"),
             pending=f"straggling for less than {for_}",
+            also_fires=[
+                when.fires(
+                    "slow in its comm phase", four_ranks(fault, "comm"), jobs.owned(rank="3", node="n2", phase="comm")
+                ),
+                when.fires(
+                    "a job that times no phase: no phase named", four_ranks(fault), jobs.owned(rank="3", node="n2")
+                ),
+            ],
             # A slowest rank whose ratio median / slowest sits just above the threshold.
             also_silent=[
-                when.silent(f"a slowest rank just above the {ratio} ratio", four_ranks(round(0.5 / ratio * 0.97, 3)))
+                when.silent(
+                    f"a slowest rank just above the {ratio} ratio", four_ranks(round(0.5 / ratio * 0.97, 3), "data")
+                ),
+                when.silent(f"without phases, just above the {ratio} ratio", four_ranks(round(0.5 / ratio * 0.97, 3))),
             ],
         ),
     )

@@ -1,5 +1,5 @@
-"""Training: one job ($hpc_job) — who runs it and whether it is well, its progress, stragglers, NCCL, its GPUs,
-its logs and traces (docs/dashboards.md).
+"""Training: one job ($hpc_job) — who runs it and whether it is well, its progress, stragglers, where the time
+of its steps goes, NCCL, its GPUs, its logs and traces (docs/dashboards.md).
 
 Job-level series are recorded, per node where a job spans many (a job on 8,192 GPUs has 1,024 nodes and
 8,192 ranks); the raw series read here (per-rank step time, GPU memory) are those of ONE job, selected
@@ -74,21 +74,16 @@ def _started(ctx: Context) -> str:
     return f"time() - {ctx.select('job_info', ['job_run_time'], ('hpc_job',), where=where)}"
 
 
+def _per_rank(ctx: Context, signal: str, window: str, by: tuple[str, ...] = ("rank", "node")) -> str:
+    """The rate over `window` of a training signal of each rank of the selected job (raw series: read at one
+    instant only)."""
+    return ctx.select("training", [signal], by, op="sum", where=_raw_job(ctx), over=lambda e: f"rate({e}[{window}])")
+
+
 def _rank_step_seconds(ctx: Context, window: str) -> str:
     """Each rank's step time over `window`, as the recording rules compute it (rate of step seconds over rate of
     steps), from the selected job's raw series."""
-
-    def per_rank(signal: str) -> str:
-        return ctx.select(
-            "training",
-            [signal],
-            ("rank", "node"),
-            op="sum",
-            where=_raw_job(ctx),
-            over=lambda expr: f"rate({expr}[{window}])",
-        )
-
-    return f"{per_rank('step_seconds')} / ({per_rank('steps')} > 0)"
+    return f"{_per_rank(ctx, 'step_seconds', window)} / ({_per_rank(ctx, 'steps', window)} > 0)"
 
 
 def _traces(ctx: Context, *conditions: tuple[str, traceql.Value]) -> str:
@@ -284,10 +279,16 @@ def _progress_over_time(ctx: Context) -> list[Panel]:
     ]
 
 
+def _slowest_ranks(ctx: Context) -> str:
+    """The SLOWEST_RANKS slowest ranks of the job and their step time, as the recording rules compute a rank's
+    (rate of step seconds over rate of steps)."""
+    return f"topk({SLOWEST_RANKS}, {_rank_step_seconds(ctx, '$__rate_interval')})"
+
+
 def _ranks(ctx: Context) -> list[Panel]:
     """The slowest ranks now (raw training series of this job, one instant read) and the loss."""
     job = _job(ctx)
-    slowest = f"topk({SLOWEST_RANKS}, {_rank_step_seconds(ctx, '$__rate_interval')})"
+    slowest = _slowest_ranks(ctx)
     rank_traces = Link(
         "Slow steps of rank ${__data.fields.rank} in Tempo",
         _slow_steps(ctx, (RANK_ATTRIBUTE, traceql.GrafanaVariable("__data.fields.rank"))),
@@ -352,6 +353,68 @@ def _ranks(ctx: Context) -> list[Panel]:
 
 def _progress(ctx: Context) -> Row:
     return Row("Progress", [*_progress_now(ctx), *_progress_over_time(ctx), *_ranks(ctx)])
+
+
+def _where_time_goes(ctx: Context) -> Row:
+    """Seconds per step in each phase the job times (the helper's tracker.phase): the median rank against the
+    slowest over time (records: two lines per phase), and the slowest ranks' phases now (raw, one instant)."""
+    job, cluster = _job(ctx), ctx.cluster
+    straggler = 1 / ctx.thresholds.training_straggler_ratio
+    phases = _per_rank(ctx, "phase_seconds", "$__rate_interval", ("rank", "node", "phase"))
+    per_step = (
+        f"{phases} / on ({cluster}, rank, node) group_left () ({_per_rank(ctx, 'steps', '$__rate_interval')} > 0)"
+    )
+    slowest_phases = f"{per_step} and on ({cluster}, rank, node) {_slowest_ranks(ctx)}"
+    no_phases = "A job that times no phase (no hpcobs_training_phase_seconds_total) draws nothing here."
+    return Row(
+        "Where time goes",
+        [
+            timeseries(
+                "Seconds per step in each phase: median rank and slowest rank",
+                [
+                    Query(f"job:training_phase_seconds:median{{{job}}}", "{{phase}}, median rank"),
+                    Query(f"job:training_slowest_rank:phase_seconds{{{job}}}", "{{phase}}, slowest rank"),
+                ],
+                unit="s",
+                width=9,
+                description="Seconds per step each phase takes on the median rank and on the slowest rank (the one "
+                "\"Slowest rank now\" names): two lines per phase, whatever the job's size. A straggler's slow "
+                f"phase is the one whose two lines part. {no_phases}",
+            ),
+            timeseries(
+                "Slowest rank's excess over the median rank, per phase",
+                f"job:training_slowest_rank:phase_seconds{{{job}}} - on ({cluster}, hpc_job, phase) "
+                f"job:training_phase_seconds:median{{{job}}}",
+                legend="{{phase}}",
+                unit="s",
+                width=7,
+                description="Seconds per step the slowest rank spends in each phase beyond the median rank: the "
+                f"highest line is the phase TrainingStraggler names. {no_phases}",
+            ),
+            table(
+                "Slowest ranks' phases now",
+                [
+                    Column(slowest_phases, "Seconds per step", unit="s"),
+                    Column(
+                        f"({slowest_phases}) / on ({cluster}, phase) group_left () "
+                        f"job:training_phase_seconds:median{{{job}}}",
+                        "x median rank",
+                        ((None, "green"), (straggler, "red")),
+                        cell="color-text",
+                    ),
+                ],
+                labels=["rank", "node", "phase"],
+                width=8,
+                sort_by=("x median rank",),
+                label_links={"node": common.node_link(ctx)},
+                description=f'Each phase of the job\'s {SLOWEST_RANKS} slowest ranks (as "Slowest ranks now" '
+                "picks them): its seconds per step and that against the median rank's in the same phase, largest "
+                f"first; red above {straggler:.3g}x, the straggler's slow phase on top (raw training series of this "
+                "job, read at one instant and bounded by the slowest ranks times their phases); click a node for "
+                f"its own view. {no_phases}",
+            ),
+        ],
+    )
 
 
 def _nccl(ctx: Context) -> Row:
@@ -510,7 +573,7 @@ def dashboard(ctx: Context) -> DashboardSpec:
         uid=UID,
         title=common.TITLES[UID],
         description="One training job: who runs it, its state and efficiency and its alerts; step time, stragglers, "
-        "throughput, loss, NCCL, its GPUs, logs and traces.",
+        "throughput, loss, where the time of a step goes, NCCL, its GPUs, logs and traces.",
         tags=("hpcobs", "training"),
         variables=(
             common.cluster_variable(ctx),
@@ -544,7 +607,7 @@ def dashboard(ctx: Context) -> DashboardSpec:
             common.log_selector(ctx),
             common.log_node_label(ctx),
         ),
-        rows=(_header(ctx), _progress(ctx), _gpus(ctx), _nccl(ctx), _logs_and_traces(ctx)),
+        rows=(_header(ctx), _progress(ctx), _where_time_goes(ctx), _gpus(ctx), _nccl(ctx), _logs_and_traces(ctx)),
         links=(
             *common.others(UID),
             Link("Slow steps of the rank (Tempo)", _slow_steps(ctx, (RANK_ATTRIBUTE, RANK))),

@@ -3,10 +3,10 @@
 A rank's step time is the rate of its step-seconds counter over the rate of its step counter (robust to
 scrape timing, unlike a last-step gauge). Per job: fastest, median and slowest rank, the straggler
 ratio median / slowest (nvidia-resiliency-ext scores a rank reference / own time and flags < 0.75),
-the slowest rank's identity, throughput, the loss, and NCCL collective time and bus bandwidth per group of like
-collectives (collective, message-size bucket, communicator shape: LIKE). The training dashboard reads these rather
-than the ranks: a job on 8,192 GPUs has 8,192 ranks, and a panel over the ranks reads all of them at every point it
-draws.
+the slowest rank's identity, where the time of a step goes (seconds per step in each phase: the median rank's and
+the slowest rank's), throughput, the loss, and NCCL collective time and bus bandwidth per group of like collectives
+(collective, message-size bucket, communicator shape: LIKE). The training dashboard reads these rather than the
+ranks: a job on 8,192 GPUs has 8,192 ranks, and a panel over the ranks reads all of them at every point it draws.
 """
 
 from hpcobs.authoring.context import Context
@@ -34,6 +34,10 @@ NVLINK_8_RANKS = {"n_nodes": "1", "nranks": "8"}
 STEPS_PER_SECOND = 1 / 8
 TOKENS_PER_SECOND = 100
 FLOPS_PER_SECOND = 1e14
+# Seconds per step in each phase of job 42's ranks (binary fractions: exact rates): the balanced ranks time 0.4375 s
+# of their 0.5 s steps, the straggler (rank 3, 1 s steps) loses its extra 0.5 s in its input pipeline.
+BALANCED_PHASES = {"data": 0.0625, "forward": 0.125, "backward": 0.1875, "comm": 0.0625}
+STRAGGLER_PHASES = {**BALANCED_PHASES, "data": 0.5625}
 
 
 def groups(ctx: Context) -> list[Group]:
@@ -55,6 +59,9 @@ def groups(ctx: Context) -> list[Group]:
         Group("hpcobs-training-nccl", domain="training", interval=ctx.evaluation_interval, rules=_collectives(ctx)),
         # From the recorded statistics: the ranks are read once per statistic, not again for the ratio.
         Group("hpcobs-training-job", domain="training", interval=ctx.evaluation_interval, rules=[_straggler(ctx)]),
+        # The phases beside the step times: a rank times up to a handful of phases, so these read a few times the
+        # step-time group's series.
+        Group("hpcobs-training-phases", domain="training", interval=ctx.evaluation_interval, rules=_phases(ctx)),
     ]
 
 
@@ -89,9 +96,34 @@ def _ranks(
     return out
 
 
+def _phase_series(ctx: Context, phases: dict[tuple[str, str], dict[str, float]], job: str = "42") -> list[Series]:
+    """The phase counters of each (rank, node) of a job, given its seconds per step in each phase."""
+    t = ctx.timeline
+    return [
+        series(
+            ctx,
+            "training",
+            "phase_seconds",
+            t.rising(STEPS_PER_SECOND * seconds, t.span),
+            node=node,
+            hpc_job=job,
+            rank=rank,
+            phase=phase,
+        )
+        for (rank, node), per_phase in phases.items()
+        for phase, seconds in per_phase.items()
+    ]
+
+
 def _straggling(ctx: Context) -> list[Series]:
     """Job 42: rank 3 takes twice as long per step as the others."""
     return _ranks(ctx, {("0", "n1"): 0.5, ("1", "n1"): 0.5, ("2", "n2"): 0.5, ("3", "n2"): 1.0})
+
+
+def _straggling_phases(ctx: Context) -> list[Series]:
+    """Job 42's phases: rank 3 is slow in its data phase."""
+    balanced = {rank: BALANCED_PHASES for rank in (("0", "n1"), ("1", "n1"), ("2", "n2"))}
+    return _phase_series(ctx, {**balanced, ("3", "n2"): STRAGGLER_PHASES})
 
 
 def _healthy(ctx: Context) -> list[Series]:
@@ -157,6 +189,48 @@ def _straggler(ctx: Context) -> Record:
             )
         ],
     )
+
+
+def _phases(ctx: Context) -> list[Record]:
+    """Seconds per step in each phase, per job and phase: the median rank's and the slowest rank's (the rank that
+    job:training_slowest_rank:step_seconds names). The slowest rank's excess over the median is their difference,
+    taken where it is read (TrainingStraggler, the dashboard): a third record of every phase of every job would cost
+    as much as these two for a subtraction. Job 43 times no phase: it has none of these records."""
+    cluster = ctx.cluster
+    job42 = dict(**ctx.cluster_labels, hpc_job="42")
+    # A rank's seconds per step in a phase; a rank that made no step in the window is left out, as in _rank_step.
+    rank_phase = (
+        f"{_rate_of(ctx, 'phase_seconds', (*RANK, 'phase'))} / on ({cluster}, hpc_job, rank, node) group_left () "
+        f"({_rate_of(ctx, 'steps')} > 0)"
+    )
+    every_job = _straggling(ctx) + _straggling_phases(ctx) + _healthy(ctx)
+
+    def case(description: str, expect: list) -> list[Case]:
+        return [Case(description, at=ctx.timeline.settled, series=every_job, expect=expect)]
+
+    return [
+        Record(
+            "job:training_phase_seconds:median",
+            f"quantile by ({cluster}, hpc_job, phase) (0.5, {rank_phase})",
+            tests=case(
+                "the median rank's seconds per step in each phase; none for a job that times no phase",
+                [sample(seconds, **job42, phase=phase) for phase, seconds in BALANCED_PHASES.items()],
+            ),
+        ),
+        Record(
+            "job:training_slowest_rank:phase_seconds",
+            # Per job, not per rank: job:training_slowest_rank:step_seconds already says which rank it is.
+            aggregate(
+                "max",
+                (cluster, *JOB, "phase"),
+                f"{rank_phase} and on ({cluster}, hpc_job, rank, node) job:training_slowest_rank:step_seconds",
+            ),
+            tests=case(
+                "the slowest rank's seconds per step in each phase",
+                [sample(seconds, **job42, phase=phase) for phase, seconds in STRAGGLER_PHASES.items()],
+            ),
+        ),
+    ]
 
 
 def _throughput(ctx: Context) -> list[Record]:

@@ -40,6 +40,7 @@ REFERENCE = {
     # (collective, message-size bucket, communicator shape) groups a job's NCCL records keep: a 3D-parallel job has
     # ~10-15 (gradient, activation and shard buckets on its NVLink-only and network communicators), a 1-node job a few.
     "nccl_groups": 10,
+    "phases": 6,  # phases a rank times: the training helper's PHASES (a job's own names replace some of them)
     "node_states": 6,
     "falco_rules": 20,
     "falco_priorities": 3,
@@ -61,7 +62,7 @@ def recorded_per(labels: set[str], r: dict = REFERENCE) -> tuple[str, float]:
         return ("gpu", _gpus(r) * (1 + r["shared_gpus"]) if "hpc_job" in keyed else _gpus(r))
     if "hpc_job" in keyed:
         per_job = r["nccl_groups"] if "message_size" in keyed else r["collectives"] if "collective" in keyed else 1
-        return ("job", r["jobs"] * per_job)
+        return ("job", r["jobs"] * per_job * (r["phases"] if "phase" in keyed else 1))
     if "target" in keyed:  # a Lustre target, on the host serving it
         return ("fs", r["lustre_targets"])
     if "node" in keyed:
@@ -93,7 +94,7 @@ def raw_series(metric: Metric, r: dict = REFERENCE) -> float:
         per_gpu = _gpus(r) * (1 + r["shared_gpus"])
         return per_gpu * (r["collectives"] * r["message_sizes"] if "collective" in labels else 1)
     if "rank" in labels:
-        return r["ranks"]
+        return r["ranks"] * (r["phases"] if "phase" in labels else 1)
     if "port" in labels:
         return r["nodes"] * r["ib_ports_per_node"]
     if "mountpoint" in labels:

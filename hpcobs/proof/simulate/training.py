@@ -3,6 +3,9 @@
 Ranks of a synchronous job step in lockstep: the job's step rate is set by its slowest rank. A rank's
 step_seconds counts its own time per step (its compute and collectives, as a per-rank timer around the
 step does), so a straggler shows a larger mean step time than its peers while their steps stay equal.
+Each rank also times the phases of its steps, as the training helper's `tracker.phase` does: PHASE_SHARES of its
+step, the rest untimed; a slowdown that names a phase (a straggler's input pipeline, a slow fabric's collectives)
+adds its extra time to that phase alone, one that names none stretches every part.
 
 NCCL Inspector (NVIDIA/nccl 12df1a11 plugins/profiler/inspector/inspector_prom.cc) writes, per GPU and dump, one
 series per bucket of its key (communicator shape, collective, message-size range, communicator name, algorithm):
@@ -31,6 +34,8 @@ from hpcobs.proof.simulate.core import (
 from hpcobs.proof.simulate.model import Job
 
 TRAINING_SIGNALS = ("steps", "step_seconds", "tokens", "model_flops", "loss", "last_step_time")
+# Where a healthy rank's step goes, by phase (the helper's PHASES): 95% timed, the rest code outside any phase.
+PHASE_SHARES = {"data": 0.05, "forward": 0.3, "backward": 0.45, "optimizer": 0.05, "comm": 0.1}
 MODEL_PARAMS = 8e9  # model size behind the FLOPs counter (6 * params * tokens)
 NCCL_VERSION = "v5.1"
 
@@ -163,16 +168,71 @@ def _training_values(sim, job: Job, rank: int, signal: str, first: int, last: in
         return out
     if signal == "step_seconds":
         slow = [1.0] * len(steps)
-        for effect in sim.faults.effects("job_slow", job.id) + sim.faults.effects("rank_slow", job.id, rank):
+        for effect in _slowdowns(sim, job, rank):
             for i in range(max(effect.start, first), min(effect.end, last)):
                 slow[i - first] *= effect.get("factor")
-        r = seeded(sim.seed, "rank-time", job.id, rank)
+        jitter = _jitter(sim, job, rank, len(steps))
         increments = [0.0] + [
-            (steps[i] - steps[i - 1]) * job.step_seconds * slow[i] * (1 + 0.01 * (r.random() - 0.5))
-            for i in range(1, len(steps))
+            (steps[i] - steps[i - 1]) * job.step_seconds * slow[i] * jitter[i] for i in range(1, len(steps))
         ]
         return accumulate(increments, steps[0] * job.step_seconds if steps else 0.0)
     raise KeyError(signal)
+
+
+def _slowdowns(sim, job: Job, rank: int) -> list:
+    return sim.faults.effects("job_slow", job.id) + sim.faults.effects("rank_slow", job.id, rank)
+
+
+def _jitter(sim, job: Job, rank: int, scrapes: int) -> list[float]:
+    """The rank's own step time jitter (1%) at each scrape of the job's span, the same for its step and phases."""
+    r = seeded(sim.seed, "rank-time", job.id, rank)
+    return [1.0] + [1 + 0.01 * (r.random() - 0.5) for _ in range(1, scrapes)]
+
+
+def _phase_values(sim, job: Job, rank: int, first: int, last: int) -> dict[str, list[float]]:
+    """Each phase's counter at the scrapes [first, last): a share of the rank's time in steps, plus the extra time
+    of the slowdowns that name it; those that name none stretch every phase. The phases add up to at most the
+    rank's step_seconds: (1 + a) (1 + b) >= 1 + a + b."""
+    steps = sim.activity.job_steps(job)[first:last]
+    jitter = _jitter(sim, job, rank, len(steps))
+    base = [0.0] + [(steps[i] - steps[i - 1]) * job.step_seconds * jitter[i] for i in range(1, len(steps))]
+    extra = {phase: [0.0] * len(steps) for phase in PHASE_SHARES}
+    for effect in _slowdowns(sim, job, rank):
+        phase, factor = effect.get("phase"), effect.get("factor")
+        for i in range(max(effect.start, first) - first, min(effect.end, last) - first):
+            if phase is None:
+                base[i] *= factor
+            else:
+                extra[phase][i] += base[i] * (factor - 1)
+    start = steps[0] * job.step_seconds if steps else 0.0
+    return {
+        phase: accumulate([b * share + x for b, x in zip(base, extra[phase])], start * share)
+        for phase, share in PHASE_SHARES.items()
+    }
+
+
+def phase_families(sim) -> Iterator[Family]:
+    """hpcobs_training_phase_seconds_total of every rank of the training jobs, one series per phase."""
+    metric = sim.sources["training"].metric("phase_seconds")
+    jobs = [j for j in sim.cluster.jobs if j.training and any(sim.activity.running(j))]
+
+    def series():
+        for job in jobs:
+            first, last = sim.activity.span(job)
+            for rank, (node_index, _gpu) in enumerate(job.gpus):
+                node = sim.cluster.nodes[node_index]
+                runs = _rank_runs(sim, job, rank, first, last)
+                for phase, values in _phase_values(sim, job, rank, first, last).items():
+                    labels = {
+                        "hpc_job": job.id,
+                        "rank": str(rank),
+                        "node": node.name,
+                        "phase": phase,
+                        **sim.target("training", node.name),
+                    }
+                    yield labels, placed(sim.window.steps, first, to_unit(values, metric), runs)
+
+    yield Family(metric.name, metric.type, metric.help, series())
 
 
 def training_families(sim) -> Iterator[Family]:
@@ -280,5 +340,6 @@ def nccl_families(sim) -> Iterator[Family]:
 def families(sim) -> Iterator[Family]:
     if sim.enabled("training"):
         yield from training_families(sim)
+        yield from phase_families(sim)
     if sim.enabled("nccl_inspector"):
         yield from nccl_families(sim)
