@@ -238,6 +238,7 @@ def _straggler(jobs: _TestJob) -> Alert:
         f"job:training_slowest_rank:phase_seconds - on ({cluster}, hpc_job, phase) job:training_phase_seconds:median"
     )
     slow_phase = f"topk by ({cluster}, hpc_job) (1, {excess} > 0)"
+    # Joined as 1 (`> bool 0`), so that the alert's value stays the slowest rank's step time.
     fault = round(0.5 / ratio / 0.9, 3)
     return jobs.job_alert(
         "TrainingStraggler",

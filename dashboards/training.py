@@ -74,10 +74,16 @@ def _started(ctx: Context) -> str:
     return f"time() - {ctx.select('job_info', ['job_run_time'], ('hpc_job',), where=where)}"
 
 
+def _per_rank(ctx: Context, signal: str, window: str, by: tuple[str, ...] = ("rank", "node")) -> str:
+    """The rate over `window` of a training signal of each rank of the selected job (raw series: read at one
+    instant only)."""
+    return ctx.select("training", [signal], by, op="sum", where=_raw_job(ctx), over=lambda e: f"rate({e}[{window}])")
+
+
 def _rank_step_seconds(ctx: Context, window: str) -> str:
     """Each rank's step time over `window`, as the recording rules compute it (rate of step seconds over rate of
     steps), from the selected job's raw series."""
-    return f"{_per_rank(ctx, 'step_seconds', window=window)} / ({_per_rank(ctx, 'steps', window=window)} > 0)"
+    return f"{_per_rank(ctx, 'step_seconds', window)} / ({_per_rank(ctx, 'steps', window)} > 0)"
 
 
 def _traces(ctx: Context, *conditions: tuple[str, traceql.Value]) -> str:
@@ -273,17 +279,9 @@ def _progress_over_time(ctx: Context) -> list[Panel]:
     ]
 
 
-def _per_rank(
-    ctx: Context, signal: str, by: tuple[str, ...] = ("rank", "node"), window: str = "$__rate_interval"
-) -> str:
-    """The rate of a training signal of each rank of the selected job (raw series: read at one instant only)."""
-    return ctx.select(
-        "training", [signal], by, op="sum", where=_raw_job(ctx), over=lambda expr: f"rate({expr}[{window}])"
-    )
-
-
 def _slowest_ranks(ctx: Context) -> str:
-    """The SLOWEST_RANKS slowest ranks of the job and their step time."""
+    """The SLOWEST_RANKS slowest ranks of the job and their step time, as the recording rules compute a rank's
+    (rate of step seconds over rate of steps)."""
     return f"topk({SLOWEST_RANKS}, {_rank_step_seconds(ctx, '$__rate_interval')})"
 
 
@@ -362,9 +360,9 @@ def _where_time_goes(ctx: Context) -> Row:
     slowest over time (records: two lines per phase), and the slowest ranks' phases now (raw, one instant)."""
     job, cluster = _job(ctx), ctx.cluster
     straggler = 1 / ctx.thresholds.training_straggler_ratio
+    phases = _per_rank(ctx, "phase_seconds", "$__rate_interval", ("rank", "node", "phase"))
     per_step = (
-        f"{_per_rank(ctx, 'phase_seconds', ('rank', 'node', 'phase'))} / on ({cluster}, rank, node) group_left () "
-        f"({_per_rank(ctx, 'steps')} > 0)"
+        f"{phases} / on ({cluster}, rank, node) group_left () ({_per_rank(ctx, 'steps', '$__rate_interval')} > 0)"
     )
     slowest_phases = f"{per_step} and on ({cluster}, rank, node) {_slowest_ranks(ctx)}"
     no_phases = "A job that times no phase (no hpcobs_training_phase_seconds_total) draws nothing here."
@@ -379,7 +377,6 @@ def _where_time_goes(ctx: Context) -> Row:
                 ],
                 unit="s",
                 width=9,
-                shows=("straggler",),
                 description="Seconds per step each phase takes on the median rank and on the slowest rank (the one "
                 "\"Slowest rank now\" names): two lines per phase, whatever the job's size. A straggler's slow "
                 f"phase is the one whose two lines part. {no_phases}",
@@ -391,7 +388,6 @@ def _where_time_goes(ctx: Context) -> Row:
                 legend="{{phase}}",
                 unit="s",
                 width=7,
-                shows=("straggler",),
                 description="Seconds per step the slowest rank spends in each phase beyond the median rank: the "
                 f"highest line is the phase TrainingStraggler names. {no_phases}",
             ),
@@ -411,7 +407,6 @@ def _where_time_goes(ctx: Context) -> Row:
                 width=8,
                 sort_by=("x median rank",),
                 label_links={"node": common.node_link(ctx)},
-                shows=("straggler",),
                 description=f'Each phase of the job\'s {SLOWEST_RANKS} slowest ranks (as "Slowest ranks now" '
                 "picks them): its seconds per step and that against the median rank's in the same phase, largest "
                 f"first; red above {straggler:.3g}x, the straggler's slow phase on top (raw training series of this "
