@@ -20,8 +20,8 @@ from pathlib import Path
 import pytest
 
 from hpcobs.exporters.sources import Sources
-from hpcobs.proof.servers import free_port
-from tests.live.test_slurm_live import NOBODY, NODE_EXPORTER, Daemons, ScrapingPrometheus, by, wait_until
+from hpcobs.proof.servers import Prometheus, free_port
+from tests.live.test_slurm_live import NOBODY, NODE_EXPORTER, RULE_INTERVAL, Daemons, by, wait_until
 from tests.test_job_metrics import STEPS, TRAINING_HEAD, install_reader, samples
 from tests.test_slurm_scripts import Node
 
@@ -88,14 +88,14 @@ def test_node_exporter_serves_the_forgery_and_job_metrics_the_victim_s_value(sha
         assert status == 200
         assert samples(text) == [f"{SERIES} 7"]
         training = Sources(config)["training"]
-        prometheus = ScrapingPrometheus(
-            [],
-            [
+        prometheus = Prometheus(
+            scrape_configs=[
                 {
                     "job_name": training.scrape_labels()["job"],
                     "static_configs": [{"targets": [f"127.0.0.1:{reader_port}"]}],
                 }
             ],
+            scrape_interval=RULE_INTERVAL,
         )
         try:
             prometheus.start()

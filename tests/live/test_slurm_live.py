@@ -485,7 +485,7 @@ def monitoring(slurm, config, tmp_path_factory) -> Iterator[Prometheus]:
                 fast_rule_files(config, tmp_path_factory.mktemp("rules")),
                 scrape_configs=[
                     scrape(job_info.scrape_labels(), f"127.0.0.1:{port}", 9100),
-                    scrape(training.scrape_labels(), f"127.0.0.1:{jobs_port}", 9101),
+                    scrape(training.scrape_labels(), f"127.0.0.1:{jobs_port}", 9500),
                     scrape(dcgm.scrape_labels(), stand_in.address, 9400),
                 ],
                 scrape_interval=RULE_INTERVAL,
