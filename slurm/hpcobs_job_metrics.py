@@ -180,9 +180,14 @@ def read_job(base: int, job_id: str) -> JobFiles:
     flags = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
     try:
         directory = os.open(job_id, flags, dir_fd=base)
+    except FileNotFoundError:
+        return job  # the epilog removed it since the listing: the job ended
     except OSError:
         # With O_DIRECTORY, Linux refuses a link with ENOTDIR, as it refuses a file: lstat tells them apart.
-        link = stat.S_ISLNK(os.stat(job_id, dir_fd=base, follow_symlinks=False).st_mode)
+        try:
+            link = stat.S_ISLNK(os.stat(job_id, dir_fd=base, follow_symlinks=False).st_mode)
+        except FileNotFoundError:
+            return job
         job.refusals.files["link" if link else "unreadable"] += 1
         return job
     try:
@@ -212,6 +217,8 @@ def read_file(directory: int, name: str) -> tuple[str, str]:
     """(text, "") of a regular file of at most FILE_BYTES of UTF-8, else ("", the reason it is refused)."""
     try:
         descriptor = os.open(name, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC, dir_fd=directory)
+    except FileNotFoundError:
+        return "", ""  # removed since the listing (the epilog): nothing to serve, nothing refused
     except OSError as error:
         return "", "link" if error.errno == errno.ELOOP else "unreadable"
     try:

@@ -319,3 +319,28 @@ def test_bad_flags_and_configuration_are_one_line_and_exit_2(node, arguments, co
     done = subprocess.run([str(reader), *arguments], capture_output=True, text=True, timeout=30)
     assert done.returncode == 2
     assert problem in done.stderr and done.stderr.count("\n") == 1, done.stderr
+
+
+def test_a_job_that_ends_while_its_directory_is_read_costs_the_scrape_nothing(jobs, monkeypatch):
+    """The epilog removes a job's directory at any time: between the listing and the open of the directory or of
+    a file, the other jobs are still served and nothing is refused (a 500 would blind every job of the node)."""
+    write(jobs, "7", "a.prom", f'{STEPS}{{hpc_job="7",rank="0"}} 1\n')
+    write(jobs, "8", "a.prom", f'{STEPS}{{hpc_job="8",rank="0"}} 1\n')
+    write(jobs, "9", "a.prom", f'{STEPS}{{hpc_job="9",rank="0"}} 1\n')
+    read_job, read_file = hpcobs_job_metrics.read_job, hpcobs_job_metrics.read_file
+
+    def job_ends_before_its_directory_opens(base: int, job_id: str):
+        if job_id == "8":
+            shutil.rmtree(jobs / "8")
+        return read_job(base, job_id)
+
+    def job_ends_before_its_file_opens(directory: int, name: str):
+        if (jobs / "9" / name).exists() and os.path.samestat(os.fstat(directory), os.stat(jobs / "9")):
+            (jobs / "9" / name).unlink()
+        return read_file(directory, name)
+
+    monkeypatch.setattr(hpcobs_job_metrics, "read_job", job_ends_before_its_directory_opens)
+    monkeypatch.setattr(hpcobs_job_metrics, "read_file", job_ends_before_its_file_opens)
+    text = served(jobs)
+    assert samples(text) == [f'{STEPS}{{hpc_job="7",rank="0"}} 1']
+    assert refused(text) == {} and refused(text, "files") == {}
