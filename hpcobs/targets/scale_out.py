@@ -32,6 +32,8 @@ SCALE_OUT_DIR = "scale-out"
 PLACEMENT = f"{SCALE_OUT_DIR}/placement.yaml"
 CENTRAL_DIR = f"{SCALE_OUT_DIR}/central"
 VMALERT_FLAGS = "vmalert.flags"
+# vmalert learnt keep_firing_for in v1.92.0 (VictoriaMetrics issue 4529); older ones refuse the rule file.
+KEEP_FIRING_FOR_SINCE = (1, 92)
 # Every rule names the node it is about by this label (the normalising records write it: docs/collection.md).
 NODE = "node"
 # Relabelling scratch labels: Prometheus and vmagent drop every label starting with __ once relabelling ends.
@@ -191,7 +193,12 @@ def files(model: Model) -> dict[str, str]:
             **_collector(model, shard, _rule_files(model, on_shards)),
         }
         out |= {f"{SCALE_OUT_DIR}/{directory}/{path}": text for path, text in collector_files.items()}
-    central = _rule_files(model, {p.group for p in placed} - on_shards)
+    keeps_firing = _version(config.get("scale_out", "central", "vmalert_version")) >= KEEP_FIRING_FOR_SINCE
+    central = _rule_files(model, {p.group for p in placed} - on_shards, keeps_firing)
+    if not keeps_firing:
+        out[PLACEMENT] = yaml_text(
+            {"groups": [asdict(p) for p in placed], "keep_firing_for_left_out": _keeping_firing(model)}, GENERATED
+        )
     out |= {f"{CENTRAL_DIR}/{path}": text for path, text in central.items()}
     out[f"{CENTRAL_DIR}/{VMALERT_FLAGS}"] = "".join(f"{flag}\n" for flag in vmalert_flags(config, list(central)))
     return out
@@ -244,12 +251,32 @@ def _needed_elsewhere(rule_groups: Mapping[str, Sequence[Group]], on_shards: set
     return problems
 
 
-def _rule_files(model: Model, names: set[str]) -> dict[str, str]:
-    """Rule files, relative to the ruler's directory, holding each domain's groups among `names`."""
+def _version(text: str) -> tuple[int, ...]:
+    return tuple(int(part) for part in text.split("."))
+
+
+def _keeping_firing(model: Model) -> list[str]:
+    """The alerts that outlast their condition by keep_firing_for."""
+    groups = (group for domain in model.rule_groups.values() for group in domain)
+    return sorted(
+        {rule.alert for group in groups for rule in group.rules if isinstance(rule, Alert) and rule.keep_firing_for}
+    )
+
+
+def _rule_files(model: Model, names: set[str], keeps_firing: bool = True) -> dict[str, str]:
+    """Rule files, relative to the ruler's directory, holding each domain's groups among `names`; without
+    keep_firing_for unless the ruler `keeps_firing`."""
+
+    def group(g: Group) -> dict:
+        document = g.to_dict(model.links)
+        if not keeps_firing:
+            document["rules"] = [
+                {k: v for k, v in rule.items() if k != "keep_firing_for"} for rule in document["rules"]
+            ]
+        return document
+
     return {
-        f"rules/{domain}.rules.yaml": yaml_text(
-            {"groups": [g.to_dict(model.links) for g in groups if g.name in names]}, GENERATED
-        )
+        f"rules/{domain}.rules.yaml": yaml_text({"groups": [group(g) for g in groups if g.name in names]}, GENERATED)
         for domain, groups in model.rule_groups.items()
         if any(g.name in names for g in groups)
     }
