@@ -75,6 +75,10 @@ def _rank_step(ctx: Context) -> str:
     return f"{_rate_of(ctx, 'step_seconds')} / ({_rate_of(ctx, 'steps')} > 0)"
 
 
+def _slowest_rank(ctx: Context) -> str:
+    return f"topk by ({ctx.cluster}, hpc_job) (1, {_rank_step(ctx)})"
+
+
 def _ranks(
     ctx: Context,
     step_times: dict[tuple[str, str], float],
@@ -162,7 +166,7 @@ def _step_times(ctx: Context) -> list[Record]:
         ),
         Record(
             "job:training_slowest_rank:step_seconds",
-            f"topk by ({cluster}, hpc_job) (1, {rank_step})",
+            _slowest_rank(ctx),
             tests=[
                 Case(
                     "which rank, on which node, is the slowest",
@@ -219,11 +223,14 @@ def _phases(ctx: Context) -> list[Record]:
         ),
         Record(
             "job:training_slowest_rank:phase_seconds",
-            # Per job, not per rank: job:training_slowest_rank:step_seconds already says which rank it is.
+            # Per job, not per rank: job:training_slowest_rank:step_seconds already says which rank it is. The rank is
+            # chosen again here, not read from that record: the record's previous leaders stay visible for the
+            # lookback, and the max took in every rank that was the slowest that recently, as many as the engine's
+            # lookback keeps (docs/metricsql.md).
             aggregate(
                 "max",
                 (cluster, *JOB, "phase"),
-                f"{rank_phase} and on ({cluster}, hpc_job, rank, node) job:training_slowest_rank:step_seconds",
+                f"{rank_phase} and on ({cluster}, hpc_job, rank, node) {_slowest_rank(ctx)}",
             ),
             tests=case(
                 "the slowest rank's seconds per step in each phase",

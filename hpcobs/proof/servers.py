@@ -223,6 +223,14 @@ class Server:
             begin = last + seconds
         return sorted(joined.values(), key=_label_order)
 
+    def stored(self, selector: str, start: Timestamp, end: Timestamp) -> list[Series]:
+        """The samples stored for the series `selector` matches in (start, end], as written: no lookback, no step,
+        no rollup (an instant query of `selector[end - start]`), so two servers' writes compare point by point."""
+        seconds = _unix(end) - _unix(start)
+        data, _ = self._query("/api/v1/query", {"query": f"{selector}[{seconds:.0f}s]", "time": _unix(end)})
+        series = [Series(r["metric"], [(float(t), float(v)) for t, v in r["values"]]) for r in data["result"]]
+        return sorted(series, key=_label_order)
+
     def query_with_cost(self, expr: str, at: Timestamp) -> tuple[list[Sample], QueryCost]:
         """Instant query: one sample per series (a scalar result is one sample with no labels)."""
         data, cost = self._query("/api/v1/query", {"query": expr, "time": _unix(at)})
@@ -505,7 +513,9 @@ class VictoriaMetrics(Server):
     and a benchmark measures the query, not the cache; `-search.latencyOffset=0s` shows the newest points.
     Imports are flushed (`/internal/force_flush`) before returning, so they are queryable immediately.
     An instant query exactly at a series' first sample does not return it (Prometheus does): query inside
-    the data. Instant queries look back 5m like Prometheus's default.
+    the data. Without `lookback_delta` a query looks back as far as the gaps between a series' samples suggest
+    (`-search.maxLookback` unset), so a series that comes and goes (a filtered record) reads as present in
+    between; with it, as far as Prometheus's `--query.lookback-delta` of that value.
     Values are stored with about 12 significant decimal digits: compare with a relative tolerance.
     """
 
@@ -513,9 +523,10 @@ class VictoriaMetrics(Server):
     binary = VICTORIA_METRICS
     ready_path = "/health"
 
-    def __init__(self, retention: str = "100y") -> None:
+    def __init__(self, retention: str = "100y", lookback_delta: str | None = None) -> None:
         super().__init__()
         self.retention = retention
+        self.lookback_delta = lookback_delta
 
     def import_jsonl(self, source: Path | Iterable[str | dict]) -> None:
         """Import VictoriaMetrics JSON lines, one series a line: {"metric": {...}, "values": [...],
@@ -579,6 +590,7 @@ class VictoriaMetrics(Server):
             "-search.latencyOffset=0s",
             "-search.disableCache",
             "-loggerLevel=WARN",
+            *([f"-search.maxLookback={self.lookback_delta}"] if self.lookback_delta else []),
         ]
 
 
