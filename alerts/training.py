@@ -27,8 +27,9 @@ THRESHOLDS = (
     declare.fraction(
         "training_straggler_ratio",
         0.75,
-        "Median rank step time / slowest rank step time below which a job has a straggler, TrainingStraggler "
-        "(nvidia-resiliency-ext's straggler score threshold).",
+        "Straggler ratio below which a job has a straggler, TrainingStraggler (nvidia-resiliency-ext's straggler "
+        "score threshold): median rank step time / slowest rank step time, or 1 - the straggler's excess over the "
+        "median rank (seconds per step, over its phases) / the job's step time when lower.",
     ),
     declare.duration("training_straggler_for", "10m", "How long a straggler must persist before TrainingStraggler."),
     declare.factor(
@@ -211,6 +212,7 @@ class _TestJob:
 
 # Seconds per step in each phase of a balanced rank of the straggler's cases (0.4 s of its 0.5 s step timed).
 BALANCED_PHASES = {"data": 0.05, "forward": 0.1, "backward": 0.15, "comm": 0.1}
+RANKS = (("0", "n1"), ("1", "n1"), ("2", "n2"), ("3", "n2"))
 
 
 def _straggler(jobs: _TestJob) -> Alert:
@@ -219,27 +221,42 @@ def _straggler(jobs: _TestJob) -> Alert:
     when = timing(ctx, for_, 1)
     length = when.hold // when.step + 20
 
-    def four_ranks(slowest: float, slow_phase: str | None = None) -> list[Series]:
-        """Ranks 0-2 at 0.5 s a step and rank 3 at `slowest`; with a slow phase, every rank times its phases and
-        rank 3 spends its extra time in that one."""
-        step_times = {("0", "n1"): 0.5, ("1", "n1"): 0.5, ("2", "n2"): 0.5, ("3", "n2"): slowest}
+    def four_ranks(slowest: float, slow_phase: str | None = None, lockstep: bool = True) -> list[Series]:
+        """Ranks 0-2 at 0.5 s of work a step and rank 3 at `slowest`. In lockstep (as the training helper times a
+        synchronous job) every rank's steps take `slowest` and ranks 0-2 wait its extra time in backward; else each
+        rank's take its own. With a slow phase every rank times its phases and rank 3 spends its extra time in it."""
+        extra = slowest - 0.5
+        step_times = {rank: slowest if lockstep else 0.5 for rank in RANKS[:3]} | {RANKS[3]: slowest}
         phases = {}
         if slow_phase is not None:
-            phases = {rank: BALANCED_PHASES for rank in step_times}
-            phases[("3", "n2")] = {**BALANCED_PHASES, slow_phase: BALANCED_PHASES[slow_phase] + slowest - 0.5}
+            wait = extra if lockstep else 0.0
+            waiter = {**BALANCED_PHASES, "backward": BALANCED_PHASES["backward"] + wait}
+            phases = dict.fromkeys(RANKS[:3], waiter)
+            phases[RANKS[3]] = {**BALANCED_PHASES, slow_phase: BALANCED_PHASES[slow_phase] + extra}
         return rank_series(ctx, step_times, length=length) + phase_series(ctx, phases, length) + jobs.info
 
+    def congested(factor: float) -> list[Series]:
+        """Every rank in lockstep slowed alike, the extra time in its comm phase: a slow fabric, no straggler."""
+        step = 0.5 * factor
+        phases = {**BALANCED_PHASES, "comm": BALANCED_PHASES["comm"] + step - 0.5}
+        return (
+            rank_series(ctx, dict.fromkeys(RANKS, step), length=length)
+            + phase_series(ctx, dict.fromkeys(RANKS, phases), length)
+            + jobs.info
+        )
+
     straggling = (
-        f"job:training_slowest_rank:step_seconds and on ({cluster}, hpc_job) job:training_straggler:ratio < {ratio}"
+        f"job:training_straggler_rank:step_seconds and on ({cluster}, hpc_job) job:training_straggler:ratio < {ratio}"
     )
-    # The phase in which the slowest rank spends the most seconds per step beyond the median rank, when it spends
-    # more in any.
+    # The phase in which the straggler spends the most seconds per step beyond the median rank, when it spends more in
+    # any: the phase of its largest excess, the excess that names it.
     excess = (
-        f"job:training_slowest_rank:phase_seconds - on ({cluster}, hpc_job, phase) job:training_phase_seconds:median"
+        f"job:training_straggler_rank:phase_seconds - on ({cluster}, hpc_job, phase) job:training_phase_seconds:median"
     )
     slow_phase = f"topk by ({cluster}, hpc_job) (1, {excess} > 0)"
-    # Joined as 1 (`> bool 0`), so that the alert's value stays the slowest rank's step time.
+    # Joined as 1 (`> bool 0`), so that the alert's value stays the straggler's step time.
     fault = round(0.5 / ratio / 0.9, 3)
+    above = round(0.5 / ratio * 0.97, 3)
     return jobs.job_alert(
         "TrainingStraggler",
         severity="warning",
@@ -251,15 +268,18 @@ def _straggler(jobs: _TestJob) -> Alert:
         ),
         for_=for_,
         summary="One rank of a training job is much slower than the others.",
-        description=f"{jobs.job}: rank {label('rank')} on {label('node')} has been the slowest for {for_}, with the "
-        f"median rank's step time under {ratio} of its own; the whole job runs at its pace. It is slow in its "
-        f"{label('phase')} phase (the one it exceeds the median rank in the most; blank when the job times no "
-        "phase): data is the input pipeline or the filesystem, forward or backward that node's GPUs (clocks, "
-        "thermals, PCIe), comm the fabric. Drain the node if it is the hardware.",
+        description=f"{jobs.job}: rank {label('rank')} on {label('node')} has held the job back for {for_}: the "
+        f"straggler ratio is under {ratio} (the rank's seconds per step beyond the median rank's, summed over its "
+        "phases, against the job's step time; or the median rank's step time against the slowest's), and the whole "
+        f"job runs at its pace. It is slow in its {label('phase')} phase (the one it exceeds the median rank in the "
+        "most; blank when the job times no phase, and a synchronous job that times none shows no straggler): data is "
+        "the input pipeline or the filesystem, forward or backward that node's GPUs (clocks, thermals, PCIe), comm "
+        "the fabric. Drain the node if it is the hardware.",
         fired_by=("straggler",),
         **standard_cases(
             when,
-            fault=f"a slowest rank just under the {ratio} ratio, slow in its data phase",
+            fault=f"in lockstep, a straggler just under the {ratio} ratio, slow in its data phase, the others "
+            "waiting in backward",
             fault_series=four_ranks(fault, "data"),
             expect=jobs.owned(rank="3", node="n2", phase="data"),
             healthy="balanced ranks",
@@ -267,18 +287,28 @@ def _straggler(jobs: _TestJob) -> Alert:
             pending=f"straggling for less than {for_}",
             also_fires=[
                 when.fires(
-                    "slow in its comm phase", four_ranks(fault, "comm"), jobs.owned(rank="3", node="n2", phase="comm")
+                    "slow in its comm phase, the others waiting in backward",
+                    four_ranks(fault, "comm"),
+                    jobs.owned(rank="3", node="n2", phase="comm"),
                 ),
                 when.fires(
-                    "a job that times no phase: no phase named", four_ranks(fault), jobs.owned(rank="3", node="n2")
+                    "free-running ranks, slow in data",
+                    four_ranks(fault, "data", lockstep=False),
+                    jobs.owned(rank="3", node="n2", phase="data"),
+                ),
+                when.fires(
+                    "free-running ranks of a job that times no phase: no phase named",
+                    four_ranks(fault, lockstep=False),
+                    jobs.owned(rank="3", node="n2"),
                 ),
             ],
-            # A slowest rank whose ratio median / slowest sits just above the threshold.
             also_silent=[
+                when.silent(f"in lockstep, a straggler just above the {ratio} ratio", four_ranks(above, "data")),
                 when.silent(
-                    f"a slowest rank just above the {ratio} ratio", four_ranks(round(0.5 / ratio * 0.97, 3), "data")
+                    f"free-running ranks just above the {ratio} ratio", four_ranks(above, "data", lockstep=False)
                 ),
-                when.silent(f"without phases, just above the {ratio} ratio", four_ranks(round(0.5 / ratio * 0.97, 3))),
+                when.silent("every rank slowed alike in comm (a congested fabric): no straggler", congested(2)),
+                when.silent("in lockstep without phases: every rank's step time the same, nothing to see", four_ranks(fault)),
             ],
         ),
     )

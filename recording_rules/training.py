@@ -1,11 +1,17 @@
 """Training: per-rank data reduced to per-job series, never recorded per rank (docs/recording-rules.md).
 
 A rank's step time is the rate of its step-seconds counter over the rate of its step counter (robust to
-scrape timing, unlike a last-step gauge). Per job: fastest, median and slowest rank, the straggler
-ratio median / slowest (nvidia-resiliency-ext scores a rank reference / own time and flags < 0.75),
-the slowest rank's identity, where the time of a step goes (seconds per step in each phase: the median rank's and
-the slowest rank's), throughput, the loss, and NCCL collective time and bus bandwidth per group of like collectives
-(collective, message-size bucket, communicator shape: LIKE). The training dashboard reads these rather than the
+scrape timing, unlike a last-step gauge). In a synchronous job every rank leaves a step's last collective together:
+every rank's step time is the job's pace, and a straggler shows only in its phases. Its extra time is in its own slow
+phase; every other rank waits the same time in the phase that holds the collective (backward under DDP, whose
+gradient all-reduce overlaps it), so the median rank is a waiter and only the straggler exceeds it in any phase.
+Per job: fastest, median and slowest rank's step time; a rank's excess (the seconds per step it spends beyond the
+median rank, summed over the phases it exceeds it in) and the straggler, the rank with the largest, or the slowest
+rank by step time when the job times no phase; the straggler ratio (nvidia-resiliency-ext scores a rank reference /
+own time and flags < 0.75): median / slowest step time, or 1 - excess / the job's step time if lower; where the time
+of a step goes (seconds per step in each phase: the median rank's and the straggler's), throughput, the loss, and
+NCCL collective time and bus bandwidth per group of like collectives (collective, message-size bucket, communicator
+shape: LIKE). The training dashboard reads these rather than the
 ranks: a job on 8,192 GPUs has 8,192 ranks, and a panel over the ranks reads all of them at every point it draws.
 """
 
@@ -34,10 +40,14 @@ NVLINK_8_RANKS = {"n_nodes": "1", "nranks": "8"}
 STEPS_PER_SECOND = 1 / 8
 TOKENS_PER_SECOND = 100
 FLOPS_PER_SECOND = 1e14
-# Seconds per step in each phase of job 42's ranks (binary fractions: exact rates): the balanced ranks time 0.4375 s
-# of their 0.5 s steps, the straggler (rank 3, 1 s steps) loses its extra 0.5 s in its input pipeline.
+# Seconds per step in each phase of the test jobs' ranks (binary fractions: exact rates): the balanced ranks time
+# 0.4375 s of their 0.5 s of work, the straggler (rank 3) loses an extra 0.5 s in its input pipeline. Free-running
+# (job 42) the straggler's steps take 1 s and the others' 0.5 s; in lockstep (job 45) every rank's take 1 s, the
+# others waiting the straggler's extra 0.5 s in backward.
 BALANCED_PHASES = {"data": 0.0625, "forward": 0.125, "backward": 0.1875, "comm": 0.0625}
 STRAGGLER_PHASES = {**BALANCED_PHASES, "data": 0.5625}
+WAITER_PHASES = {**BALANCED_PHASES, "backward": 0.6875}
+EXCESS = 0.5
 
 
 def groups(ctx: Context) -> list[Group]:
@@ -59,8 +69,8 @@ def groups(ctx: Context) -> list[Group]:
         Group("hpcobs-training-nccl", domain="training", interval=ctx.evaluation_interval, rules=_collectives(ctx)),
         # From the recorded statistics: the ranks are read once per statistic, not again for the ratio.
         Group("hpcobs-training-job", domain="training", interval=ctx.evaluation_interval, rules=[_straggler(ctx)]),
-        # The phases beside the step times: a rank times up to a handful of phases, so these read a few times the
-        # step-time group's series.
+        # The phases beside the step times, and the straggler that they find: a rank times up to a handful of phases,
+        # so these read a few times the step-time group's series. In order: each record reads the one before.
         Group("hpcobs-training-phases", domain="training", interval=ctx.evaluation_interval, rules=_phases(ctx)),
     ]
 
@@ -73,10 +83,6 @@ def _rate_of(ctx: Context, signal: str, by: tuple[str, ...] = RANK) -> str:
 def _rank_step(ctx: Context) -> str:
     # Ranks that made no step in the window are left out here (0/0); the hang alert watches steps.
     return f"{_rate_of(ctx, 'step_seconds')} / ({_rate_of(ctx, 'steps')} > 0)"
-
-
-def _slowest_rank(ctx: Context) -> str:
-    return f"topk by ({ctx.cluster}, hpc_job) (1, {_rank_step(ctx)})"
 
 
 def _ranks(
@@ -135,79 +141,109 @@ def _healthy(ctx: Context) -> list[Series]:
     return _ranks(ctx, {("0", "n1"): 0.5, ("1", "n1"): 0.5}, job="43")
 
 
+LOCKSTEP_RANKS = (("0", "n1"), ("1", "n1"), ("2", "n2"), ("3", "n2"))
+
+
+def _lockstep(ctx: Context, job: str = "45") -> list[Series]:
+    """A synchronous job's ranks as the training helper times them: every rank's steps take the straggler's 1 s."""
+    return _ranks(ctx, dict.fromkeys(LOCKSTEP_RANKS, 1.0), job=job)
+
+
+def _lockstep_phases(ctx: Context) -> list[Series]:
+    """Job 45's phases: rank 3 is slow in its data phase, the others wait for it in backward."""
+    waiters = dict.fromkeys(LOCKSTEP_RANKS[:3], WAITER_PHASES)
+    return _phase_series(ctx, {**waiters, ("3", "n2"): STRAGGLER_PHASES}, job="45")
+
+
+def _every_job(ctx: Context) -> list[Series]:
+    """Job 42 free-running, 43 balanced, 45 in lockstep (each timing its phases but 43) and 46 in lockstep without
+    phases."""
+    return (
+        _straggling(ctx)
+        + _straggling_phases(ctx)
+        + _healthy(ctx)
+        + _lockstep(ctx)
+        + _lockstep_phases(ctx)
+        + _lockstep(ctx, job="46")
+    )
+
+
 def _step_times(ctx: Context) -> list[Record]:
     cluster = ctx.cluster
     cluster_labels = ctx.cluster_labels
     rank_step = _rank_step(ctx)
-    job42, job43 = dict(**cluster_labels, hpc_job="42"), dict(**cluster_labels, hpc_job="43")
+    job42, job43, job45 = (dict(**cluster_labels, hpc_job=job) for job in ("42", "43", "45"))
     median = f"quantile by ({cluster}, hpc_job) (0.5, {rank_step})"
     slowest = aggregate("max", (cluster, *JOB), rank_step)
-    # Per-job step time statistics: record, expression, test description, expected for job 42 and job 43.
+    # Per-job step time statistics: record, expression, test description, expected for job 42 and job 43; job 45's
+    # ranks all step at its pace.
     statistics = (
         ("job:training_step_seconds:min", aggregate("min", (cluster, *JOB), rank_step), "fastest rank's", 0.5, 0.5),
         ("job:training_step_seconds:median", median, "median rank's", 0.5, 0.5),
-        ("job:training_step_seconds:max", slowest, "slowest rank's", 1.0, 0.5),
+        ("job:training_step_seconds:max", slowest, "slowest rank's (the job's pace)", 1.0, 0.5),
     )
     return [
-        *(
-            Record(
-                record,
-                expression,
-                tests=[
-                    Case(
-                        f"{whose} step time",
-                        at=ctx.timeline.settled,
-                        series=_straggling(ctx) + _healthy(ctx),
-                        expect=[sample(straggling, **job42), sample(healthy, **job43)],
-                    )
-                ],
-            )
-            for record, expression, whose, straggling, healthy in statistics
-        ),
         Record(
-            "job:training_slowest_rank:step_seconds",
-            _slowest_rank(ctx),
+            record,
+            expression,
             tests=[
                 Case(
-                    "which rank, on which node, is the slowest",
+                    f"{whose} step time; in lockstep every rank's is the job's pace",
                     at=ctx.timeline.settled,
-                    series=_straggling(ctx),
-                    expect=[sample(1.0, **job42, rank="3", node="n2")],
+                    series=_straggling(ctx) + _healthy(ctx) + _lockstep(ctx),
+                    expect=[sample(straggling, **job42), sample(healthy, **job43), sample(1.0, **job45)],
                 )
             ],
-        ),
+        )
+        for record, expression, whose, straggling, healthy in statistics
     ]
 
 
 def _straggler(ctx: Context) -> Record:
-    job42, job43 = dict(**ctx.cluster_labels, hpc_job="42"), dict(**ctx.cluster_labels, hpc_job="43")
+    """The lower of median / slowest step time (free-running ranks) and 1 - the straggler's excess / the job's step
+    time (lockstep, where every rank's step time is the same): a straggler S + d beside ranks of S reads S / (S + d)
+    either way. Without phases only the first remains: a synchronous job that times no phase shows no straggler."""
+    labels = {job: dict(**ctx.cluster_labels, hpc_job=job) for job in ("42", "43", "45", "46")}
+    by_step = "job:training_step_seconds:median / job:training_step_seconds:max"
+    by_excess = (
+        f"1 - job:training_straggler_rank:excess_seconds / on ({ctx.cluster}, hpc_job) job:training_step_seconds:max"
+    )
     return Record(
         "job:training_straggler:ratio",
-        "job:training_step_seconds:median / job:training_step_seconds:max",
+        f"({by_step} <= {by_excess}) or ({by_excess}) or ({by_step})",
         tests=[
             Case(
-                "median over slowest: 1 when balanced, below 0.75 with a straggler",
+                "1 when balanced; 0.5 for a straggler taking twice its peers' time, free-running (42) or in lockstep "
+                "(45); 1 for a lockstep job without phases (46: nothing to see)",
                 at=ctx.timeline.settled,
-                series=_straggling(ctx) + _healthy(ctx),
-                expect=[sample(0.5, **job42), sample(1, **job43)],
+                series=_every_job(ctx),
+                expect=[sample(ratio, **labels[job]) for job, ratio in (("42", 0.5), ("43", 1), ("45", 0.5), ("46", 1))],
             )
         ],
     )
 
 
 def _phases(ctx: Context) -> list[Record]:
-    """Seconds per step in each phase, per job and phase: the median rank's and the slowest rank's (the rank that
-    job:training_slowest_rank:step_seconds names). The slowest rank's excess over the median is their difference,
-    taken where it is read (TrainingStraggler, the dashboard): a third record of every phase of every job would cost
-    as much as these two for a subtraction. Job 43 times no phase: it has none of these records."""
+    """Per job: the median rank's seconds per step in each phase, the straggler (the rank with the largest excess over
+    it, or the slowest by step time without phases) and the straggler's seconds per step in each phase. The
+    straggler's excess per phase is the difference of the phase records, taken where it is read (TrainingStraggler,
+    the dashboard): a third record of every phase of every job would cost as much as these two for a subtraction.
+    Job 43 times no phase: it has none of the phase records."""
     cluster = ctx.cluster
-    job42 = dict(**ctx.cluster_labels, hpc_job="42")
+    labels = {job: dict(**ctx.cluster_labels, hpc_job=job) for job in ("42", "45")}
+    rank_step = _rank_step(ctx)
     # A rank's seconds per step in a phase; a rank that made no step in the window is left out, as in _rank_step.
     rank_phase = (
         f"{_rate_of(ctx, 'phase_seconds', (*RANK, 'phase'))} / on ({cluster}, hpc_job, rank, node) group_left () "
         f"({_rate_of(ctx, 'steps')} > 0)"
     )
-    every_job = _straggling(ctx) + _straggling_phases(ctx) + _healthy(ctx)
+    rank_excess = aggregate(
+        "sum",
+        (cluster, *RANK),
+        f"clamp_min({rank_phase} - on ({cluster}, hpc_job, phase) group_left () job:training_phase_seconds:median, 0)",
+    )
+    every_job = _every_job(ctx)
+    straggler = {"rank": "3", "node": "n2"}
 
     def case(description: str, expect: list) -> list[Case]:
         return [Case(description, at=ctx.timeline.settled, series=every_job, expect=expect)]
@@ -217,24 +253,60 @@ def _phases(ctx: Context) -> list[Record]:
             "job:training_phase_seconds:median",
             f"quantile by ({cluster}, hpc_job, phase) (0.5, {rank_phase})",
             tests=case(
-                "the median rank's seconds per step in each phase; none for a job that times no phase",
-                [sample(seconds, **job42, phase=phase) for phase, seconds in BALANCED_PHASES.items()],
+                "the median rank's seconds per step in each phase, a waiter's in lockstep; none for a job that times "
+                "no phase",
+                [
+                    sample(seconds, **labels[job], phase=phase)
+                    for job, phases in (("42", BALANCED_PHASES), ("45", WAITER_PHASES))
+                    for phase, seconds in phases.items()
+                ],
             ),
         ),
         Record(
-            "job:training_slowest_rank:phase_seconds",
-            # Per job, not per rank: job:training_slowest_rank:step_seconds already says which rank it is. The rank is
-            # chosen again here, not read from that record: the record's previous leaders stay visible for the
-            # lookback, and the max took in every rank that was the slowest that recently, as many as the engine's
-            # lookback keeps (docs/metricsql.md).
+            "job:training_straggler_rank:excess_seconds",
+            f"topk by ({cluster}, hpc_job) (1, {rank_excess})",
+            tests=case(
+                "the rank with the largest excess over the median rank, its node and its excess: the straggler's "
+                "extra data time, free-running or in lockstep (where every rank's step time is the same); none "
+                "without phases",
+                [sample(EXCESS, **labels[job], **straggler) for job in ("42", "45")],
+            ),
+        ),
+        Record(
+            "job:training_straggler_rank:step_seconds",
+            f"{rank_step} and on ({cluster}, hpc_job, rank, node) job:training_straggler_rank:excess_seconds "
+            f"or on ({cluster}, hpc_job) topk by ({cluster}, hpc_job) (1, {rank_step})",
+            tests=[
+                Case(
+                    "the straggler by excess, its node and its step time (the job's pace in lockstep)",
+                    at=ctx.timeline.settled,
+                    # Without the balanced jobs: their ranks tie, and which one topk keeps is the engine's choice.
+                    series=_straggling(ctx) + _straggling_phases(ctx) + _lockstep(ctx) + _lockstep_phases(ctx),
+                    expect=[sample(1.0, **labels[job], **straggler) for job in ("42", "45")],
+                ),
+                Case(
+                    "without phases, the slowest rank by step time",
+                    at=ctx.timeline.settled,
+                    series=_straggling(ctx),
+                    expect=[sample(1.0, **labels["42"], **straggler)],
+                ),
+            ],
+        ),
+        Record(
+            "job:training_straggler_rank:phase_seconds",
+            # Per job, not per rank: job:training_straggler_rank:excess_seconds already says which rank it is.
             aggregate(
                 "max",
                 (cluster, *JOB, "phase"),
-                f"{rank_phase} and on ({cluster}, hpc_job, rank, node) {_slowest_rank(ctx)}",
+                f"{rank_phase} and on ({cluster}, hpc_job, rank, node) job:training_straggler_rank:excess_seconds",
             ),
             tests=case(
-                "the slowest rank's seconds per step in each phase",
-                [sample(seconds, **job42, phase=phase) for phase, seconds in STRAGGLER_PHASES.items()],
+                "the straggler's seconds per step in each phase",
+                [
+                    sample(seconds, **labels[job], phase=phase)
+                    for job in ("42", "45")
+                    for phase, seconds in STRAGGLER_PHASES.items()
+                ],
             ),
         ),
     ]

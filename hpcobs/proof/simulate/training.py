@@ -1,11 +1,12 @@
 """Per-rank training metrics (the hpcobs training contract, catalogue `training`) and NCCL Inspector.
 
-Ranks of a synchronous job step in lockstep: the job's step rate is set by its slowest rank. A rank's
-step_seconds counts its own time per step (its compute and collectives, as a per-rank timer around the
-step does), so a straggler shows a larger mean step time than its peers while their steps stay equal.
-Each rank also times the phases of its steps, as the training helper's `tracker.phase` does: PHASE_SHARES of its
-step, the rest untimed; a slowdown that names a phase (a straggler's input pipeline, a slow fabric's collectives)
-adds its extra time to that phase alone, one that names none stretches every part.
+Ranks of a synchronous job step in lockstep: every rank leaves a step's last collective together, so the training
+helper, which times a step from the previous step's end, gives every rank the same step_seconds: the job's pace,
+the slowest rank's own time. Each rank also times the phases of its steps, as `tracker.phase` does: PHASE_SHARES of
+its own work, the rest untimed; a slowdown that names a phase (a straggler's input pipeline, a slow fabric's
+collectives) adds its extra time to that phase of the ranks it slows, one that names none stretches their every
+part. A rank faster than the pace waits for the others in `backward`: with DDP the gradient all-reduce overlaps
+the backward pass, so the straggler's extra data time shows as the other ranks' extra backward time, never comm.
 
 NCCL Inspector (NVIDIA/nccl 12df1a11 plugins/profiler/inspector/inspector_prom.cc) writes, per GPU and dump, one
 series per bucket of its key (communicator shape, collective, message-size range, communicator name, algorithm):
@@ -167,47 +168,85 @@ def _training_values(sim, job: Job, rank: int, signal: str, first: int, last: in
             out.append(round(stamp, 3))
         return out
     if signal == "step_seconds":
-        slow = [1.0] * len(steps)
-        for effect in _slowdowns(sim, job, rank):
-            for i in range(max(effect.start, first), min(effect.end, last)):
-                slow[i - first] *= effect.get("factor")
-        jitter = _jitter(sim, job, rank, len(steps))
-        increments = [0.0] + [
-            (steps[i] - steps[i - 1]) * job.step_seconds * slow[i] * jitter[i] for i in range(1, len(steps))
-        ]
+        pace = _pace(sim, job, first, last)
+        increments = [0.0] + [(steps[i] - steps[i - 1]) * job.step_seconds * pace[i] for i in range(1, len(steps))]
         return accumulate(increments, steps[0] * job.step_seconds if steps else 0.0)
     raise KeyError(signal)
 
 
-def _slowdowns(sim, job: Job, rank: int) -> list:
-    return sim.faults.effects("job_slow", job.id) + sim.faults.effects("rank_slow", job.id, rank)
-
-
-def _jitter(sim, job: Job, rank: int, scrapes: int) -> list[float]:
-    """The rank's own step time jitter (1%) at each scrape of the job's span, the same for its step and phases."""
+def _jitter(sim, job: Job, rank: int | None, scrapes: int) -> list[float]:
+    """Step time jitter at each scrape of the job's span: the job's pace varies by 1% (rank None); a rank's own
+    work takes up to 1% less than the pace, never more, so only the ranks a fault slows can set the pace."""
+    if rank is None:
+        r = seeded(sim.seed, "job-time", job.id)
+        return [1.0] + [1 + 0.01 * (r.random() - 0.5) for _ in range(1, scrapes)]
     r = seeded(sim.seed, "rank-time", job.id, rank)
-    return [1.0] + [1 + 0.01 * (r.random() - 0.5) for _ in range(1, scrapes)]
+    return [1.0] + [1 - 0.01 * r.random() for _ in range(1, scrapes)]
 
 
-def _phase_values(sim, job: Job, rank: int, first: int, last: int) -> dict[str, list[float]]:
-    """Each phase's counter at the scrapes [first, last): a share of the rank's time in steps, plus the extra time
-    of the slowdowns that name it; those that name none stretch every phase. The phases add up to at most the
-    rank's step_seconds: (1 + a) (1 + b) >= 1 + a + b."""
-    steps = sim.activity.job_steps(job)[first:last]
-    jitter = _jitter(sim, job, rank, len(steps))
-    base = [0.0] + [(steps[i] - steps[i - 1]) * job.step_seconds * jitter[i] for i in range(1, len(steps))]
-    extra = {phase: [0.0] * len(steps) for phase in PHASE_SHARES}
-    for effect in _slowdowns(sim, job, rank):
+def _own_time(effects: list, jitter: list[float], first: int, last: int) -> tuple[list[float], dict[str, list[float]]]:
+    """A rank's own seconds per step at the scrapes [first, last), in nominal steps (the job's step_seconds times its
+    pace jitter), given the slowdowns on it: its work stretched by those that name no phase, and per phase the extra
+    time of those that name one."""
+    base = list(jitter)
+    extra = {phase: [0.0] * len(base) for phase in PHASE_SHARES}
+    # The slowdowns that stretch the work first: a phase's extra is a share of the work as stretched.
+    for effect in sorted(effects, key=lambda e: e.get("phase") is not None):
         phase, factor = effect.get("phase"), effect.get("factor")
         for i in range(max(effect.start, first) - first, min(effect.end, last) - first):
             if phase is None:
                 base[i] *= factor
             else:
                 extra[phase][i] += base[i] * (factor - 1)
+    return base, extra
+
+
+def _total(own: tuple[list[float], dict[str, list[float]]]) -> list[float]:
+    base, extra = own
+    return [b + sum(parts) for b, *parts in zip(base, *extra.values())]
+
+
+def _pace(sim, job: Job, first: int, last: int) -> list[float]:
+    """The job's seconds per step at the scrapes [first, last), in nominal steps: the slowest rank's own time, which
+    every rank waits for. A rank no fault of its own slows is never slower than the job's own slowdowns make it."""
+    scrapes = last - first
+    job_effects = sim.faults.effects("job_slow", job.id)
+    owns = [_total(_own_time(job_effects, [1.0] * scrapes, first, last))]
+    # From the faults, not the ranks: a job on thousands of ranks has one or two that a fault slows.
+    slowed = {e.key[1] for f in sim.faults.faults for e in f.effects if e.kind == "rank_slow" and e.key[0] == job.id}
+    for rank in sorted(slowed):
+        owns.append(_total(_own_time(_slowdowns(sim, job, rank), _jitter(sim, job, rank, scrapes), first, last)))
+    return [p * max(values) for p, values in zip(_jitter(sim, job, None, scrapes), zip(*owns))]
+
+
+def _slowdowns(sim, job: Job, rank: int) -> list:
+    return sim.faults.effects("job_slow", job.id) + sim.faults.effects("rank_slow", job.id, rank)
+
+
+def _phase_values(sim, job: Job, rank: int, first: int, last: int) -> dict[str, list[float]]:
+    """Each phase's counter at the scrapes [first, last): a share of the rank's own work, plus the extra time of the
+    slowdowns that name the phase, plus in backward its wait for the job's pace. The phases add up to the pace less
+    the untimed share of the rank's work: at most its step_seconds."""
+    steps = sim.activity.job_steps(job)[first:last]
+    pace = _pace(sim, job, first, last)
+    pace_jitter = _jitter(sim, job, None, len(steps))
+    base, extra = _own_time(_slowdowns(sim, job, rank), _jitter(sim, job, rank, len(steps)), first, last)
+    own = _total((base, extra))
+    waits = [p - j * o for p, j, o in zip(pace, pace_jitter, own)]
+    per_step = {
+        phase: [
+            j * (b * share + x) + (w if phase == "backward" else 0.0)
+            for j, b, x, w in zip(pace_jitter, base, extra[phase], waits)
+        ]
+        for phase, share in PHASE_SHARES.items()
+    }
     start = steps[0] * job.step_seconds if steps else 0.0
     return {
-        phase: accumulate([b * share + x for b, x in zip(base, extra[phase])], start * share)
-        for phase, share in PHASE_SHARES.items()
+        phase: accumulate(
+            [0.0] + [(steps[i] - steps[i - 1]) * job.step_seconds * seconds[i] for i in range(1, len(steps))],
+            start * PHASE_SHARES[phase],
+        )
+        for phase, seconds in per_step.items()
     }
 
 
