@@ -308,7 +308,9 @@ def _straggler(jobs: _TestJob) -> Alert:
                     f"free-running ranks just above the {ratio} ratio", four_ranks(above, "data", lockstep=False)
                 ),
                 when.silent("every rank slowed alike in comm (a congested fabric): no straggler", congested(2)),
-                when.silent("in lockstep without phases: every rank's step time the same, nothing to see", four_ranks(fault)),
+                when.silent(
+                    "in lockstep without phases: every rank's step time the same, nothing to see", four_ranks(fault)
+                ),
             ],
         ),
     )

@@ -86,6 +86,33 @@ def _rank_step_seconds(ctx: Context, window: str) -> str:
     return f"{_per_rank(ctx, 'step_seconds', window)} / ({_per_rank(ctx, 'steps', window)} > 0)"
 
 
+def _rank_phase_seconds(ctx: Context, window: str) -> str:
+    """Each rank's seconds per step in each phase over `window`, from the selected job's raw series."""
+    phases = _per_rank(ctx, "phase_seconds", window, ("rank", "node", "phase"))
+    return f"{phases} / on ({ctx.cluster}, rank, node) group_left () ({_per_rank(ctx, 'steps', window)} > 0)"
+
+
+def _rank_excess(ctx: Context, window: str) -> str:
+    """Each rank's excess over `window`: its seconds per step beyond the median rank's, summed over the phases it
+    exceeds it in, as job:training_straggler_rank:excess_seconds ranks them (raw series of the selected job)."""
+    cluster = ctx.cluster
+    beyond = (
+        f"{_rank_phase_seconds(ctx, window)} - on ({cluster}, phase) group_left () "
+        f"job:training_phase_seconds:median{{{_job(ctx)}}}"
+    )
+    return f"sum by ({cluster}, rank, node) (clamp_min({beyond}, 0))"
+
+
+def _holding_back(ctx: Context, window: str, keep: int | None = None) -> str:
+    """The ranks by what the recording rules pick the straggler by: their excess when the job times phases, else
+    their step time (in lockstep every rank's is the same: docs/training.md); the `keep` largest if given."""
+
+    def largest(expr: str) -> str:
+        return expr if keep is None else f"topk({keep}, {expr})"
+
+    return f"{largest(_rank_excess(ctx, window))} or on () {largest(_rank_step_seconds(ctx, window))}"
+
+
 def _traces(ctx: Context, *conditions: tuple[str, traceql.Value]) -> str:
     """Grafana Explore on Tempo with the selected job's spans that meet `conditions`."""
     tempo = ctx.config.get("grafana", "datasources")["tempo"]["uid"]
@@ -198,17 +225,21 @@ def _progress_now(ctx: Context) -> list[Panel]:
             thresholds=((None, "red"), (straggler, "green")),
             min=0,
             max=1,
-            description=f"Median rank's step time over the slowest rank's: 1 when balanced, below {straggler} "
-            "a straggler holds the job back.",
+            description="1 when balanced, below "
+            f"{straggler} a straggler holds the job back: the median rank's step time over the slowest's, or 1 - the "
+            "straggler's excess over the median rank over the job's step time when lower (a synchronous job's ranks "
+            "all step at its pace: only their phases show the straggler).",
         ),
         stat(
             "Slowest rank now, its node and step time",
-            f"job:training_slowest_rank:step_seconds{{{job}}}",
+            f"job:training_straggler_rank:step_seconds{{{job}}}",
             legend="rank {{rank}} on {{node}}",
             unit="s",
             width=4,
             text_mode=BigValueTextMode.VALUE_AND_NAME,
-            description="The slowest rank, its node and its step time.",
+            description="The rank holding the job back (the straggler: the largest excess over the median rank "
+            "when the job times phases, else the slowest step time), its node and its step time (in a synchronous "
+            "job, the job's pace).",
         ),
         stat(
             "Tokens per second, whole job",
@@ -248,17 +279,20 @@ def _progress_over_time(ctx: Context) -> list[Panel]:
                 Query(f"job:training_step_seconds:max{{{job}}}", "slowest rank"),
             ],
             unit="s",
-            description="Step time of the fastest, median and slowest rank: three lines whatever the job's size.",
+            description="Step time of the fastest, median and slowest rank: three lines whatever the job's size. In "
+            "a synchronous job they are one line, the job's pace (each rank times a step from the previous one's end, "
+            "which all ranks leave together); its straggler shows in Where time goes.",
         ),
         timeseries(
-            "Straggler ratio over time, median over slowest rank",
+            "Straggler ratio over time",
             f"job:training_straggler:ratio{{{job}}}",
-            legend="median / slowest",
+            legend="straggler ratio",
             unit="percentunit",
             min=0,
             max=1,
             thresholds=((None, "red"), (straggler, "green")),
-            description=f"Median over slowest rank step time; below {straggler} is a straggler.",
+            description=f"The straggler ratio over time (median over slowest step time, or 1 - the straggler's "
+            f"excess over the job's step time when lower); below {straggler} is a straggler.",
         ),
         timeseries(
             "Tokens per second over time, whole job",
@@ -280,9 +314,9 @@ def _progress_over_time(ctx: Context) -> list[Panel]:
 
 
 def _slowest_ranks(ctx: Context) -> str:
-    """The SLOWEST_RANKS slowest ranks of the job and their step time, as the recording rules compute a rank's
-    (rate of step seconds over rate of steps)."""
-    return f"topk({SLOWEST_RANKS}, {_rank_step_seconds(ctx, '$__rate_interval')})"
+    """The SLOWEST_RANKS ranks holding the job back most: by excess over the median rank when the job times phases,
+    else by step time."""
+    return _holding_back(ctx, "$__rate_interval", SLOWEST_RANKS)
 
 
 def _ranks(ctx: Context) -> list[Panel]:
@@ -294,17 +328,36 @@ def _ranks(ctx: Context) -> list[Panel]:
         _slow_steps(ctx, (RANK_ATTRIBUTE, traceql.GrafanaVariable("__data.fields.rank"))),
     )
     cluster = ctx.cluster
-    # The record holds the slowest rank at each evaluation: the ranks that ever were the slowest, picked once over
-    # the range (a line per rank over time would grow with every rank that took its turn).
-    was_slowest = f"job:training_slowest_rank:step_seconds{{{job}}}[$__range]"
-    slowest_over_range = f"topk({SLOWEST_RANKS}, max_over_time({was_slowest}))"
+    step = _rank_step_seconds(ctx, "$__rate_interval")
+    excess = _rank_excess(ctx, "$__rate_interval")
+    pace = f"job:training_step_seconds:max{{{job}}}"
+    # 1 / the straggler ratio the rank would give the job: its pace over the pace without the rank's excess, or its
+    # step time over the median rank's without phases.
+    times_median = (
+        f"1 / (1 - ({excess} and on ({cluster}, rank, node) ({slowest})) / on ({cluster}) group_left () {pace}) "
+        f"or on () ({step} and on ({cluster}, rank, node) ({slowest})) / on ({cluster}) group_left () "
+        f"job:training_step_seconds:median{{{job}}}"
+    )
+    # The record holds the straggler at each evaluation: the ranks that ever were, picked once over the range (a line
+    # per rank over time would grow with every rank that took its turn).
+    was_slowest = f"job:training_straggler_rank:step_seconds{{{job}}}[$__range]"
+    excess_over_range = f"max_over_time(job:training_straggler_rank:excess_seconds{{{job}}}[$__range])"
+    slowest_over_range = (
+        f"topk({SLOWEST_RANKS}, {excess_over_range}) or on () topk({SLOWEST_RANKS}, max_over_time({was_slowest}))"
+    )
+    picked = f"and on ({cluster}, hpc_job, rank, node) ({slowest_over_range})"
+    ranked = (
+        "by their excess over the median rank (seconds per step beyond its, over the phases) when the job times "
+        "phases, else by step time"
+    )
     return [
         table(
             "Slowest ranks now",
             [
-                Column(slowest, "Step time (s)"),
+                Column(f"{step} and on ({cluster}, rank, node) ({slowest})", "Step time (s)"),
+                Column(f"{excess} and on ({cluster}, rank, node) ({slowest})", "Excess over median rank (s)"),
                 Column(
-                    f"{slowest} / on ({cluster}) group_left () job:training_step_seconds:median{{{job}}}",
+                    times_median,
                     "x median rank",
                     ((None, "green"), (1 / ctx.thresholds.training_straggler_ratio, "red")),
                     cell="color-text",
@@ -313,20 +366,23 @@ def _ranks(ctx: Context) -> list[Panel]:
             labels=["rank", "node"],
             width=8,
             height=9,
+            sort_by=("x median rank",),
             label_links={"node": common.node_link(ctx), "rank": rank_traces},
-            description=f"The {SLOWEST_RANKS} slowest ranks of the job over the last few scrapes, their nodes and "
-            "their step time against the median rank's (raw training series of this job, read at one instant: "
-            "a large job has thousands of ranks, and a panel over time would read every one at every point; "
-            "per-rank rows are fine only because this view is one job); click a node for its own view, a rank "
-            "for its slow steps in Tempo.",
+            description=f"The {SLOWEST_RANKS} ranks holding the job back most over the last few scrapes, {ranked} "
+            "(in a synchronous job every rank's step time is the job's pace: the straggler shows only in its "
+            "phases), their nodes, step time and excess, and x median rank: the job's step time over what it would "
+            "be without the rank's excess (without phases, the rank's step time over the median rank's), red where "
+            "TrainingStraggler fires. Raw training series of this job, read at one instant: a large job has "
+            "thousands of ranks, and a panel over time would read every one at every point; per-rank rows are fine "
+            "only because this view is one job. Click a node for its own view, a rank for its slow steps in Tempo.",
         ),
         table(
             "Ranks that were the slowest over the range",
             [
-                Column(slowest_over_range, "Worst step time", unit="s"),
+                Column(f"{excess_over_range} {picked}", "Largest excess", unit="s"),
+                Column(f"max_over_time({was_slowest}) {picked}", "Worst step time", unit="s"),
                 Column(
-                    f"count_over_time({was_slowest}) * {promql.duration_seconds(ctx.evaluation_interval)} "
-                    f"and on ({cluster}, hpc_job, rank, node) {slowest_over_range}",
+                    f"count_over_time({was_slowest}) * {promql.duration_seconds(ctx.evaluation_interval)} {picked}",
                     "Time as the slowest",
                     unit="s",
                 ),
@@ -335,9 +391,10 @@ def _ranks(ctx: Context) -> list[Panel]:
             width=8,
             height=9,
             label_links={"node": common.node_link(ctx)},
-            description=f"Up to {SLOWEST_RANKS} ranks of this job that were its slowest at some point of the "
-            "dashboard's range, picked once over the range: their worst step time and how long they held that "
-            "place (a rank that stays there is a straggler, one that changes every step is noise).",
+            description=f"Up to {SLOWEST_RANKS} ranks of this job that the recording rules named its straggler at "
+            f"some point of the dashboard's range ({ranked}), picked once over the range: their largest excess, "
+            "their worst step time and how long they held that place (a rank that stays there is a straggler, one "
+            "that changes every step is noise).",
         ),
         timeseries(
             "Training loss, mean over ranks",
@@ -360,10 +417,7 @@ def _where_time_goes(ctx: Context) -> Row:
     slowest over time (records: two lines per phase), and the slowest ranks' phases now (raw, one instant)."""
     job, cluster = _job(ctx), ctx.cluster
     straggler = 1 / ctx.thresholds.training_straggler_ratio
-    phases = _per_rank(ctx, "phase_seconds", "$__rate_interval", ("rank", "node", "phase"))
-    per_step = (
-        f"{phases} / on ({cluster}, rank, node) group_left () ({_per_rank(ctx, 'steps', '$__rate_interval')} > 0)"
-    )
+    per_step = _rank_phase_seconds(ctx, "$__rate_interval")
     slowest_phases = f"{per_step} and on ({cluster}, rank, node) {_slowest_ranks(ctx)}"
     no_phases = "A job that times no phase (no hpcobs_training_phase_seconds_total) draws nothing here."
     return Row(
@@ -373,17 +427,19 @@ def _where_time_goes(ctx: Context) -> Row:
                 "Seconds per step in each phase: median rank and slowest rank",
                 [
                     Query(f"job:training_phase_seconds:median{{{job}}}", "{{phase}}, median rank"),
-                    Query(f"job:training_slowest_rank:phase_seconds{{{job}}}", "{{phase}}, slowest rank"),
+                    Query(f"job:training_straggler_rank:phase_seconds{{{job}}}", "{{phase}}, slowest rank"),
                 ],
                 unit="s",
                 width=9,
                 description="Seconds per step each phase takes on the median rank and on the slowest rank (the one "
                 "\"Slowest rank now\" names): two lines per phase, whatever the job's size. A straggler's slow "
-                f"phase is the one whose two lines part. {no_phases}",
+                "phase is the one where its line rises above the median rank's; in a synchronous job the median rank "
+                "waits for it, so the median rank's backward (DDP) or forward (FSDP) line rises by as much. "
+                f"{no_phases}",
             ),
             timeseries(
                 "Slowest rank's excess over the median rank, per phase",
-                f"job:training_slowest_rank:phase_seconds{{{job}}} - on ({cluster}, hpc_job, phase) "
+                f"job:training_straggler_rank:phase_seconds{{{job}}} - on ({cluster}, hpc_job, phase) "
                 f"job:training_phase_seconds:median{{{job}}}",
                 legend="{{phase}}",
                 unit="s",
@@ -598,11 +654,12 @@ def dashboard(ctx: Context) -> DashboardSpec:
             Variable(
                 "rank",
                 "Rank",
-                f"query_result(sort_desc({_rank_step_seconds(ctx, ctx.rate_window)}))",
+                f"query_result(sort_desc({_holding_back(ctx, ctx.rate_window)}))",
                 regex='/rank="([0-9]+)"/',
                 sort=VariableSort.DISABLED,
-                description="The job's ranks, slowest first (step time over the recording rules' rate window): "
-                "the default is the slowest rank when the dashboard opens; the traces links open its slow steps.",
+                description="The job's ranks, the one holding the job back first (by excess over the median rank "
+                "when the job times phases, else by step time, over the recording rules' rate window): the default is "
+                "the straggler when the dashboard opens; the traces links open its slow steps.",
             ),
             common.log_selector(ctx),
             common.log_node_label(ctx),

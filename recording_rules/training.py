@@ -217,7 +217,9 @@ def _straggler(ctx: Context) -> Record:
                 "(45); 1 for a lockstep job without phases (46: nothing to see)",
                 at=ctx.timeline.settled,
                 series=_every_job(ctx),
-                expect=[sample(ratio, **labels[job]) for job, ratio in (("42", 0.5), ("43", 1), ("45", 0.5), ("46", 1))],
+                expect=[
+                    sample(ratio, **labels[job]) for job, ratio in (("42", 0.5), ("43", 1), ("45", 0.5), ("46", 1))
+                ],
             )
         ],
     )

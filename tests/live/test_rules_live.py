@@ -26,7 +26,7 @@ HOURS = 2.5
 STEP = 30
 COMPARE_EVERY = 300
 SETTLED = 600
-TIE_BROKEN = {"job:training_slowest_rank:step_seconds"}
+TIE_BROKEN = {"job:training_straggler_rank:step_seconds", "job:training_straggler_rank:excess_seconds"}
 
 
 @pytest.fixture(scope="module")
