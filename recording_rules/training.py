@@ -51,6 +51,7 @@ EXCESS = 0.5
 
 
 def groups(ctx: Context) -> list[Group]:
+    median, excess, straggler = _phases(ctx)
     return [
         Group(
             "hpcobs-training",
@@ -67,11 +68,18 @@ def groups(ctx: Context) -> list[Group]:
             rules=[*_throughput(ctx), _loss(ctx)],
         ),
         Group("hpcobs-training-nccl", domain="training", interval=ctx.evaluation_interval, rules=_collectives(ctx)),
+        # The phases beside the step times: a rank times up to a handful of phases, so these read a few times the
+        # step-time group's series.
+        Group("hpcobs-training-phases", domain="training", interval=ctx.evaluation_interval, rules=median),
+        # The straggler the phases find, then what is known of it: a group never reads its own records.
+        Group("hpcobs-training-straggler", domain="training", interval=ctx.evaluation_interval, rules=excess),
         # From the recorded statistics: the ranks are read once per statistic, not again for the ratio.
-        Group("hpcobs-training-job", domain="training", interval=ctx.evaluation_interval, rules=[_straggler(ctx)]),
-        # The phases beside the step times, and the straggler that they find: a rank times up to a handful of phases,
-        # so these read a few times the step-time group's series. In order: each record reads the one before.
-        Group("hpcobs-training-phases", domain="training", interval=ctx.evaluation_interval, rules=_phases(ctx)),
+        Group(
+            "hpcobs-training-job",
+            domain="training",
+            interval=ctx.evaluation_interval,
+            rules=[_straggler(ctx), *straggler],
+        ),
     ]
 
 
@@ -225,9 +233,10 @@ def _straggler(ctx: Context) -> Record:
     )
 
 
-def _phases(ctx: Context) -> list[Record]:
-    """Per job: the median rank's seconds per step in each phase, the straggler (the rank with the largest excess over
-    it, or the slowest by step time without phases) and the straggler's seconds per step in each phase. The
+def _phases(ctx: Context) -> tuple[list[Record], list[Record], list[Record]]:
+    """Per job, in three layers each reading the one before: the median rank's seconds per step in each phase; the
+    rank with the largest excess over it; the straggler (that rank, or the slowest by step time without phases) with
+    its step time, and its seconds per step in each phase. The
     straggler's excess per phase is the difference of the phase records, taken where it is read (TrainingStraggler,
     the dashboard): a third record of every phase of every job would cost as much as these two for a subtraction.
     Job 43 times no phase: it has none of the phase records."""
@@ -250,7 +259,7 @@ def _phases(ctx: Context) -> list[Record]:
     def case(description: str, expect: list) -> list[Case]:
         return [Case(description, at=ctx.timeline.settled, series=every_job, expect=expect)]
 
-    return [
+    median = [
         Record(
             "job:training_phase_seconds:median",
             f"quantile by ({cluster}, hpc_job, phase) (0.5, {rank_phase})",
@@ -264,6 +273,8 @@ def _phases(ctx: Context) -> list[Record]:
                 ],
             ),
         ),
+    ]
+    excess = [
         Record(
             "job:training_straggler_rank:excess_seconds",
             f"topk by ({cluster}, hpc_job) (1, {rank_excess})",
@@ -274,10 +285,13 @@ def _phases(ctx: Context) -> list[Record]:
                 [sample(EXCESS, **labels[job], **straggler) for job in ("42", "45")],
             ),
         ),
+    ]
+    straggler_rank = [
         Record(
             "job:training_straggler_rank:step_seconds",
-            f"{rank_step} and on ({cluster}, hpc_job, rank, node) job:training_straggler_rank:excess_seconds "
-            f"or on ({cluster}, hpc_job) topk by ({cluster}, hpc_job) (1, {rank_step})",
+            # The straggler by excess, or for a job without one (no phases) the slowest of its ranks.
+            f"topk by ({cluster}, hpc_job) (1, {rank_step} and on ({cluster}, hpc_job, rank, node) "
+            f"job:training_straggler_rank:excess_seconds or on ({cluster}, hpc_job) {rank_step})",
             tests=[
                 Case(
                     "the straggler by excess, its node and its step time (the job's pace in lockstep)",
@@ -312,6 +326,7 @@ def _phases(ctx: Context) -> list[Record]:
             ),
         ),
     ]
+    return median, excess, straggler_rank
 
 
 def _throughput(ctx: Context) -> list[Record]:
