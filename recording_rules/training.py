@@ -213,8 +213,11 @@ def _straggler(ctx: Context) -> Record:
     either way. Without phases only the first remains: a synchronous job that times no phase shows no straggler."""
     labels = {job: dict(**ctx.cluster_labels, hpc_job=job) for job in ("42", "43", "45", "46")}
     by_step = "job:training_step_seconds:median / job:training_step_seconds:max"
+    # Per job, without the rank: a straggler's series outlives its turn by the lookback where no staleness marker ends
+    # it (backfilled history), and two ranks at once must not break the division.
     by_excess = (
-        f"1 - job:training_straggler_rank:excess_seconds / on ({ctx.cluster}, hpc_job) job:training_step_seconds:max"
+        f"1 - max by ({ctx.cluster}, hpc_job) (job:training_straggler_rank:excess_seconds) / "
+        "job:training_step_seconds:max"
     )
     return Record(
         "job:training_straggler:ratio",
