@@ -342,10 +342,10 @@ def _ranks(ctx: Context) -> list[Panel]:
     # per rank over time would grow with every rank that took its turn).
     was_slowest = f"job:training_straggler_rank:step_seconds{{{job}}}[$__range]"
     excess_over_range = f"max_over_time(job:training_straggler_rank:excess_seconds{{{job}}}[$__range])"
-    slowest_over_range = (
-        f"topk({SLOWEST_RANKS}, {excess_over_range}) or on () topk({SLOWEST_RANKS}, max_over_time({was_slowest}))"
-    )
-    picked = f"and on ({cluster}, hpc_job, rank, node) ({slowest_over_range})"
+    time_as_slowest = f"count_over_time({was_slowest}) * {promql.duration_seconds(ctx.evaluation_interval)}"
+    # The ranks that were it longest: one record names the straggler, whatever ranked it (excess or step time).
+    slowest_over_range = f"topk({SLOWEST_RANKS}, {time_as_slowest})"
+    picked = f"and on ({cluster}, hpc_job, rank, node) {slowest_over_range}"
     ranked = (
         "by their excess over the median rank (seconds per step beyond its, over the phases) when the job times "
         "phases, else by step time"
@@ -379,22 +379,19 @@ def _ranks(ctx: Context) -> list[Panel]:
         table(
             "Ranks that were the slowest over the range",
             [
+                Column(slowest_over_range, "Time as the slowest", unit="s"),
                 Column(f"{excess_over_range} {picked}", "Largest excess", unit="s"),
                 Column(f"max_over_time({was_slowest}) {picked}", "Worst step time", unit="s"),
-                Column(
-                    f"count_over_time({was_slowest}) * {promql.duration_seconds(ctx.evaluation_interval)} {picked}",
-                    "Time as the slowest",
-                    unit="s",
-                ),
             ],
             labels=["rank", "node"],
             width=8,
             height=9,
+            sort_by=("Time as the slowest",),
             label_links={"node": common.node_link(ctx)},
-            description=f"Up to {SLOWEST_RANKS} ranks of this job that the recording rules named its straggler at "
-            f"some point of the dashboard's range ({ranked}), picked once over the range: their largest excess, "
-            "their worst step time and how long they held that place (a rank that stays there is a straggler, one "
-            "that changes every step is noise).",
+            description=f"The {SLOWEST_RANKS} ranks of this job that the recording rules named its straggler "
+            f"longest over the dashboard's range ({ranked}), picked once over the range: how long they held that "
+            "place (a rank that stays there is a straggler, one that changes every step is noise), their largest "
+            "excess and their worst step time.",
         ),
         timeseries(
             "Training loss, mean over ranks",
