@@ -51,7 +51,7 @@ EXCESS = 0.5
 
 
 def groups(ctx: Context) -> list[Group]:
-    median, excess, straggler = _phases(ctx)
+    median, straggler = _phases(ctx)
     return [
         Group(
             "hpcobs-training",
@@ -71,14 +71,14 @@ def groups(ctx: Context) -> list[Group]:
         # The phases beside the step times: a rank times up to a handful of phases, so these read a few times the
         # step-time group's series.
         Group("hpcobs-training-phases", domain="training", interval=ctx.evaluation_interval, rules=median),
-        # The straggler the phases find, then what is known of it: a group never reads its own records.
-        Group("hpcobs-training-straggler", domain="training", interval=ctx.evaluation_interval, rules=excess),
+        # The straggler the phases find: a group never reads its own records.
+        Group("hpcobs-training-straggler", domain="training", interval=ctx.evaluation_interval, rules=straggler),
         # From the recorded statistics: the ranks are read once per statistic, not again for the ratio.
         Group(
             "hpcobs-training-job",
             domain="training",
             interval=ctx.evaluation_interval,
-            rules=[_straggler(ctx), *straggler],
+            rules=[_straggler(ctx)],
         ),
     ]
 
@@ -236,10 +236,12 @@ def _straggler(ctx: Context) -> Record:
     )
 
 
-def _phases(ctx: Context) -> tuple[list[Record], list[Record], list[Record]]:
-    """Per job, in three layers each reading the one before: the median rank's seconds per step in each phase; the
-    rank with the largest excess over it; the straggler (that rank, or the slowest by step time without phases) with
-    its step time, and its seconds per step in each phase. The
+def _phases(ctx: Context) -> tuple[list[Record], list[Record]]:
+    """Per job, in two layers, the second reading the first: the median rank's seconds per step in each phase; the
+    rank with the largest excess over it, the straggler (that rank, or the slowest by step time without phases) with
+    its step time, and its seconds per step in each phase. Each of the latter chooses the straggler at its own
+    evaluation, never from the excess record: a topk record's previous leaders stay visible for the lookback
+    (docs/metricsql.md, "Fixed: the slowest rank's phases"). The
     straggler's excess per phase is the difference of the phase records, taken where it is read (TrainingStraggler,
     the dashboard): a third record of every phase of every job would cost as much as these two for a subtraction.
     Job 43 times no phase: it has none of the phase records."""
@@ -277,10 +279,11 @@ def _phases(ctx: Context) -> tuple[list[Record], list[Record], list[Record]]:
             ),
         ),
     ]
-    excess = [
+    by_excess = f"topk by ({cluster}, hpc_job) (1, {rank_excess})"
+    straggler_rank = [
         Record(
             "job:training_straggler_rank:excess_seconds",
-            f"topk by ({cluster}, hpc_job) (1, {rank_excess})",
+            by_excess,
             tests=case(
                 "the rank with the largest excess over the median rank, its node and its excess: the straggler's "
                 "extra data time, free-running or in lockstep (where every rank's step time is the same); none "
@@ -288,13 +291,13 @@ def _phases(ctx: Context) -> tuple[list[Record], list[Record], list[Record]]:
                 [sample(EXCESS, **labels[job], **straggler) for job in ("42", "45")],
             ),
         ),
-    ]
-    straggler_rank = [
         Record(
             "job:training_straggler_rank:step_seconds",
-            # The straggler by excess, or for a job without one (no phases) the slowest of its ranks.
-            f"topk by ({cluster}, hpc_job) (1, {rank_step} and on ({cluster}, hpc_job, rank, node) "
-            f"job:training_straggler_rank:excess_seconds or on ({cluster}, hpc_job) {rank_step})",
+            # The straggler by excess, or for a job that times no phase the slowest of its ranks. The two sides hold
+            # different jobs: MetricsQL's `or` over a range fills a left series' gaps with a right one of its group
+            # (docs/metricsql.md), which must never be another rank of the same job.
+            f"topk by ({cluster}, hpc_job) (1, ({rank_step} and on ({cluster}, hpc_job, rank, node) {by_excess}) "
+            f"or ({rank_step} unless on ({cluster}, hpc_job) job:training_phase_seconds:median))",
             tests=[
                 Case(
                     "the straggler by excess, its node and its step time (the job's pace in lockstep)",
@@ -315,9 +318,7 @@ def _phases(ctx: Context) -> tuple[list[Record], list[Record], list[Record]]:
             "job:training_straggler_rank:phase_seconds",
             # Per job, not per rank: job:training_straggler_rank:excess_seconds already says which rank it is.
             aggregate(
-                "max",
-                (cluster, *JOB, "phase"),
-                f"{rank_phase} and on ({cluster}, hpc_job, rank, node) job:training_straggler_rank:excess_seconds",
+                "max", (cluster, *JOB, "phase"), f"{rank_phase} and on ({cluster}, hpc_job, rank, node) {by_excess}"
             ),
             tests=case(
                 "the straggler's seconds per step in each phase",
@@ -329,7 +330,7 @@ def _phases(ctx: Context) -> tuple[list[Record], list[Record], list[Record]]:
             ),
         ),
     ]
-    return median, excess, straggler_rank
+    return median, straggler_rank
 
 
 def _throughput(ctx: Context) -> list[Record]:

@@ -17,7 +17,7 @@ from tests.conftest import ROOT, firing_over_simulated
 
 CATALOGUE = ROOT / "hpcobs" / "exporters" / "catalogue" / "training.yaml"
 TRAINING = f"grafana/dashboards/HPC/{DashboardUid.TRAINING}.json"
-PHASE_RECORDS = ("job:training_phase_seconds:median", "job:training_slowest_rank:phase_seconds")
+PHASE_RECORDS = ("job:training_phase_seconds:median", "job:training_straggler_rank:phase_seconds")
 START = 600  # seconds: the straggler starts at 10m
 
 

@@ -57,7 +57,7 @@ ONE_SAMPLE_FORECAST = Difference(
     "two samples; only a series' first evaluation has one",
     1,
 )
-TOPK_TIE = Difference("topk() between ranks with the same step time: each engine keeps a different rank", 1)
+TOPK_TIE = Difference("topk() between ranks with the same excess or step time: each engine keeps a different rank", 1)
 
 _RATES = (
     "account:gpu_power:watts",
@@ -74,7 +74,7 @@ _RATES = (
     "job:lustre_write_bytes:rate",
     "job:training_model_flops:rate",
     "job:training_phase_seconds:median",
-    "job:training_slowest_rank:phase_seconds",
+    "job:training_straggler_rank:phase_seconds",
     "job:training_step_seconds:max",
     "job:training_step_seconds:median",
     "job:training_step_seconds:min",
@@ -93,7 +93,8 @@ _RATES = (
 # Record -> the differences it may show on this cluster. Any other record must agree at every evaluation.
 ALLOWED: dict[str, tuple[Difference, ...]] = {
     **{record: (COUNTER_EDGE,) for record in _RATES},
-    "job:training_slowest_rank:step_seconds": (COUNTER_EDGE, TOPK_TIE),
+    "job:training_straggler_rank:excess_seconds": (COUNTER_EDGE, TOPK_TIE),
+    "job:training_straggler_rank:step_seconds": (COUNTER_EDGE, TOPK_TIE),
     "job:gpus_allocated_idle:count": (WINDOW_START,),
     "node:gpus_allocated_idle:count": (WINDOW_START,),
     "node:gpus_allocated_idle_by_job:count": (WINDOW_START,),
