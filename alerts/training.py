@@ -215,36 +215,40 @@ BALANCED_PHASES = {"data": 0.05, "forward": 0.1, "backward": 0.15, "comm": 0.1}
 RANKS = (("0", "n1"), ("1", "n1"), ("2", "n2"), ("3", "n2"))
 
 
+def _four_ranks(
+    jobs: _TestJob, length: int, slowest: float, slow_phase: str | None = None, lockstep: bool = True
+) -> list[Series]:
+    """Ranks 0-2 at 0.5 s of work a step and rank 3 at `slowest`. In lockstep (as the training helper times a
+    synchronous job) every rank's steps take `slowest` and ranks 0-2 wait its extra time in backward; else each
+    rank's take its own. With a slow phase every rank times its phases and rank 3 spends its extra time in it."""
+    extra = slowest - 0.5
+    step_times = {rank: slowest if lockstep else 0.5 for rank in RANKS[:3]} | {RANKS[3]: slowest}
+    phases = {}
+    if slow_phase is not None:
+        wait = extra if lockstep else 0.0
+        waiter = {**BALANCED_PHASES, "backward": BALANCED_PHASES["backward"] + wait}
+        phases = dict.fromkeys(RANKS[:3], waiter)
+        phases[RANKS[3]] = {**BALANCED_PHASES, slow_phase: BALANCED_PHASES[slow_phase] + extra}
+    return rank_series(jobs.ctx, step_times, length=length) + phase_series(jobs.ctx, phases, length) + jobs.info
+
+
+def _congested(jobs: _TestJob, length: int, factor: float) -> list[Series]:
+    """Every rank in lockstep slowed alike, the extra time in its comm phase: a slow fabric, no straggler."""
+    step = 0.5 * factor
+    phases = {**BALANCED_PHASES, "comm": BALANCED_PHASES["comm"] + step - 0.5}
+    return (
+        rank_series(jobs.ctx, dict.fromkeys(RANKS, step), length=length)
+        + phase_series(jobs.ctx, dict.fromkeys(RANKS, phases), length)
+        + jobs.info
+    )
+
+
 def _straggler(jobs: _TestJob) -> Alert:
     ctx, ratio, for_ = jobs.ctx, jobs.thresholds.training_straggler_ratio, jobs.thresholds.training_straggler_for
     cluster = ctx.cluster
     when = timing(ctx, for_, 1)
     length = when.hold // when.step + 20
-
-    def four_ranks(slowest: float, slow_phase: str | None = None, lockstep: bool = True) -> list[Series]:
-        """Ranks 0-2 at 0.5 s of work a step and rank 3 at `slowest`. In lockstep (as the training helper times a
-        synchronous job) every rank's steps take `slowest` and ranks 0-2 wait its extra time in backward; else each
-        rank's take its own. With a slow phase every rank times its phases and rank 3 spends its extra time in it."""
-        extra = slowest - 0.5
-        step_times = {rank: slowest if lockstep else 0.5 for rank in RANKS[:3]} | {RANKS[3]: slowest}
-        phases = {}
-        if slow_phase is not None:
-            wait = extra if lockstep else 0.0
-            waiter = {**BALANCED_PHASES, "backward": BALANCED_PHASES["backward"] + wait}
-            phases = dict.fromkeys(RANKS[:3], waiter)
-            phases[RANKS[3]] = {**BALANCED_PHASES, slow_phase: BALANCED_PHASES[slow_phase] + extra}
-        return rank_series(ctx, step_times, length=length) + phase_series(ctx, phases, length) + jobs.info
-
-    def congested(factor: float) -> list[Series]:
-        """Every rank in lockstep slowed alike, the extra time in its comm phase: a slow fabric, no straggler."""
-        step = 0.5 * factor
-        phases = {**BALANCED_PHASES, "comm": BALANCED_PHASES["comm"] + step - 0.5}
-        return (
-            rank_series(ctx, dict.fromkeys(RANKS, step), length=length)
-            + phase_series(ctx, dict.fromkeys(RANKS, phases), length)
-            + jobs.info
-        )
-
+    four_ranks = partial(_four_ranks, jobs, length)
     straggling = (
         f"job:training_straggler_rank:step_seconds and on ({cluster}, hpc_job) job:training_straggler:ratio < {ratio}"
     )
@@ -307,7 +311,10 @@ def _straggler(jobs: _TestJob) -> Alert:
                 when.silent(
                     f"free-running ranks just above the {ratio} ratio", four_ranks(above, "data", lockstep=False)
                 ),
-                when.silent("every rank slowed alike in comm (a congested fabric): no straggler", congested(2)),
+                when.silent(
+                    "every rank slowed alike in comm (a congested fabric): no straggler",
+                    _congested(jobs, length, 2),
+                ),
                 when.silent(
                     "in lockstep without phases: every rank's step time the same, nothing to see", four_ranks(fault)
                 ),

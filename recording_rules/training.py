@@ -15,6 +15,8 @@ shape: LIKE). The training dashboard reads these rather than the
 ranks: a job on 8,192 GPUs has 8,192 ranks, and a panel over the ranks reads all of them at every point it draws.
 """
 
+from functools import partial
+
 from hpcobs.authoring.context import Context
 from hpcobs.authoring.rules import Group, Record
 from hpcobs.authoring.ruletest import Case, Series, sample
@@ -51,7 +53,6 @@ EXCESS = 0.5
 
 
 def groups(ctx: Context) -> list[Group]:
-    median, straggler = _phases(ctx)
     return [
         Group(
             "hpcobs-training",
@@ -70,9 +71,11 @@ def groups(ctx: Context) -> list[Group]:
         Group("hpcobs-training-nccl", domain="training", interval=ctx.evaluation_interval, rules=_collectives(ctx)),
         # The phases beside the step times: a rank times up to a handful of phases, so these read a few times the
         # step-time group's series.
-        Group("hpcobs-training-phases", domain="training", interval=ctx.evaluation_interval, rules=median),
+        Group("hpcobs-training-phases", domain="training", interval=ctx.evaluation_interval, rules=_phase_median(ctx)),
         # The straggler the phases find: a group never reads its own records.
-        Group("hpcobs-training-straggler", domain="training", interval=ctx.evaluation_interval, rules=straggler),
+        Group(
+            "hpcobs-training-straggler", domain="training", interval=ctx.evaluation_interval, rules=_straggler_rank(ctx)
+        ),
         # From the recorded statistics: the ranks are read once per statistic, not again for the ratio.
         Group(
             "hpcobs-training-job",
@@ -236,35 +239,25 @@ def _straggler(ctx: Context) -> Record:
     )
 
 
-def _phases(ctx: Context) -> tuple[list[Record], list[Record]]:
-    """Per job, in two layers, the second reading the first: the median rank's seconds per step in each phase; the
-    rank with the largest excess over it, the straggler (that rank, or the slowest by step time without phases) with
-    its step time, and its seconds per step in each phase. Each of the latter chooses the straggler at its own
-    evaluation, never from the excess record: a topk record's previous leaders stay visible for the lookback
-    (docs/metricsql.md, "Fixed: the slowest rank's phases"). The
-    straggler's excess per phase is the difference of the phase records, taken where it is read (TrainingStraggler,
-    the dashboard): a third record of every phase of every job would cost as much as these two for a subtraction.
-    Job 43 times no phase: it has none of the phase records."""
-    cluster = ctx.cluster
-    labels = {job: dict(**ctx.cluster_labels, hpc_job=job) for job in ("42", "45")}
-    rank_step = _rank_step(ctx)
-    # A rank's seconds per step in a phase; a rank that made no step in the window is left out, as in _rank_step.
-    rank_phase = (
-        f"{_rate_of(ctx, 'phase_seconds', (*RANK, 'phase'))} / on ({cluster}, hpc_job, rank, node) group_left () "
+def _rank_phase(ctx: Context) -> str:
+    """A rank's seconds per step in a phase; a rank that made no step in the window is left out, as in _rank_step."""
+    return (
+        f"{_rate_of(ctx, 'phase_seconds', (*RANK, 'phase'))} / on ({ctx.cluster}, hpc_job, rank, node) group_left () "
         f"({_rate_of(ctx, 'steps')} > 0)"
     )
-    rank_excess = aggregate(
-        "sum",
-        (cluster, *RANK),
-        f"clamp_min({rank_phase} - on ({cluster}, hpc_job, phase) group_left () job:training_phase_seconds:median, 0)",
-    )
-    every_job = _every_job(ctx)
-    straggler = {"rank": "3", "node": "n2"}
 
-    def case(description: str, expect: list) -> list[Case]:
-        return [Case(description, at=ctx.timeline.settled, series=every_job, expect=expect)]
 
-    median = [
+def _phase_case(ctx: Context, description: str, expect: list) -> list[Case]:
+    return [Case(description, at=ctx.timeline.settled, series=_every_job(ctx), expect=expect)]
+
+
+def _phase_median(ctx: Context) -> list[Record]:
+    """The median rank's seconds per step in each phase, per job (a waiter's in lockstep). Job 43 times no phase:
+    it has none of the phase records."""
+    cluster, rank_phase = ctx.cluster, _rank_phase(ctx)
+    labels = {job: dict(**ctx.cluster_labels, hpc_job=job) for job in ("42", "45")}
+    case = partial(_phase_case, ctx)
+    return [
         Record(
             "job:training_phase_seconds:median",
             f"quantile by ({cluster}, hpc_job, phase) (0.5, {rank_phase})",
@@ -279,8 +272,26 @@ def _phases(ctx: Context) -> tuple[list[Record], list[Record]]:
             ),
         ),
     ]
+
+
+def _straggler_rank(ctx: Context) -> list[Record]:
+    """The rank with the largest excess over the median rank's phases, the straggler (that rank, or the slowest by
+    step time without phases) with its step time, and its seconds per step in each phase. Each chooses the straggler
+    at its own evaluation, never from the excess record: a topk record's previous leaders stay visible for the
+    lookback (docs/metricsql.md, "Fixed: the slowest rank's phases"). The straggler's excess per phase is the
+    difference of the phase records, taken where it is read (TrainingStraggler, the dashboard): a third record of
+    every phase of every job would cost as much as these two for a subtraction."""
+    cluster, rank_step, rank_phase = ctx.cluster, _rank_step(ctx), _rank_phase(ctx)
+    labels = {job: dict(**ctx.cluster_labels, hpc_job=job) for job in ("42", "45")}
+    rank_excess = aggregate(
+        "sum",
+        (cluster, *RANK),
+        f"clamp_min({rank_phase} - on ({cluster}, hpc_job, phase) group_left () job:training_phase_seconds:median, 0)",
+    )
+    straggler = {"rank": "3", "node": "n2"}
+    case = partial(_phase_case, ctx)
     by_excess = f"topk by ({cluster}, hpc_job) (1, {rank_excess})"
-    straggler_rank = [
+    return [
         Record(
             "job:training_straggler_rank:excess_seconds",
             by_excess,
@@ -330,7 +341,6 @@ def _phases(ctx: Context) -> tuple[list[Record], list[Record]]:
             ),
         ),
     ]
-    return median, straggler_rank
 
 
 def _throughput(ctx: Context) -> list[Record]:
