@@ -364,7 +364,7 @@ def _ranks(ctx: Context) -> list[Panel]:
                 ),
             ],
             labels=["rank", "node"],
-            width=8,
+            width=12,
             height=9,
             sort_by=("x median rank",),
             label_links={"node": common.node_link(ctx), "rank": rank_traces},
@@ -384,7 +384,7 @@ def _ranks(ctx: Context) -> list[Panel]:
                 Column(f"max_over_time({was_slowest}) {picked}", "Worst step time", unit="s"),
             ],
             labels=["rank", "node"],
-            width=8,
+            width=12,
             height=9,
             sort_by=("Time as the slowest",),
             label_links={"node": common.node_link(ctx)},
@@ -398,8 +398,8 @@ def _ranks(ctx: Context) -> list[Panel]:
             f"job:training_loss:avg{{{job}}}",
             legend="loss",
             unit="none",
-            width=8,
-            height=9,
+            width=24,
+            height=7,
             description="Training loss the job's ranks report at their last step (mean over ranks).",
         ),
     ]
@@ -427,7 +427,7 @@ def _where_time_goes(ctx: Context) -> Row:
                     Query(f"job:training_straggler_rank:phase_seconds{{{job}}}", "{{phase}}, slowest rank"),
                 ],
                 unit="s",
-                width=9,
+                width=8,
                 description="Seconds per step each phase takes on the median rank and on the slowest rank (the one "
                 "\"Slowest rank now\" names): two lines per phase, whatever the job's size. A straggler's slow "
                 "phase is the one where its line rises above the median rank's; in a synchronous job the median rank "
@@ -440,7 +440,7 @@ def _where_time_goes(ctx: Context) -> Row:
                 f"job:training_phase_seconds:median{{{job}}}",
                 legend="{{phase}}",
                 unit="s",
-                width=7,
+                width=6,
                 description="Seconds per step the slowest rank spends in each phase beyond the median rank: the "
                 f"highest line is the phase TrainingStraggler names. {no_phases}",
             ),
@@ -457,7 +457,7 @@ def _where_time_goes(ctx: Context) -> Row:
                     ),
                 ],
                 labels=["rank", "node", "phase"],
-                width=8,
+                width=10,
                 sort_by=("x median rank",),
                 label_links={"node": common.node_link(ctx)},
                 description=f'Each phase of the job\'s {SLOWEST_RANKS} slowest ranks (as "Slowest ranks now" '
