@@ -1,16 +1,25 @@
-"""Issue 31 end to end, on loopback: a training job instrumented with hpcobs_training, watched as a site watches it.
+"""Issue 31 end to end, on loopback: training jobs instrumented with hpcobs_training, watched as a site watches them.
 
-Eight ranks of job 4242 (real `python` processes running training_rank.py, with the variables srun sets: ranks 0-3
-on "n1", 4-7 on "n2") write their textfiles into their node's own job directory (<tmp>/<node>/jobs/<job>/, what
-slurm/prolog makes under /run/hpcobs-jobs) and send their traces over OTLP/HTTP to a receiver here, set up by the
-standard OTEL_* variables alone. Rank 5 loads its data 6x as long every third step. Each node's jobs' metrics
-reader, slurm/job-metrics installed and run (as nobody) the way docs/slurm.md runs it, serves its job directories,
-and a real Prometheus scrapes both as job="training" every 5 s with the generated recording and alerting rules of a
-site config with short training thresholds (its own rule tests passing). Then:
-- TrainingStraggler fires, once, for rank 5 on n2, naming the data phase;
-- the training dashboard's per-rank and phase panel queries put rank 5 and its data phase first;
-- the spans carry what the TraceQL queries filter on, and every step kept as slow is one of rank 5's slow steps,
-  its data span the long one, while the other steps are kept at the sample share.
+Two jobs run side by side, each of eight ranks (real `python` processes running training_rank.py, with the
+variables srun sets: ranks 0-3 on "n1", 4-7 on "n2"): job 4242 free-running (no collective: each rank steps at its
+own pace), rank 5 loading its data 6x as long every third step; and job 4243 in lockstep, a synchronous
+data-parallel job whose ranks all wait for each other at the end of backward, on a barrier server here (the
+rendezvous address in MASTER_ADDR and MASTER_PORT), rank 2 loading its data 6x as long every third step, so every
+rank's step is as slow as its. The ranks write their textfiles into their node's own directory of their job
+(<tmp>/<node>/jobs/<job>/, what slurm/prolog makes under /run/hpcobs-jobs) and send their traces over OTLP/HTTP to
+a receiver here, set up by the standard OTEL_* variables alone. Each node's jobs' metrics reader, slurm/job-metrics
+installed and run (as nobody) the way docs/slurm.md runs it, serves its job directories, and a real Prometheus
+scrapes both as job="training" every 5 s with the generated recording and alerting rules of a site config with
+short training thresholds (its own rule tests passing). Then, for each job:
+- TrainingStraggler fires, once, for its slow rank and node, naming the data phase;
+- the training dashboard's per-rank and phase panel queries put the slow rank and its data phase first (in
+  lockstep but the step-time columns, where every rank reads the same);
+- each rank's step time as Prometheus reads it: free-running the slow rank's is its own, past the straggler ratio;
+  in lockstep every rank's is the job's pace, within 5%, and only the phases tell the straggler;
+- the spans carry what the TraceQL queries filter on; the steps kept as slow are exactly the slowed ones (the slow
+  rank's, in lockstep every rank's same steps), the slow rank's data span the long one and in lockstep every other
+  rank's backward span, where it waited: on which node and in which function the time is lost. The other steps are
+  kept at the sample share.
 """
 
 from __future__ import annotations
@@ -20,6 +29,8 @@ import gzip
 import http.server
 import json
 import os
+import socket
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -38,12 +49,14 @@ from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import (
 )
 from prometheus_client.parser import text_string_to_metric_families
 
+from dashboards.training import RANK_ATTRIBUTE, SLOW_ATTRIBUTE
 from hpcobs.authoring.context import Context
 from hpcobs.authoring.dashboard import every_panel, panel_queries
 from hpcobs.authoring.traceql import NAME
 from hpcobs.build import outdir, pipeline, validate
 from hpcobs.build.cache import Cache
 from hpcobs.exporters.sources import Sources
+from hpcobs.lang.escape import promql_string
 from hpcobs.lang.promql import duration_seconds
 from hpcobs.proof.servers import Prometheus, free_port
 from hpcobs.settings import config as config_module
@@ -53,14 +66,12 @@ from hpcobs.targets.prometheus import RULES_DIR
 from tests.conftest import MEASUREMENT
 from tests.live.test_dashboards_live import _substituted
 from tests.live.test_slurm_live import NOBODY, Daemons, install_scripts
-from tests.live.training_rank import PHASE_SECONDS, SLOW_DATA_FACTOR, SLOW_EVERY
+from tests.live.training_rank import COLLECTIVE_PHASE, GO_ON, PHASE_SECONDS, SLOW_DATA_FACTOR, SLOW_EVERY, STOP
 from tests.test_traceql import VARIABLE, conditions, traceql_queries  # noqa: F401 (a fixture)
 
 pytestmark = pytest.mark.live
 
-JOB = "4242"
 RANKS = {str(rank): "n1" if rank < 4 else "n2" for rank in range(8)}
-SLOW_RANK = "5"
 # Scrape and rule evaluation every 5 s, TrainingStraggler after 15 s of straggling: it fires within a minute.
 SITE = """\
 scrape_interval: 5s
@@ -68,8 +79,14 @@ thresholds:
   training_straggler_for: 15s
 """
 TRAINING_RULE_TESTS = "prometheus/tests/training/"
-# Steps every rank makes before the traces are read: 30 of rank 5's slow steps, 50 s at its 0.55 s a step.
+# Steps every rank makes before the step times and the traces are read: 30 of the slow rank's slow steps, 50 s at
+# its 0.55 s a step (in lockstep every rank's).
 MIN_STEPS = 90
+# The rank step time the dashboard shows, over 40 s: some 70 steps, so whether the window holds one slow step more
+# or less moves it by 2% at most.
+PACE_WINDOW = "40s"
+# How far apart the ranks of a job in lockstep may read: the window's edges and a rank's few late wake-ups.
+PACE_SPREAD = 0.05
 # The sample share is 1%: a binomial draw over a thousand steps or more stays far under 3%.
 SHARE_BOUND = 0.03
 WAIT = 90.0
@@ -79,6 +96,47 @@ STAY_EVALUATIONS = 2
 READER_PORT = 9500  # slurm/job-metrics's, docs/slurm.md
 STEPS = "hpcobs_training_steps"  # the counter family, as the text parser names it (no _total)
 RANK_SCRIPT = Path(__file__).with_name("training_rank.py")
+# The training dashboard's tables' columns of a rank's step time: now, and its worst while it was the straggler.
+STEP_TIME_COLUMNS = ("Step time (s)", "Worst step time")
+TIMES_MEDIAN_COLUMNS = ("x median rank",)
+MEDIAN_RANK_PHASES = "job:training_phase_seconds:median"  # the record, read alone by the median rank's query
+
+
+@dataclass(frozen=True)
+class Plan:
+    """A training job of the test: its id, its slow rank, and whether its ranks run in lockstep."""
+
+    id: str
+    slow_rank: str
+    lockstep: bool
+
+    @property
+    def slow_node(self) -> str:
+        return RANKS[self.slow_rank]
+
+    @property
+    def slowed_ranks(self) -> set[str]:
+        """The ranks whose steps the slow rank's slow data phase slows: itself, or in lockstep every rank."""
+        return set(RANKS) if self.lockstep else {self.slow_rank}
+
+    @property
+    def median_rank_phase(self) -> str:
+        """The median rank's largest phase: free-running a balanced rank's own largest, in lockstep backward, where
+        it waits for the slow rank."""
+        return COLLECTIVE_PHASE if self.lockstep else max(PHASE_SECONDS, key=PHASE_SECONDS.__getitem__)
+
+    def lost_in(self, rank: str) -> tuple[str, float]:
+        """Where a slowed step of a rank of slowed_ranks loses its time, and at least how much: the slow rank in its
+        data phase, SLOW_DATA_FACTOR x its own; the others, in lockstep, in backward, waiting out the slow rank's
+        extra."""
+        if rank == self.slow_rank:
+            return "data", PHASE_SECONDS["data"] * SLOW_DATA_FACTOR
+        return COLLECTIVE_PHASE, PHASE_SECONDS["data"] * (SLOW_DATA_FACTOR - 1)
+
+
+# Side by side on the same nodes, readers and Prometheus: a free-running job (no collective: each rank steps at its
+# own pace) and a synchronous one.
+JOBS = (Plan("4242", slow_rank="5", lockstep=False), Plan("4243", slow_rank="2", lockstep=True))
 
 
 @dataclass
@@ -158,28 +216,74 @@ def _value(value) -> object:
     return getattr(value, value.WhichOneof("value"))
 
 
-@dataclass
-class Job:
-    """The running job and what watches it."""
+class Barrier:
+    """A job's collective, for its ranks in lockstep (training_rank.Barrier): a server on loopback that takes a
+    connection from each rank, then, each round, a byte from every rank, its vote to stop or go on, and answers each
+    whether any voted to stop (an all-reduce of one flag). A rank that leaves ends it: its peers' next round fails,
+    as a collective fails when a rank dies."""
 
-    config: Config
-    prometheus: Prometheus
-    traces: TraceReceiver
+    def __init__(self, size: int) -> None:
+        self.size = size
+        self.listener = socket.create_server(("127.0.0.1", 0))
+        self.connections: list[socket.socket] = []
+        self.thread = threading.Thread(target=self._serve, daemon=True)
+
+    @property
+    def address(self) -> tuple[str, int]:
+        return self.listener.getsockname()
+
+    def _serve(self) -> None:
+        with contextlib.suppress(OSError):  # closed under it: the fixture ends
+            while len(self.connections) < self.size:
+                connection, _ = self.listener.accept()
+                connection.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+                self.connections.append(connection)
+            while all(votes := [connection.recv(1) for connection in self.connections]):
+                answer = STOP if STOP in votes else GO_ON
+                for connection in self.connections:
+                    connection.sendall(answer)
+        self._close()
+
+    def _close(self) -> None:
+        for connection in [self.listener, *self.connections]:
+            with contextlib.suppress(OSError):
+                connection.shutdown(socket.SHUT_RDWR)
+            connection.close()
+
+    def __enter__(self) -> Barrier:
+        self.thread.start()
+        return self
+
+    def __exit__(self, *exc_info) -> None:
+        self._close()
+        self.thread.join()
+
+
+@dataclass
+class Run:
+    """A running job of the test: its ranks, their job directories (one a node) and its stop file."""
+
+    plan: Plan
     job_dirs: dict[str, Path]
     ranks: dict[str, subprocess.Popen]
     stop_file: Path
-    started: float
-    timings: list[str] = field(default_factory=list)
 
     def steps(self) -> dict[str, int]:
         """Each rank's steps, as its textfile says."""
         counted = {}
         for rank, node in RANKS.items():
-            path = self.job_dirs[node] / f"hpcobs_training_{JOB}_rank{rank}.prom"
+            path = self.job_dirs[node] / f"hpcobs_training_{self.plan.id}_rank{rank}.prom"
             text = path.read_text() if path.exists() else ""
             values = [s.value for f in text_string_to_metric_families(text) for s in f.samples if f.name == STEPS]
             counted[rank] = int(values[0]) if values else 0
         return counted
+
+    def wait_for_steps(self, steps: int) -> None:
+        """Wait until every rank has made `steps` steps."""
+        deadline = time.monotonic() + WAIT
+        while min(self.steps().values()) < steps and time.monotonic() < deadline:
+            time.sleep(POLL)
+        assert min(self.steps().values()) >= steps, self.steps()
 
     def stop(self) -> dict[str, int]:
         """Let every rank leave its loop and exit (its last textfile written, its spans flushed); their steps."""
@@ -188,9 +292,21 @@ class Job:
             try:
                 process.wait(timeout=STOP_WAIT)
             except subprocess.TimeoutExpired:
-                pytest.fail(f"rank {rank} did not exit {STOP_WAIT:.0f}s after the stop file", pytrace=False)
-            assert process.returncode == 0, f"rank {rank} exited with {process.returncode}"
+                pytest.fail(f"job {self.plan.id} rank {rank} did not exit {STOP_WAIT:.0f}s after the stop file")
+            assert process.returncode == 0, f"job {self.plan.id} rank {rank} exited with {process.returncode}"
         return self.steps()
+
+
+@dataclass
+class Site:
+    """The running jobs and what watches them."""
+
+    config: Config
+    prometheus: Prometheus
+    traces: TraceReceiver
+    runs: dict[str, Run]
+    started: float
+    timings: list[str] = field(default_factory=list)
 
 
 def _site(folder: Path, cache_dir: Path) -> tuple[Config, list[Path]]:
@@ -210,22 +326,31 @@ def _site(folder: Path, cache_dir: Path) -> tuple[Config, list[Path]]:
     return config, sorted((out / RULES_DIR).glob("*.rules.yaml"))
 
 
-def _rank_environment(rank: str, node: str, job_dir: Path, traces: TraceReceiver) -> dict[str, str]:
-    """What srun gives a task, the job directory the prolog would make, and OpenTelemetry's own variables; nothing of
-    the test's environment that would change either (its OTEL_* or Slurm variables)."""
+def _rank_environment(
+    plan: Plan, rank: str, job_dir: Path, traces: TraceReceiver, barrier: Barrier | None
+) -> dict[str, str]:
+    """What srun gives a task, the job directory the prolog would make, OpenTelemetry's own variables and, in
+    lockstep, the rendezvous address a job's launcher would give; nothing of the test's environment that would
+    change either (its OTEL_*, Slurm or rendezvous variables)."""
     inherited = {
         key: value
         for key, value in os.environ.items()
-        if not key.startswith(("OTEL_", "SLURM", "HPCOBS_TRAINING")) and key not in ("RANK", "LOCAL_RANK")
+        if not key.startswith(("OTEL_", "SLURM", "HPCOBS_TRAINING"))
+        and key not in ("RANK", "LOCAL_RANK", "MASTER_ADDR", "MASTER_PORT")
     }
     helper = str(Path(hpcobs_training.__file__).resolve().parent.parent)
+    rendezvous = {}
+    if barrier is not None:
+        host, port = barrier.address
+        rendezvous = {"MASTER_ADDR": host, "MASTER_PORT": str(port)}
     return {
         **inherited,
+        **rendezvous,
         "PYTHONPATH": os.pathsep.join(filter(None, [helper, inherited.get("PYTHONPATH")])),
-        "SLURM_JOB_ID": JOB,
+        "SLURM_JOB_ID": plan.id,
         "SLURM_PROCID": rank,
         "SLURM_LOCALID": str(int(rank) % 4),
-        "SLURMD_NODENAME": node,
+        "SLURMD_NODENAME": RANKS[rank],
         hpcobs_training.DIR_VARIABLE: str(job_dir),
         "OTEL_EXPORTER_OTLP_ENDPOINT": traces.endpoint,
         # The batch span processor's export delay, 5 s by default: spans arrive while the test polls.
@@ -235,19 +360,20 @@ def _rank_environment(rank: str, node: str, job_dir: Path, traces: TraceReceiver
 
 def _reader(root: Path, node: str, daemons: Daemons) -> tuple[Path, str]:
     """A node's jobs' metrics reader as docs/slurm.md installs and runs it: slurm/job-metrics in a directory of root's
-    with the configuration beside it, as nobody. Its jobs' directory, where the prolog would make the job's own,
-    and its address."""
+    with the configuration beside it, as nobody, with the directory the prolog would make for each job. Its jobs'
+    directory and its address."""
     jobs, address = root / node / "jobs", f"127.0.0.1:{free_port()}"
     scripts = root / node / "hpcobs"
     scripts.parent.mkdir(mode=0o755)
     install_scripts(scripts, {"job_metrics_dir": jobs})
-    (jobs / JOB).mkdir(mode=0o755, parents=True)
+    for plan in JOBS:
+        (jobs / plan.id).mkdir(mode=0o755, parents=True)
     daemons.start(f"job-metrics-{node}", [str(scripts / "job-metrics"), "--listen", address], user=NOBODY)
-    return jobs / JOB, address
+    return jobs, address
 
 
 @pytest.fixture(scope="module")
-def job(tmp_path_factory, private_cache_dir) -> Iterator[Job]:
+def site(tmp_path_factory, private_cache_dir) -> Iterator[Site]:
     began = time.monotonic()
     config, rule_files = _site(tmp_path_factory.mktemp("training-e2e"), private_cache_dir)
     built = time.monotonic() - began
@@ -278,77 +404,110 @@ def job(tmp_path_factory, private_cache_dir) -> Iterator[Job]:
         )
         stack.callback(prometheus.stop)
         prometheus.start()
-        go, stop_file = root / "go", root / "stop"
-        stack.callback(stop_file.touch)
-        ranks = {
-            rank: daemons.start(
-                f"rank{rank}",
-                [sys.executable, str(RANK_SCRIPT), str(root / f"ready{rank}"), str(go), str(stop_file), SLOW_RANK],
-                env=_rank_environment(rank, node, nodes[node][0], traces),
-            )
-            for rank, node in RANKS.items()
-        }
+        go = root / "go"
+        runs, ready = {}, []
+        for plan in JOBS:
+            barrier = stack.enter_context(Barrier(len(RANKS))) if plan.lockstep else None
+            stop_file = root / f"stop-{plan.id}"
+            stack.callback(stop_file.touch)
+            processes = {}
+            for rank, node in RANKS.items():
+                ready_file = root / f"ready-{plan.id}-{rank}"
+                ready.append((plan, rank, ready_file))
+                command = [sys.executable, str(RANK_SCRIPT), str(ready_file), str(go), str(stop_file), plan.slow_rank]
+                processes[rank] = daemons.start(
+                    f"{plan.id}-rank{rank}",
+                    command + ["--lockstep"] * plan.lockstep,
+                    env=_rank_environment(plan, rank, nodes[node][0] / plan.id, traces, barrier),
+                )
+            job_dirs = {node: jobs / plan.id for node, (jobs, _) in nodes.items()}
+            runs[plan.id] = Run(plan, job_dirs, processes, stop_file)
         deadline = time.monotonic() + WAIT
-        while not all((root / f"ready{rank}").exists() for rank in RANKS):
-            failed = {rank: p.returncode for rank, p in ranks.items() if p.poll() is not None}
+        while not all(path.exists() for _, _, path in ready):
+            failed = {
+                (plan.id, rank): runs[plan.id].ranks[rank].returncode
+                for plan, rank, _ in ready
+                if runs[plan.id].ranks[rank].poll() is not None
+            }
             if failed or time.monotonic() > deadline:
-                tails = "\n".join(f"rank {rank}:\n{daemons.tail(f'rank{rank}')}" for rank in failed)
+                tails = "\n".join(
+                    f"job {job} rank {rank}:\n{daemons.tail(f'{job}-rank{rank}')}" for job, rank in failed
+                )
                 pytest.fail(f"ranks not ready (exited: {failed}):\n{tails}", pytrace=False)
             time.sleep(POLL / 10)
         ready_at = time.monotonic()
         go.touch()
-        yield Job(
+        yield Site(
             config,
             prometheus,
             traces,
-            {node: job_dir for node, (job_dir, _) in nodes.items()},
-            ranks,
-            stop_file,
+            runs,
             ready_at,
             [f"training e2e: rules built and tested in {built:.1f}s, ranks ready {ready_at - began:.1f}s after start"],
         )
 
 
-def _straggler_alerts(prometheus: Prometheus) -> list[dict]:
-    return [a for a in prometheus.alerts() if a["labels"]["alertname"] == "TrainingStraggler"]
+@pytest.fixture(params=JOBS, ids=[plan.id for plan in JOBS])
+def job(request, site) -> Run:
+    return site.runs[request.param.id]
 
 
-def test_training_straggler_fires_once_for_the_slow_rank_naming_its_data_phase(job, record_property):
-    pending: set[tuple] = set()
-    firing: set[tuple] = set()
-    last: list[dict] = []
-    deadline = time.monotonic() + WAIT
-    while not firing and time.monotonic() < deadline:
-        last = _straggler_alerts(job.prometheus)
-        pending |= {_labels(a) for a in last if a["state"] == "pending"}
-        firing |= {_labels(a) for a in last if a["state"] == "firing"}
+@dataclass
+class Watched:
+    """A job's TrainingStraggler alerts as Prometheus listed them, polled from the first step on: every label set
+    ever pending or firing, the last listing, and when one first fired (seconds after the first step)."""
+
+    pending: set[tuple] = field(default_factory=set)
+    firing: set[tuple] = field(default_factory=set)
+    last: list[dict] = field(default_factory=list)
+    fired_after: float | None = None
+
+
+@pytest.fixture(scope="module")
+def straggler_alerts(site) -> dict[str, Watched]:
+    """Each job's TrainingStraggler, watched until it has fired and stayed a few evaluations on: both jobs at once,
+    so that the second's watch costs no time of its own."""
+    stay = STAY_EVALUATIONS * duration_seconds(Context(site.config).evaluation_interval)
+    watched = {plan.id: Watched() for plan in JOBS}
+    deadline = time.monotonic() + WAIT + stay
+
+    def settled(job: Watched) -> bool:
+        return job.fired_after is not None and time.monotonic() - site.started >= job.fired_after + stay
+
+    while not all(map(settled, watched.values())) and time.monotonic() < deadline:
+        alerts = [a for a in site.prometheus.alerts() if a["labels"]["alertname"] == "TrainingStraggler"]
+        for job_id, job in watched.items():
+            job.last = [a for a in alerts if a["labels"].get("hpc_job") == job_id]
+            job.pending |= {_labels(a) for a in job.last if a["state"] == "pending"}
+            job.firing |= {_labels(a) for a in job.last if a["state"] == "firing"}
+            if job.firing and job.fired_after is None:
+                job.fired_after = time.monotonic() - site.started
         time.sleep(POLL)
-    assert firing, f"TrainingStraggler not firing {WAIT:.0f}s after the first step; pending: {pending}"
-    fired_after = time.monotonic() - job.started
+    return watched
+
+
+def test_training_straggler_fires_once_for_the_slow_rank_naming_its_data_phase(
+    site, job, straggler_alerts, record_property
+):
+    plan, watched = job.plan, straggler_alerts[job.plan.id]
+    assert watched.firing, f"TrainingStraggler not firing {WAIT:.0f}s after the first step; pending: {watched.pending}"
     # Still the one alert firing, and no other, a few evaluations on.
-    interval = duration_seconds(Context(job.config).evaluation_interval)
-    settled = time.monotonic() + STAY_EVALUATIONS * interval
-    while time.monotonic() < settled:
-        last = _straggler_alerts(job.prometheus)
-        pending |= {_labels(a) for a in last if a["state"] == "pending"}
-        firing |= {_labels(a) for a in last if a["state"] == "firing"}
-        time.sleep(POLL)
-    assert len(firing) == 1, firing
-    (alert,) = [a for a in last if a["state"] == "firing"]
+    assert len(watched.firing) == 1, watched.firing
+    (alert,) = [a for a in watched.last if a["state"] == "firing"]
     labels = alert["labels"]
-    assert (labels["hpc_job"], labels["rank"], labels["node"]) == (JOB, SLOW_RANK, RANKS[SLOW_RANK]), labels
+    assert (labels["rank"], labels["node"]) == (plan.slow_rank, plan.slow_node), labels
     assert labels.get("phase") == "data", labels
     assert "in its data phase" in alert["annotations"]["description"], alert["annotations"]
     # No other rank was ever the straggler. At the job's start the phase records may come an evaluation after the
     # step-time ones (their group reads the slowest rank's record): the alert is then pending for that evaluation
     # without its phase (the rule's branch for jobs that time none), and starts over with it.
     without_phase = tuple((k, v) for k, v in _labels(alert) if k != "phase")
-    assert pending - firing <= {without_phase}, pending
-    job.timings.append(
-        f"training e2e: TrainingStraggler firing {fired_after:.1f}s after the first step"
-        + (", pending without its phase for an evaluation first" if without_phase in pending else "")
+    assert watched.pending - watched.firing <= {without_phase}, watched.pending
+    site.timings.append(
+        f"job {plan.id}: TrainingStraggler firing {watched.fired_after:.1f}s after the first step"
+        + (", pending without its phase for an evaluation first" if without_phase in watched.pending else "")
     )
-    record_property(MEASUREMENT, "; ".join(job.timings))
+    record_property(MEASUREMENT, "; ".join(site.timings))
 
 
 def _labels(alert: dict) -> tuple:
@@ -364,46 +523,53 @@ def _training_dashboard(config) -> dict:
     return json.loads(text)
 
 
-def _times_median(dashboard: dict) -> set[tuple[str, str]]:
-    """(panel title, query) of the tables' "x median rank" columns: a table names its columns by query (refId)."""
+def _columns(dashboard: dict, columns: tuple[str, ...]) -> set[tuple[str, str]]:
+    """(panel title, query) of the tables' columns named one of `columns`: a table names its columns by query
+    (refId)."""
     out = set()
     for panel in every_panel(dashboard):
         renamed = {
-            name: column
+            name: title
             for step in panel.get("transformations", [])
-            for name, column in step.get("options", {}).get("renameByName", {}).items()
+            for name, title in step.get("options", {}).get("renameByName", {}).items()
         }
         out |= {
             (panel["title"], target["expr"])
             for target in panel.get("targets", [])
-            if renamed.get(f"Value #{target['refId']}") == "x median rank"
+            if renamed.get(f"Value #{target['refId']}") in columns
         }
     return out
 
 
-def test_the_dashboard_per_rank_and_phase_panels_put_the_straggler_first(job):
-    ctx = Context(job.config)
-    values = {ctx.cluster: ctx.config.get("cluster", "name"), "hpc_job": JOB}
-    dashboard = _training_dashboard(job.config)
+def test_the_dashboard_per_rank_and_phase_panels_put_the_straggler_first(site, job):
+    plan = job.plan
+    ctx = Context(site.config)
+    values = {ctx.cluster: ctx.config.get("cluster", "name"), "hpc_job": plan.id}
+    dashboard = _training_dashboard(site.config)
     queries = [
         (title, _substituted(expr, values)) for _, title, expr, kind in panel_queries(dashboard) if kind == "prometheus"
     ]
-    times_median = {f"{title}: {_substituted(expr, values)}" for title, expr in _times_median(dashboard)}
+    times_median, step_time = (
+        {(title, _substituted(expr, values)) for title, expr in _columns(dashboard, columns)}
+        for columns in (TIMES_MEDIAN_COLUMNS, STEP_TIME_COLUMNS)
+    )
+    assert times_median and step_time
     highlight = 1 / ctx.thresholds.training_straggler_ratio
 
-    def read() -> dict[str, list]:
-        return {f"{title}: {expr}": job.prometheus.query(expr, time.time()) for title, expr in queries}
+    # (panel title, query) -> its samples
+    def read() -> dict[tuple[str, str], list]:
+        return {(title, expr): site.prometheus.query(expr, time.time()) for title, expr in queries}
 
-    def per_rank(results: dict[str, list]) -> dict[str, list]:
+    def per_rank(results: dict[tuple[str, str], list]) -> dict[tuple[str, str], list]:
         return {q: r for q, r in results.items() if r and all("rank" in s.labels for s in r)}
 
-    def per_phase(results: dict[str, list]) -> dict[str, list]:
+    def per_phase(results: dict[tuple[str, str], list]) -> dict[tuple[str, str], list]:
         return {q: r for q, r in results.items() if r and all("phase" in s.labels for s in r)}
 
-    def complete(results: dict[str, list]) -> bool:
+    def complete(results: dict[tuple[str, str], list]) -> bool:
         """Every rank has a step time, every phase query an answer (its records evaluated at least once)."""
         everyone = max(map(len, per_rank(results).values()), default=0) >= len(RANKS)
-        return everyone and all(samples for query, samples in results.items() if "phase" in query)
+        return everyone and all(samples for (_, expr), samples in results.items() if "phase" in expr)
 
     deadline = time.monotonic() + WAIT
     results = read()
@@ -415,23 +581,70 @@ def test_the_dashboard_per_rank_and_phase_panels_put_the_straggler_first(job):
     assert ranks, "no per-rank panel query returned data"
     assert phases, "no phase panel query returned data"
     for query, samples in ranks.items():
+        if plan.lockstep and query in step_time:
+            # Every rank steps at the job's pace (test_each_rank_s_step_time_as_prometheus_reads_it): by step time
+            # any rank is the slowest, and a rank named the straggler for an evaluation at the job's start, before
+            # the phase records (see the alert's test), has as bad a worst step time as the straggler.
+            continue
         top = max(samples, key=lambda s: s.value)
-        assert (top.labels["rank"], top.labels["node"]) == (SLOW_RANK, RANKS[SLOW_RANK]), (query, samples)
+        assert (top.labels["rank"], top.labels["node"]) == (plan.slow_rank, plan.slow_node), (query, samples)
         if query in times_median:
             # An "x median rank" column: the straggler (its data phase) red, every other rank (phase) green.
             assert top.value > highlight, (query, samples)
             assert all(s.value < highlight for s in samples if s is not top), (query, samples)
     for query, samples in phases.items():
         top = max(samples, key=lambda s: s.value)
-        assert top.labels["phase"] == "data", (query, samples)
+        _, expr = query
+        if expr.startswith(f"{MEDIAN_RANK_PHASES}{{"):
+            assert top.labels["phase"] == plan.median_rank_phase, (query, samples)
+        else:
+            assert top.labels["phase"] == "data", (query, samples)
         if "rank" in top.labels:
-            assert top.labels["rank"] == SLOW_RANK, (query, samples)
+            assert top.labels["rank"] == plan.slow_rank, (query, samples)
 
 
-def _selected(query: str, spans: list[Span]) -> list[Span]:
-    """The spans a dashboard's TraceQL span selector picks, its job variable at JOB and its rank variable at
-    SLOW_RANK: conditions on a resource or span attribute, or on the span's name, joined by `&&`."""
-    text = unquote(VARIABLE.sub(lambda m: JOB if (m[1] or m[2]) == "hpc_job" else SLOW_RANK, query))
+def test_each_rank_s_step_time_as_prometheus_reads_it(site, job, record_property):
+    """Free-running, the slow rank's step time is its own and gives it away; in lockstep every rank's is the job's
+    pace, and only the phases find the straggler."""
+    plan = job.plan
+    ctx = Context(site.config)
+    job.wait_for_steps(MIN_STEPS)
+
+    def rate(signal: str) -> str:
+        return ctx.select(
+            "training",
+            [signal],
+            ("rank", "node"),
+            over=lambda selected: f"rate({selected}[{PACE_WINDOW}])",
+            op="sum",
+            where={"hpc_job": f"={promql_string(plan.id)}"},
+        )
+
+    samples = site.prometheus.query(f"{rate('step_seconds')} / {rate('steps')}", time.time())
+    step = {s.labels["rank"]: s.value for s in samples}
+    assert step.keys() == RANKS.keys(), samples
+    slowest = max(step, key=step.get)
+    by_step = statistics.median(step.values()) / step[slowest]
+    if plan.lockstep:
+        assert max(step.values()) < (1 + PACE_SPREAD) * min(step.values()), step
+    else:
+        assert slowest == plan.slow_rank, step
+        assert by_step < ctx.thresholds.training_straggler_ratio, step
+    record_property(
+        MEASUREMENT,
+        f"job {plan.id}: rank step times {min(step.values()):.3f}-{max(step.values()):.3f}s, "
+        f"median / slowest {by_step:.2f}",
+    )
+
+
+def _attributes(query: str) -> set[str]:
+    return {attribute for attribute, _, _ in conditions(query)}
+
+
+def _selected(query: str, spans: list[Span], plan: Plan) -> list[Span]:
+    """The spans a dashboard's TraceQL span selector picks, its job variable at the job and its rank variable at its
+    slow rank: conditions on a resource or span attribute, or on the span's name, joined by `&&`."""
+    text = unquote(VARIABLE.sub(lambda m: plan.id if (m[1] or m[2]) == "hpc_job" else plan.slow_rank, query))
     wanted = conditions(text)
     assert wanted and all(operator == "=" for _, operator, _ in wanted), query
 
@@ -442,24 +655,23 @@ def _selected(query: str, spans: list[Span]) -> list[Span]:
     return [s for s in spans if all(value(s, attribute) == json.loads(v) for attribute, _, v in wanted)]
 
 
-def test_the_sampler_keeps_the_straggler_slow_steps_and_the_tempo_links_select_them(
+def test_the_sampler_keeps_the_slowed_steps_and_the_tempo_links_select_them(
+    site,
     job,
     traceql_queries,  # noqa: F811 (the fixture imported above)
     record_property,
 ):
-    deadline = time.monotonic() + WAIT
-    while min(job.steps().values()) < MIN_STEPS and time.monotonic() < deadline:
-        time.sleep(POLL)
+    plan = job.plan
+    job.wait_for_steps(MIN_STEPS)
     steps = job.stop()
-    assert min(steps.values()) >= MIN_STEPS, steps
-    spans = list(job.traces.spans)
+    spans = [span for span in list(site.traces.spans) if span.resource.get("hpc_job") == plan.id]
     assert spans, "no span received"
     for span in spans:
         assert set(hpcobs_training.RESOURCE_ATTRIBUTES) <= span.resource.keys(), span.resource
         rank = span.resource["rank"]
         expected = {
             "service.name": "training",
-            "hpc_job": JOB,
+            "hpc_job": plan.id,
             "rank": rank,
             "node": RANKS[rank],
             "local_rank": str(int(rank) % 4),
@@ -475,36 +687,43 @@ def test_the_sampler_keeps_the_straggler_slow_steps_and_the_tempo_links_select_t
         phases = children.get(span.span_id, [])
         assert sorted(p.name for p in phases) == sorted(PHASE_SECONDS), span
         assert all(p.trace_id == span.trace_id for p in phases)
+
+    def phases_of(span: Span) -> dict[str, float]:
+        return {p.name: p.seconds for p in children[span.span_id]}
+
     slow = [s for s in step_spans if s.attributes["hpcobs.slow"] is True]
-    # Every slow step of rank 5, and nothing else, kept as slow.
-    assert {s.resource["rank"] for s in slow} == {SLOW_RANK}, [
-        (s.resource["rank"], s.attributes["hpcobs.step"], {p.name: p.seconds for p in children[s.span_id]})
-        for s in slow
-        if s.resource["rank"] != SLOW_RANK
-    ]
-    slow_steps = sorted(s.attributes["hpcobs.step"] for s in slow)
-    assert slow_steps == list(range(SLOW_EVERY, steps[SLOW_RANK] + 1, SLOW_EVERY)), slow_steps
-    for span in slow:
-        phases = {p.name: p.seconds for p in children[span.span_id]}
-        others = sum(seconds for name, seconds in phases.items() if name != "data")
-        assert phases["data"] > others, phases
-        assert phases["data"] >= PHASE_SECONDS["data"] * SLOW_DATA_FACTOR, phases
+    # Every step the slow rank's slow data phase slowed, and nothing else, kept as slow: free-running the slow rank's
+    # own, in lockstep every rank's.
+    kept = {(s.resource["rank"], s.attributes["hpcobs.step"]): s for s in slow}
+    slowed = {(rank, n) for rank in plan.slowed_ranks for n in range(SLOW_EVERY, steps[rank] + 1, SLOW_EVERY)}
+    assert kept.keys() == slowed, (
+        sorted(slowed - kept.keys()),
+        [(rank, n, phases_of(kept[rank, n])) for rank, n in sorted(kept.keys() - slowed)],
+    )
+    # Where each lost its time: the slow rank in data, the others in backward, waiting for it.
+    for (rank, n), span in kept.items():
+        phases = phases_of(span)
+        phase, at_least = plan.lost_in(rank)
+        others = sum(seconds for name, seconds in phases.items() if name != phase)
+        assert phases[phase] > others and phases[phase] >= at_least, (rank, n, phases)
     # The other steps kept at the sample share: some, and far fewer than 3% of them.
     rest = [s for s in step_spans if s.attributes["hpcobs.slow"] is False]
     fast_steps = sum(steps.values()) - len(slow)
     assert 0 < len(rest) <= SHARE_BOUND * fast_steps, (len(rest), fast_steps)
-    # The training dashboard's Tempo links, at job 4242 and rank 5: each selects spans, and each that asks for slow
-    # steps (of the rank or of every rank) selects exactly rank 5's slow steps.
+    # The training dashboard's Tempo links, at the job and its slow rank: each selects spans, and each that asks for
+    # slow steps selects exactly the kept slow steps of the ranks it asks for (the slow rank, or every rank).
     links = [query for dashboard, _, query in traceql_queries if dashboard["uid"] == DashboardUid.TRAINING]
     assert links
-    slow_ids = {span.span_id for span in slow}
     for query in links:
-        selected = _selected(query, spans)
+        selected = _selected(query, spans, plan)
         assert selected, query
-        if "hpcobs.slow" in query:
-            assert {span.span_id for span in selected} == slow_ids, query
+        if SLOW_ATTRIBUTE in _attributes(query):
+            of_rank = RANK_ATTRIBUTE in _attributes(query)
+            wanted = {s.span_id for s in slow if s.resource["rank"] == plan.slow_rank or not of_rank}
+            assert {span.span_id for span in selected} == wanted, query
     record_property(
         MEASUREMENT,
-        f"training e2e: {sum(steps.values())} steps, {len(slow)} kept as slow (all rank {SLOW_RANK}'s), "
-        f"{len(rest)} sampled of {fast_steps} others, {len(spans)} spans received",
+        f"job {plan.id}: {sum(steps.values())} steps, {len(slow)} kept as slow "
+        f"(ranks {','.join(sorted(plan.slowed_ranks))}), {len(rest)} sampled of {fast_steps} others, "
+        f"{len(spans)} spans received",
     )
