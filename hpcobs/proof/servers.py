@@ -39,6 +39,7 @@ from hpcobs.proof import backfill
 PROMETHEUS = ("PROMETHEUS", "prometheus", "prometheus", (2, 42))
 VICTORIA_METRICS = ("VICTORIA_METRICS", "victoria-metrics", "victoria-metrics", (1, 79))
 VMALERT = ("VMALERT", "vmalert", "victoria-metrics", (1, 79))
+VMAGENT = ("VMAGENT", "vmagent", "victoria-metrics", (1, 79))
 ALERTMANAGER = ("ALERTMANAGER", "prometheus-alertmanager", "prometheus-alertmanager", (0, 25))
 
 READY_TIMEOUT = 60.0
@@ -222,6 +223,15 @@ class Server:
                 joined.setdefault(tuple(_label_order(series)), Series(series.labels, [])).points.extend(series.points)
             begin = last + seconds
         return sorted(joined.values(), key=_label_order)
+
+    def samples(self, selector: str, start: Timestamp, end: Timestamp) -> list[Series]:
+        """The stored samples of `selector`'s series in (start, end], as written: no lookback, so a series that
+        stopped is gone once its last sample leaves the range. VictoriaMetrics lists staleness markers (NaN: vmagent
+        and vmalert write them when a series stops), Prometheus leaves them out."""
+        seconds = _unix(end) - _unix(start)
+        data, _ = self._query("/api/v1/query", {"query": f"{selector}[{seconds * 1000:.0f}ms]", "time": _unix(end)})
+        series = [Series(r["metric"], [(float(t), float(v)) for t, v in r["values"]]) for r in data["result"]]
+        return sorted(series, key=_label_order)
 
     def query_with_cost(self, expr: str, at: Timestamp) -> tuple[list[Sample], QueryCost]:
         """Instant query: one sample per series (a scalar result is one sample with no labels)."""
@@ -573,6 +583,56 @@ class VictoriaMetrics(Server):
             "-search.disableCache",
             "-loggerLevel=WARN",
         ]
+
+
+class FlagServer(Server):
+    """A VictoriaMetrics component run on a list of command-line flags (a generated `*.flags` file's lines, its
+    addresses moved to loopback), plus the listen address and the work dir's paths this class owns."""
+
+    def __init__(self, flags: Sequence[str]) -> None:
+        super().__init__()
+        self.flags = list(flags)
+
+    def _arguments(self) -> list[str]:
+        return [*self.flags, f"-httpListenAddr=127.0.0.1:{self.port}", "-loggerLevel=WARN"]
+
+    def _get(self, path: str) -> dict:
+        self._require_running(f"read {path}")
+        with urllib.request.urlopen(self.url + path, timeout=HTTP_TIMEOUT) as response:
+            return json.loads(response.read())
+
+
+class VMAgent(FlagServer):
+    """vmagent: scrapes by its -promscrape.config and remote writes every sample to each -remoteWrite.url; its
+    on-disk queue lives in the work dir. File service discovery is re-read every second (30 s by default), so
+    a target list rewritten during a test is followed as Prometheus's inotify follows it."""
+
+    name = "vmagent"
+    binary = VMAGENT
+    ready_path = "/health"
+
+    def _arguments(self) -> list[str]:
+        return [
+            *super()._arguments(),
+            f"-remoteWrite.tmpDataPath={self.workdir / 'queue'}",
+            "-promscrape.fileSDCheckInterval=1s",
+        ]
+
+    def targets(self) -> list[dict]:
+        """The scrape targets kept by relabelling (/api/v1/targets' activeTargets, as Prometheus lists them)."""
+        return self._get("/api/v1/targets?state=active")["data"]["activeTargets"]
+
+
+class VMAlert(FlagServer):
+    """vmalert evaluating its -rule files live against -datasource.url."""
+
+    name = "vmalert"
+    binary = VMALERT
+    ready_path = "/health"
+
+    def alerts(self) -> list[dict]:
+        """Active alerts (/api/v1/alerts): labels, state (pending or firing), activeAt."""
+        return self._get("/api/v1/alerts")["data"]["alerts"]
 
 
 class Alertmanager(Server):

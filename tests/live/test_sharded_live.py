@@ -1,0 +1,297 @@
+"""Sharded collection with central rules gives the answers of one Prometheus, proven live on loopback (issue 32).
+
+The demo's simulated cluster (hpcobs.proof.demo: four nodes, a training job on two of them, a double-bit ECC error
+and a GPU fallen off the bus late in its history) is served at wall-clock time by loopback stand-ins of its
+exporters, its history loaded into both stores. Two vmagent shards each keep the targets of their own nodes (a
+hashmod of the node's name) and remote write to one central VictoriaMetrics; a central vmalert evaluates the
+generated rule files there, writes the records back and sends its alerts to a real Alertmanager. Beside them one
+Prometheus scrapes every target with the same rule files and its own Alertmanager: the reference.
+
+Alerts covered: those of the demo's faults with no `for:` or a `for:` of at most FOR_COVERED (they fire within the
+live window in both rulers); the longer ones (`for: 5m` and more) stay pending in both and are compared as such.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from collections import defaultdict
+from contextlib import ExitStack
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+import yaml
+
+from hpcobs.authoring.rules import Alert, Record
+from hpcobs.build import outdir, pipeline
+from hpcobs.lang.promql import duration_seconds
+from hpcobs.proof import demo, loopback, servers, workload
+from hpcobs.proof.simulate.formats import write_vm
+from hpcobs.settings import config as config_module
+from hpcobs.targets import scrape
+from hpcobs.targets.prometheus import RULES_DIR
+
+pytestmark = pytest.mark.live
+
+SHARDS = 2
+SCRAPE = "5s"  # the shortest scrape interval the config allows: rate windows of 20 s fill within the live window
+LIVE_SECONDS = 100.0  # past the first evaluation: a `for: 1m` alert fires, and a group_wait of 30 s notifies
+NOTIFIED_WITHIN = 30.0  # then both Alertmanagers have sent the same notifications (a group_wait apart at most)
+# Records are compared at COMPARISONS instants COMPARE_EVERY apart, the latest INGESTED + BAND before the end:
+# vmagent flushes its remote write every second, vmalert evaluates each group at its interval.
+COMPARISONS, COMPARE_EVERY, INGESTED = 3, 20.0, 5.0
+EVALUATION = duration_seconds(SCRAPE)  # the evaluation interval: the scrape interval unless set
+BAND = 2 * EVALUATION  # two evaluations (and scrapes) either side: see differences
+TOLERANCE = 0.05  # see within
+# The stand-ins serve the history's last samples until both collectors have scraped them: a series that stops
+# after that is marked stale by both. Else one that stops at their first scrapes, seen live by one collector only,
+# is marked stale by that one, and the other's rules read its last backfilled sample for 5m (the lookback).
+WARM_UP = 12.0
+# Records whose series are chosen by value: which rank topk finds slowest among near-equal ones, which bucket a GPU
+# near a bucket's edge counts in, depends on the scrape a ruler read. They are compared summed over those labels:
+# the slowest step time of each job, the GPUs counted in all buckets.
+CHOSEN_BY_VALUE = {
+    "job:training_slowest_rank:step_seconds": {"rank", "node"},
+    "cluster:gpus_by_utilization:count": {"utilization"},
+}
+FOR_COVERED = "1m"
+SPANNING_JOB = "400001"  # the demo's training job, on its first two nodes
+JOB_RECORD = "job:gpus_allocated:count"  # job-level: the job's GPUs on every node it runs on
+NODE_OF_INSTANCE = "([^:]+)(?::[0-9]+)?"  # the rules' own: a node is the host part of `instance`
+
+
+def shard_relabel(shard: int, shards: int) -> list[dict]:
+    """Keep the targets of one shard's nodes: a hashmod of the node's name, so every exporter of a node lands
+    on the same shard. STAND-IN for hpcobs.targets.scale_out.shard_relabel (branch placement)."""
+    return [
+        {"source_labels": ["instance"], "regex": NODE_OF_INSTANCE, "target_label": "__tmp_node"},
+        {"source_labels": ["__tmp_node"], "modulus": shards, "target_label": "__tmp_shard", "action": "hashmod"},
+        {"source_labels": ["__tmp_shard"], "regex": str(shard), "action": "keep"},
+    ]
+
+
+def vmalert_rule_files(out: Path, folder: Path) -> list[Path]:
+    """The generated rule files as vmalert 1.79 loads them: it refuses `keep_firing_for` (an unknown field
+    before v1.90). STAND-IN for the central rule files of branch placement."""
+    files = []
+    for source in sorted((out / RULES_DIR).glob("*.rules.yaml")):
+        document = yaml.safe_load(source.read_text(encoding="utf-8"))
+        for group in document["groups"]:
+            for rule in group["rules"]:
+                rule.pop("keep_firing_for", None)
+        files.append(folder / source.name)
+        files[-1].write_text(yaml.safe_dump(document, sort_keys=False), encoding="utf-8")
+    return files
+
+
+@dataclass
+class Run:
+    reference: servers.Prometheus
+    central: servers.VictoriaMetrics
+    one_shard: servers.VictoriaMetrics  # shard 0's samples only: the negative control
+    ruler: servers.VMAlert
+    shards: list[servers.VMAgent]
+    alertmanagers: dict[str, servers.Alertmanager]  # "central", "reference"
+    sinks: dict[str, loopback.Sink]
+    records: list[str]
+    expander: workload.Expander
+    job_nodes: set[str]  # SPANNING_JOB's
+    job_gpus: int
+    covered: set[str]  # the faults' alerts with a `for:` of at most FOR_COVERED
+
+
+@pytest.fixture(scope="module")
+def run(tmp_path_factory):
+    folder = tmp_path_factory.mktemp("sharded")
+    (folder / "site.yaml").write_text(f"scrape_interval: {SCRAPE}\n")
+    config = config_module.load(folder / "site.yaml")
+    out = folder / "out"
+    outdir.write_tree(out, pipeline.generate(config))
+    groups = demo.rule_groups(config)
+    past, live = demo._simulate(config, demo.MIN_DURATION)
+    families = demo._families(live)
+    demo._write_history(past, families, folder / "history.om")
+    demo._write_history(past, families, folder / "history.jsonl", write_vm)
+
+    with ExitStack() as stack:
+        sinks = {name: stack.enter_context(loopback.Sink()) for name in ("central", "reference")}
+        alertmanagers = {}
+        for name, sink in sinks.items():
+            (folder / name).mkdir()
+            document = loopback.loopback_document(out / "alertmanager" / "alertmanager.yml", sink)
+            alertmanagers[name] = servers.Alertmanager(loopback.write_config(document, folder / name))
+            stack.callback(alertmanagers[name].stop)
+            alertmanagers[name].start()
+        exporters = stack.enter_context(demo._Exporters(live.window, families, live.cluster_label, folder))
+        wall_clock = exporters.now
+        exporters.now = lambda: past.steps - 1  # see WARM_UP
+        exporters.write_config(out / scrape.PROMETHEUS_YML, alertmanagers["reference"], folder / "prometheus.yml")
+
+        reference = servers.Prometheus(config_file=folder / "prometheus.yml")
+        stack.callback(reference.stop)
+        reference.load_openmetrics(folder / "history.om")
+        central, one_shard = servers.VictoriaMetrics(), servers.VictoriaMetrics()
+        for store in (central, one_shard):
+            stack.callback(store.stop)
+            store.start()
+        central.import_jsonl(folder / "history.jsonl")
+
+        shards = []
+        for shard in range(SHARDS):
+            document = yaml.safe_load((folder / "prometheus.yml").read_text(encoding="utf-8"))
+            for job in document["scrape_configs"]:
+                job["relabel_configs"] = [*job.get("relabel_configs", []), *shard_relabel(shard, SHARDS)]
+            scrape_yml = folder / f"shard-{shard}.yml"
+            scrape_yml.write_text(yaml.safe_dump({"scrape_configs": document["scrape_configs"]}), encoding="utf-8")
+            writes = [central, *([one_shard] if shard == 0 else [])]
+            agent = servers.VMAgent(
+                [f"-promscrape.config={scrape_yml}", *(f"-remoteWrite.url={s.url}/api/v1/write" for s in writes)]
+            )
+            stack.callback(agent.stop)
+            shards.append(agent.start())
+        ruler = servers.VMAlert(
+            [
+                *(f"-rule={path}" for path in vmalert_rule_files(out, folder)),
+                f"-datasource.url={central.url}",
+                f"-remoteWrite.url={central.url}",
+                f"-remoteRead.url={central.url}",
+                f"-notifier.url={alertmanagers['central'].url}",
+                f"-evaluationInterval={config['evaluation_interval']}",
+                "-disableAlertgroupLabel",
+            ]
+        )
+        stack.callback(ruler.stop)
+        reference.start()
+        ruler.start()
+        time.sleep(WARM_UP)
+        exporters.now = wall_clock
+        time.sleep(LIVE_SECONDS)
+        deadline = time.monotonic() + NOTIFIED_WITHIN
+        while notifications(sinks["central"]) != notifications(sinks["reference"]) and time.monotonic() < deadline:
+            time.sleep(1)
+        job = next(job for job in live.cluster.jobs if job.id == SPANNING_JOB)
+        yield Run(
+            reference,
+            central,
+            one_shard,
+            ruler,
+            shards,
+            alertmanagers,
+            sinks,
+            sorted({rule.record for group in groups for rule in group.rules if isinstance(rule, Record)}),
+            workload.Expander(config, groups),
+            {live.cluster.nodes[node].name for node, _ in job.gpus},
+            len(job.gpus),
+            {
+                alert.alert
+                for group in groups
+                for alert in group.rules
+                if isinstance(alert, Alert)
+                and set(alert.fired_by) & demo.FAULTS.keys()
+                and duration_seconds(alert.for_ or "0s") <= duration_seconds(FOR_COVERED)
+            },
+        )
+
+
+def test_the_spanning_job_runs_on_nodes_of_both_shards(run):
+    nodes_of_shard = [{t["labels"]["instance"].split(":")[0] for t in agent.targets()} for agent in run.shards]
+    assert not set.intersection(*nodes_of_shard), nodes_of_shard
+    assert all(nodes_of_shard[shard] & run.job_nodes for shard in range(SHARDS)), (nodes_of_shard, run.job_nodes)
+
+
+def test_every_record_has_the_reference_series_and_values(run):
+    mismatches = [m for at in comparison_instants() for name in run.records for m in differences(run, name, at)]
+    assert not mismatches, "\n".join(mismatches[:20])
+
+
+def test_the_job_record_across_both_shards_equals_the_reference_and_one_shard_would_not(run):
+    at = comparison_instants()[0]
+    job = f'{JOB_RECORD}{{hpc_job="{SPANNING_JOB}"}}'
+    reference, central = (only_value(store.query(job, at)) for store in (run.reference, run.central))
+    assert central == reference == run.job_gpus
+    # The classic silent failure: the job's group evaluated on one shard's data counts that shard's GPUs only.
+    # The same expression with its records expanded to raw series, on shard 0's store and on the central one.
+    expanded = f'({run.expander.expand(JOB_RECORD)}) and on (hpc_job) {{hpc_job="{SPANNING_JOB}"}}'
+    assert only_value(run.central.query(expanded, at)) == reference
+    one_shard = only_value(run.one_shard.query(expanded, at))
+    assert 0 < one_shard < reference
+    assert not within(one_shard, [reference]), "the comparison would not catch a one-shard evaluation"
+
+
+def test_each_alert_fires_once_from_the_central_ruler_with_the_reference_labels(run):
+    assert active(run.ruler.alerts()) == active(run.reference.alerts())
+    firing = {name for name, state, _ in active(run.ruler.alerts()) if state == "firing"}
+    assert run.covered <= firing, run.covered - firing
+    received = {name: sorted(labels(a) for a in am.alerts()) for name, am in run.alertmanagers.items()}
+    assert received["central"] == received["reference"]
+    assert len(set(received["central"])) == len(received["central"]), "an alert reached Alertmanager twice"
+    notified = {name: notifications(sink) for name, sink in run.sinks.items()}
+    assert notified["central"] == notified["reference"] != {}
+    for (receiver, alert), groups in notified["central"].items():
+        assert len(groups) == 1, f"{receiver}: {dict(alert)} notified in {len(groups)} groups"
+
+
+def comparison_instants() -> list[float]:
+    """Instants inside the live window that both stores have ingested and both rulers evaluated around."""
+    now = time.time()
+    return [now - INGESTED - BAND - k * COMPARE_EVERY for k in range(COMPARISONS)]
+
+
+def differences(run: Run, name: str, at: float) -> list[str]:
+    """Where the central and reference records of `name` disagree at `at`: a series one ruler wrote at its last
+    evaluation before `at` that the other wrote at no evaluation within BAND of `at`, or a value outside the
+    other's values within BAND, with TOLERANCE (see within)."""
+    found = []
+    for this, other in ((run.central, run.reference), (run.reference, run.central)):
+        latest = {key: points[-1][1] for key, points in recorded(this, name, at - EVALUATION, at).items()}
+        around = recorded(other, name, at - BAND, at + BAND)
+        for key, value in latest.items():
+            if key not in around:
+                found.append(f"{name}{dict(key)}: at {at:.0f} on {this.name} only")
+            elif not within(value, [v for _, v in around[key]]):
+                found.append(f"{name}{dict(key)}: {value} on {this.name}, {around[key]} on {other.name}")
+    return found
+
+
+def recorded(store: servers.Server, name: str, start: float, end: float) -> dict[tuple, list]:
+    """Each series' samples in (start, end] (NaN ones left out: VictoriaMetrics' staleness markers), those of
+    CHOSEN_BY_VALUE summed per evaluation over the labels chosen by value."""
+    chosen = CHOSEN_BY_VALUE.get(name, set())
+    summed: dict[tuple, dict[float, float]] = defaultdict(lambda: defaultdict(float))
+    for series in store.samples(name, start, end):
+        key = tuple((k, v) for k, v in labels(series) if k not in chosen)
+        for at, value in series.points:
+            if not math.isnan(value):
+                summed[key][at] += value
+    return {key: sorted(points.items()) for key, points in summed.items()}
+
+
+def within(value: float, others: list[float]) -> bool:
+    """`value` lies between the least and greatest of `others`, widened by TOLERANCE of the larger magnitude."""
+    low, high = min(others), max(others)
+    slack = TOLERANCE * max(abs(low), abs(high))
+    return low - slack <= value <= high + slack
+
+
+def labels(item: dict | servers.Series | servers.Sample) -> tuple:
+    found = item["labels"] if isinstance(item, dict) else item.labels
+    return tuple(sorted((k, v) for k, v in found.items() if k != "__name__"))
+
+
+def only_value(samples: list[servers.Sample]) -> float:
+    assert len(samples) == 1, samples
+    return samples[0].value
+
+
+def active(alerts: list[dict]) -> set[tuple]:
+    return {(a["labels"]["alertname"], a["state"], labels(a)) for a in alerts}
+
+
+def notifications(sink: loopback.Sink) -> dict[tuple, set[str]]:
+    """Each notified (receiver, alert labels) with the notification groups it came in."""
+    groups = defaultdict(set)
+    for notification in sink.received():
+        for alert in notification.alerts:
+            groups[notification.receiver, labels(alert)].add(notification.group_key)
+    return dict(groups)
