@@ -37,13 +37,13 @@ pytestmark = pytest.mark.live
 SHARDS = 2
 SCRAPE = "5s"  # the shortest scrape interval the config allows: rate windows of 20 s fill within the live window
 LIVE_SECONDS = 100.0  # past the first evaluation: a `for: 1m` alert fires, and a group_wait of 30 s notifies
-NOTIFIED_WITHIN = 30.0  # then both Alertmanagers have sent the same notifications (a group_wait apart at most)
+NOTIFIED_WITHIN = 30.0  # then both Alertmanagers have notified the alerts of the first evaluation (a group_wait)
 # Records are compared at COMPARISONS instants COMPARE_EVERY apart, the latest INGESTED + BAND before the end:
 # vmagent flushes its remote write every second, vmalert evaluates each group at its interval.
 COMPARISONS, COMPARE_EVERY, INGESTED = 3, 20.0, 5.0
 EVALUATION = duration_seconds(SCRAPE)  # the evaluation interval: the scrape interval unless set
 BAND = 2 * EVALUATION  # two evaluations (and scrapes) either side: see differences
-TOLERANCE = 0.05  # see within
+TOLERANCE = 0.08  # see within
 # The stand-ins serve the history's last samples until both collectors have scraped them: a series that stops
 # after that is marked stale by both. Else one that stops at their first scrapes, seen live by one collector only,
 # is marked stale by that one, and the other's rules read its last backfilled sample for 5m (the lookback).
@@ -99,6 +99,7 @@ class Run:
     job_nodes: set[str]  # SPANNING_JOB's
     job_gpus: int
     covered: set[str]  # the faults' alerts with a `for:` of at most FOR_COVERED
+    first: set[str]  # those firing at the first evaluation (no `for:`)
 
 
 @pytest.fixture(scope="module")
@@ -167,8 +168,9 @@ def run(tmp_path_factory):
         time.sleep(WARM_UP)
         exporters.now = wall_clock
         time.sleep(LIVE_SECONDS)
+        first = demo.expected_alerts(groups)
         deadline = time.monotonic() + NOTIFIED_WITHIN
-        while notifications(sinks["central"]) != notifications(sinks["reference"]) and time.monotonic() < deadline:
+        while any(first - notified_names(sink) for sink in sinks.values()) and time.monotonic() < deadline:
             time.sleep(1)
         job = next(job for job in live.cluster.jobs if job.id == SPANNING_JOB)
         yield Run(
@@ -191,6 +193,7 @@ def run(tmp_path_factory):
                 and set(alert.fired_by) & demo.FAULTS.keys()
                 and duration_seconds(alert.for_ or "0s") <= duration_seconds(FOR_COVERED)
             },
+            first,
         )
 
 
@@ -226,9 +229,13 @@ def test_each_alert_fires_once_from_the_central_ruler_with_the_reference_labels(
     received = {name: sorted(labels(a) for a in am.alerts()) for name, am in run.alertmanagers.items()}
     assert received["central"] == received["reference"]
     assert len(set(received["central"])) == len(received["central"]), "an alert reached Alertmanager twice"
-    notified = {name: notifications(sink) for name, sink in run.sinks.items()}
-    assert notified["central"] == notified["reference"] != {}
-    for (receiver, alert), groups in notified["central"].items():
+    # Which alerts a notification carries depends on when each group's timer ran: the central ones are checked
+    # against the reference ruler's firing alerts, not against the reference's notifications.
+    assert run.first <= notified_names(run.sinks["central"]) & notified_names(run.sinks["reference"])
+    firing_labels = {alert_labels for _, state, alert_labels in active(run.reference.alerts()) if state == "firing"}
+    notified = notifications(run.sinks["central"])
+    assert {alert for _, alert in notified} <= firing_labels
+    for (receiver, alert), groups in notified.items():
         assert len(groups) == 1, f"{receiver}: {dict(alert)} notified in {len(groups)} groups"
 
 
@@ -268,7 +275,15 @@ def recorded(store: servers.Server, name: str, start: float, end: float) -> dict
 
 
 def within(value: float, others: list[float]) -> bool:
-    """`value` lies between the least and greatest of `others`, widened by TOLERANCE of the larger magnitude."""
+    """`value` lies between the least and greatest of `others`, widened by TOLERANCE of the larger magnitude.
+
+    Both rulers read the same scrapes (the stand-ins serve one sample per scrape interval, and each collector
+    scrapes each target once in it), but not at the same moment: either may read a scrape more or less than the
+    other, hence the band. Within it the engines still differ where rates are taken: Prometheus extrapolates a
+    rate to the edges of its window, MetricsQL does not but reaches back to the sample before it: over a window of
+    four scrapes, one more increment of a counter whose increments vary from scrape to scrape. Measured in the
+    runs that made this test: up to 3.6% (an NFS read rate), 2% for the training counters; twice that is
+    allowed. The negative control (one shard's half of a job) is off by 50%."""
     low, high = min(others), max(others)
     slack = TOLERANCE * max(abs(low), abs(high))
     return low - slack <= value <= high + slack
@@ -286,6 +301,10 @@ def only_value(samples: list[servers.Sample]) -> float:
 
 def active(alerts: list[dict]) -> set[tuple]:
     return {(a["labels"]["alertname"], a["state"], labels(a)) for a in alerts}
+
+
+def notified_names(sink: loopback.Sink) -> set[str]:
+    return {name for _, name in sink.snapshot()}
 
 
 def notifications(sink: loopback.Sink) -> dict[tuple, set[str]]:
