@@ -2,7 +2,8 @@
 
 tests/sites/*.yaml are site files as sites write them (a first-line comment says which site each stands for):
 scrape intervals from 5 s to 2 m, evaluation intervals of their own, each dcgm-exporter family alone, AMD only,
-no job info, each optional exporter disabled alone and all together, a cluster label of the site's own. Beside
+no job info, each optional exporter disabled alone and all together, a cluster label of the site's own, collection
+sharded over two vmagents (docs/scale-out.md). Beside
 them, two fleets built from the catalogue: every dcgm-exporter family in one cluster, with and without AMD nodes,
 Slurm's native metrics and jontk's job info. All builds share one promtool pool and the suite's cache.
 """
@@ -60,6 +61,14 @@ def test_a_site_builds_and_passes_every_rule_test(site_builds, site):
     assert not [path for path, text in files.items() for name in nowhere if name in text]
     assert any(path.endswith(".tests.yaml") for path in files)
     assert not errors, "\n".join(errors)
+
+
+def test_a_sharded_site_writes_its_collectors_and_central_ruler(site_builds):
+    """sharded-vmagent.yaml: two vmagent shard directories and the central vmalert's, each file validated above
+    with the rest of the build (docs/scale-out.md)."""
+    files, _ = site_builds["sharded-vmagent"]
+    pieces = ("shard-0/scrape.yml", "shard-1/scrape.yml", "central/vmalert.flags", "placement.yaml")
+    assert {f"scale-out/{piece}" for piece in pieces} <= set(files)
 
 
 def test_a_site_on_a_remote_hostengine_reads_the_node_from_instance(site_builds):

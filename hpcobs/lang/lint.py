@@ -29,7 +29,7 @@ def metric_names(expr: str) -> set[str]:
     return set(_metric_names(expr))
 
 
-def _tree(expr: str) -> promql_parser.Expr:
+def syntax_tree(expr: str) -> promql_parser.Expr:
     try:
         return promql_parser.parse(_plain_regexes(expr))
     except ValueError as exc:
@@ -41,7 +41,7 @@ def _metric_names(expr: str) -> frozenset[str]:
     promql = promql_text(expr)
     if promql is None:
         return frozenset()
-    tree = _tree(promql)
+    tree = syntax_tree(promql)
     names = set()
 
     def visit(node) -> None:
@@ -68,7 +68,7 @@ def counts_a_condition(expr: str) -> bool:
     several joined with `or`, or a selection kept by a comparison (`x != 4 and on (...) y`): its series exist only
     where something matches the condition (a comparison that filters, not `bool`, or a matcher that excludes), so
     a healthy fleet records few of them."""
-    return _counts_a_condition(_tree(expr))
+    return _counts_a_condition(syntax_tree(expr))
 
 
 def _counts_a_condition(node: promql_parser.Expr) -> bool:
@@ -122,7 +122,7 @@ def compared_after_aggregating(expr: str) -> set[str]:
                 ):
                     found.update(_raw_read_unfiltered(aggregation.expr))
 
-    promql_parser.walk(_tree(expr), visit)
+    promql_parser.walk(syntax_tree(expr), visit)
     return found
 
 
@@ -210,7 +210,7 @@ def top_sets_per_step(expr: str) -> list[str]:
             if not selectors or any(_at(selector) is None for selector in selectors):
                 found.append(node.prettify())
 
-    promql_parser.walk(_tree(promql), visit)
+    promql_parser.walk(syntax_tree(promql), visit)
     return found
 
 

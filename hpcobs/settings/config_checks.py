@@ -406,6 +406,7 @@ def conflicts(doc: Any) -> list[tuple[KeyPath, list[KeyPath], str]]:
         *_time_intervals_referred_to(doc),
         *_job_info_apart_from_job_written(doc),
         *_a_gpu_exporter(doc),
+        *_rules_on_shards_need_a_ruler(doc),
     ]
 
 
@@ -520,6 +521,21 @@ def _a_gpu_exporter(doc: dict) -> Iterator[tuple[KeyPath, list[KeyPath], str]]:
             keys[1:],
             f"every GPU exporter is disabled ({', '.join(GPU_ROLES)}); enable the one the fleet runs "
             "(dcgm for NVIDIA, amd for AMD)",
+        )
+
+
+def _rules_on_shards_need_a_ruler(doc: dict) -> Iterator[tuple[KeyPath, list[KeyPath], str]]:
+    """Only a full Prometheus on each shard evaluates rules: vmagent and Prometheus in agent mode store nothing
+    to evaluate them on (docs/scale-out.md#rules-on-the-shards)."""
+    if not _get(doc, "scale_out", "rules_on_shards"):
+        return
+    topology, collector = _get(doc, "scale_out", "topology"), _get(doc, "scale_out", "collector")
+    if topology != "sharded" or collector != "prometheus":
+        yield (
+            ["scale_out", "rules_on_shards"],
+            [["scale_out", "topology"], ["scale_out", "collector"]],
+            f"shards evaluate rules only as full Prometheus servers (topology sharded, collector prometheus), not "
+            f"with topology {topology} and collector {collector}; set both, or empty scale_out.rules_on_shards",
         )
 
 

@@ -13,6 +13,7 @@ from hpcobs.targets import (
     promtest,
     provisioning,
     rule_targets,
+    scale_out,
     scrape,
     tetragon,
 )
@@ -22,6 +23,7 @@ TARGETS: list[Target] = [
     prometheus.TARGET,
     promtest.TARGET,
     scrape.TARGET,
+    scale_out.TARGET,
     rule_targets.KUBERNETES,
     rule_targets.MIMIR,
     alertmanager.TARGET,
