@@ -185,7 +185,7 @@ class Server:
             with open(self.log_path, "ab") as log:
                 self.process = process = subprocess.Popen(
                     [binary, *self._arguments()],
-                    cwd=self.workdir,
+                    cwd=self._working_directory(),
                     stdin=subprocess.DEVNULL,
                     stdout=log,
                     stderr=subprocess.STDOUT,
@@ -251,6 +251,9 @@ class Server:
 
     def _arguments(self) -> list[str]:
         raise NotImplementedError
+
+    def _working_directory(self) -> Path:
+        return self.workdir
 
     def _query(self, path: str, params: dict) -> tuple[dict, QueryCost]:
         began = time.perf_counter()
@@ -586,12 +589,17 @@ class VictoriaMetrics(Server):
 
 
 class FlagServer(Server):
-    """A VictoriaMetrics component run on a list of command-line flags (a generated `*.flags` file's lines, its
-    addresses moved to loopback), plus the listen address and the work dir's paths this class owns."""
+    """A VictoriaMetrics component started from the directory of a generated `*.flags` file on its lines, as
+    docs/scale-out.md says to run it (its relative paths are the directory's), plus the listen address and the
+    work dir's paths this class owns."""
 
-    def __init__(self, flags: Sequence[str]) -> None:
+    def __init__(self, flags_file: Path, extra_flags: Sequence[str] = ()) -> None:
         super().__init__()
-        self.flags = list(flags)
+        self.directory = Path(flags_file).resolve().parent
+        self.flags = [*Path(flags_file).read_text(encoding="utf-8").splitlines(), *extra_flags]
+
+    def _working_directory(self) -> Path:
+        return self.directory
 
     def _arguments(self) -> list[str]:
         return [*self.flags, f"-httpListenAddr=127.0.0.1:{self.port}", "-loggerLevel=WARN"]

@@ -29,8 +29,7 @@ from hpcobs.lang.promql import duration_seconds
 from hpcobs.proof import demo, loopback, servers, workload
 from hpcobs.proof.simulate.formats import write_vm
 from hpcobs.settings import config as config_module
-from hpcobs.targets import scrape
-from hpcobs.targets.prometheus import RULES_DIR
+from hpcobs.targets import scale_out, scrape
 
 pytestmark = pytest.mark.live
 
@@ -58,31 +57,49 @@ CHOSEN_BY_VALUE = {
 FOR_COVERED = "1m"
 SPANNING_JOB = "400001"  # the demo's training job, on its first two nodes
 JOB_RECORD = "job:gpus_allocated:count"  # job-level: the job's GPUs on every node it runs on
-NODE_OF_INSTANCE = "([^:]+)(?::[0-9]+)?"  # the rules' own: a node is the host part of `instance`
 
 
-def shard_relabel(shard: int, shards: int) -> list[dict]:
-    """Keep the targets of one shard's nodes: a hashmod of the node's name, so every exporter of a node lands
-    on the same shard. STAND-IN for hpcobs.targets.scale_out.shard_relabel (branch placement)."""
-    return [
-        {"source_labels": ["instance"], "regex": NODE_OF_INSTANCE, "target_label": "__tmp_node"},
-        {"source_labels": ["__tmp_node"], "modulus": shards, "target_label": "__tmp_shard", "action": "hashmod"},
-        {"source_labels": ["__tmp_shard"], "regex": str(shard), "action": "keep"},
-    ]
-
-
-def vmalert_rule_files(out: Path, folder: Path) -> list[Path]:
-    """The generated rule files as vmalert 1.79 loads them: it refuses `keep_firing_for` (an unknown field
-    before v1.90). STAND-IN for the central rule files of branch placement."""
-    files = []
-    for source in sorted((out / RULES_DIR).glob("*.rules.yaml")):
-        document = yaml.safe_load(source.read_text(encoding="utf-8"))
+def without_keep_firing_for(rule_files: list[Path]) -> None:
+    """The central rule files as Debian's vmalert 1.79 loads them: it refuses `keep_firing_for`, learnt in 1.92
+    (docs/scale-out.md). The alerts compared here fire and are compared while their condition holds, where
+    keep_firing_for plays no part."""
+    for path in rule_files:
+        document = yaml.safe_load(path.read_text(encoding="utf-8"))
         for group in document["groups"]:
             for rule in group["rules"]:
                 rule.pop("keep_firing_for", None)
-        files.append(folder / source.name)
-        files[-1].write_text(yaml.safe_dump(document, sort_keys=False), encoding="utf-8")
-    return files
+        path.write_text(yaml.safe_dump(document, sort_keys=False), encoding="utf-8")
+
+
+def site_text(central: servers.VictoriaMetrics, alertmanager: servers.Alertmanager) -> str:
+    """A sharded site whose central store and Alertmanager are the loopback ones (their ports chosen first), so
+    the generated flags are used as written."""
+    return yaml.safe_dump(
+        {
+            "scrape_interval": SCRAPE,
+            "scrape": {"alertmanagers": [f"127.0.0.1:{alertmanager.port}"]},
+            "scale_out": {
+                "topology": "sharded",
+                "shards": SHARDS,
+                "collector": "vmagent",
+                "central": {"url": central.url},
+            },
+        }
+    )
+
+
+def point_targets_at(shard_dir: Path, loopback_yml: Path) -> None:
+    """The shard's file_sd target files replaced by links to the stand-ins' target lists of the same jobs (which
+    the demo's exporters keep current): only the targets move to loopback, the generated scrape.yml stays."""
+    loopback_sd = {
+        job["job_name"]: job["file_sd_configs"] for job in yaml.safe_load(loopback_yml.read_text())["scrape_configs"]
+    }
+    for job in yaml.safe_load((shard_dir / "scrape.yml").read_text())["scrape_configs"]:
+        (generated,), (loopback_file,) = (
+            sd[0]["files"] for sd in (job["file_sd_configs"], loopback_sd[job["job_name"]])
+        )
+        (shard_dir / generated).unlink()
+        (shard_dir / generated).symlink_to(loopback_file)
 
 
 @dataclass
@@ -105,10 +122,16 @@ class Run:
 @pytest.fixture(scope="module")
 def run(tmp_path_factory):
     folder = tmp_path_factory.mktemp("sharded")
-    (folder / "site.yaml").write_text(f"scrape_interval: {SCRAPE}\n")
+    central, one_shard = servers.VictoriaMetrics(), servers.VictoriaMetrics()
+    sinks = {name: loopback.Sink() for name in ("central", "reference")}
+    alertmanagers = {name: servers.Alertmanager(folder / name / "alertmanager.yml") for name in sinks}
+    central.port, alertmanagers["central"].port = servers.free_port(), servers.free_port()
+    (folder / "site.yaml").write_text(site_text(central, alertmanagers["central"]))
     config = config_module.load(folder / "site.yaml")
     out = folder / "out"
     outdir.write_tree(out, pipeline.generate(config))
+    central_dir = out / scale_out.CENTRAL_DIR
+    without_keep_firing_for(sorted(central_dir.glob("rules/*.rules.yaml")))
     groups = demo.rule_groups(config)
     past, live = demo._simulate(config, demo.MIN_DURATION)
     families = demo._families(live)
@@ -116,12 +139,12 @@ def run(tmp_path_factory):
     demo._write_history(past, families, folder / "history.jsonl", write_vm)
 
     with ExitStack() as stack:
-        sinks = {name: stack.enter_context(loopback.Sink()) for name in ("central", "reference")}
-        alertmanagers = {}
         for name, sink in sinks.items():
+            stack.enter_context(sink)
             (folder / name).mkdir()
-            document = loopback.loopback_document(out / "alertmanager" / "alertmanager.yml", sink)
-            alertmanagers[name] = servers.Alertmanager(loopback.write_config(document, folder / name))
+            loopback.write_config(
+                loopback.loopback_document(out / "alertmanager" / "alertmanager.yml", sink), folder / name
+            )
             stack.callback(alertmanagers[name].stop)
             alertmanagers[name].start()
         exporters = stack.enter_context(demo._Exporters(live.window, families, live.cluster_label, folder))
@@ -132,7 +155,6 @@ def run(tmp_path_factory):
         reference = servers.Prometheus(config_file=folder / "prometheus.yml")
         stack.callback(reference.stop)
         reference.load_openmetrics(folder / "history.om")
-        central, one_shard = servers.VictoriaMetrics(), servers.VictoriaMetrics()
         for store in (central, one_shard):
             stack.callback(store.stop)
             store.start()
@@ -140,28 +162,14 @@ def run(tmp_path_factory):
 
         shards = []
         for shard in range(SHARDS):
-            document = yaml.safe_load((folder / "prometheus.yml").read_text(encoding="utf-8"))
-            for job in document["scrape_configs"]:
-                job["relabel_configs"] = [*job.get("relabel_configs", []), *shard_relabel(shard, SHARDS)]
-            scrape_yml = folder / f"shard-{shard}.yml"
-            scrape_yml.write_text(yaml.safe_dump({"scrape_configs": document["scrape_configs"]}), encoding="utf-8")
-            writes = [central, *([one_shard] if shard == 0 else [])]
-            agent = servers.VMAgent(
-                [f"-promscrape.config={scrape_yml}", *(f"-remoteWrite.url={s.url}/api/v1/write" for s in writes)]
-            )
+            shard_dir = out / scale_out.SCALE_OUT_DIR / f"shard-{shard}"
+            point_targets_at(shard_dir, folder / "prometheus.yml")
+            # Shard 0 also writes to a store of its own: the negative control's one-shard data.
+            extra = [f"-remoteWrite.url={one_shard.url}{scale_out.REMOTE_WRITE_PATH}"] if shard == 0 else []
+            agent = servers.VMAgent(shard_dir / "vmagent.flags", extra)
             stack.callback(agent.stop)
             shards.append(agent.start())
-        ruler = servers.VMAlert(
-            [
-                *(f"-rule={path}" for path in vmalert_rule_files(out, folder)),
-                f"-datasource.url={central.url}",
-                f"-remoteWrite.url={central.url}",
-                f"-remoteRead.url={central.url}",
-                f"-notifier.url={alertmanagers['central'].url}",
-                f"-evaluationInterval={config['evaluation_interval']}",
-                "-disableAlertgroupLabel",
-            ]
-        )
+        ruler = servers.VMAlert(central_dir / scale_out.VMALERT_FLAGS)
         stack.callback(ruler.stop)
         reference.start()
         ruler.start()
@@ -314,3 +322,4 @@ def notifications(sink: loopback.Sink) -> dict[tuple, set[str]]:
         for alert in notification.alerts:
             groups[notification.receiver, labels(alert)].add(notification.group_key)
     return dict(groups)
+
