@@ -322,4 +322,3 @@ def notifications(sink: loopback.Sink) -> dict[tuple, set[str]]:
         for alert in notification.alerts:
             groups[notification.receiver, labels(alert)].add(notification.group_key)
     return dict(groups)
-
