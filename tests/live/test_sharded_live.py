@@ -2,10 +2,13 @@
 
 The demo's simulated cluster (hpcobs.proof.demo: four nodes, a training job on two of them, a double-bit ECC error
 and a GPU fallen off the bus late in its history) is served at wall-clock time by loopback stand-ins of its
-exporters, its history loaded into both stores. Two vmagent shards each keep the targets of their own nodes (a
-hashmod of the node's name) and remote write to one central VictoriaMetrics; a central vmalert evaluates the
-generated rule files there, writes the records back and sends its alerts to a real Alertmanager. Beside them one
-Prometheus scrapes every target with the same rule files and its own Alertmanager: the reference.
+exporters, its history loaded into both stores. A sharded site (its central store and Alertmanager at loopback
+ports chosen first) is built, and out/scale-out/ runs as built: two vmagents on shard-<i>/'s vmagent.flags and
+scrape.yml, each keeping the targets of its own nodes (a hashmod of the node's name) and remote writing to the
+central VictoriaMetrics, and vmalert on central/'s vmalert.flags and rule files, writing its records back and
+sending its alerts to a real Alertmanager. Only the target lists move to loopback, and keep_firing_for goes for
+Debian's vmalert 1.79. Beside them one Prometheus scrapes every target with out/prometheus/'s rule files and its
+own Alertmanager: the reference.
 
 Alerts covered: those of the demo's faults with no `for:` or a `for:` of at most FOR_COVERED (they fire within the
 live window in both rulers); the longer ones (`for: 5m` and more) stay pending in both and are compared as such.
