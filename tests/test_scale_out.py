@@ -262,6 +262,7 @@ def test_the_sharded_site_writes_each_piece(sharded):
         "-notifier.url=http://alertmanager-1:9093",
         "-notifier.url=http://alertmanager-2:9093",
         "-evaluationInterval=30s",
+        "-disableAlertgroupLabel",
     ]
     assert {f.removeprefix("-rule=") for f in flags if f.startswith("-rule=")} == {
         path.removeprefix("scale-out/central/") for path in files if path.endswith(".rules.yaml")

@@ -28,11 +28,12 @@ import tempfile
 import threading
 import time
 from collections import Counter, defaultdict
-from collections.abc import Iterator
+from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
+from typing import TextIO
 
 import yaml
 
@@ -47,6 +48,8 @@ from hpcobs.proof.simulate.core import Family, Window
 from hpcobs.proof.simulate.formats import write_openmetrics
 from hpcobs.settings.config import Config
 from hpcobs.targets import scrape
+
+Writer = Callable[[Iterable[Family], TextIO, Window], object]  # formats.write_openmetrics, formats.write_vm
 
 # The simulated cluster: `simulate` arguments, the faults' starts counted back from the window's end. A double-bit
 # ECC error (Xid 48, row remap pending, health FAIL) and a GPU that fell off the bus fire within a minute or two of
@@ -177,10 +180,10 @@ def _families(sim: Simulation) -> list[Family]:
     return [Family(f.name, f.type, f.help, list(f.series)) for f in sim.families()]
 
 
-def _write_history(past: Window, families: list[Family], path: Path) -> None:
-    """The samples within `past`, in OpenMetrics for promtool."""
+def _write_history(past: Window, families: list[Family], path: Path, writer: Writer = write_openmetrics) -> None:
+    """The samples within `past`, in OpenMetrics for promtool (or VictoriaMetrics' JSON lines: formats.write_vm)."""
     with open(path, "w", encoding="utf-8") as out:
-        write_openmetrics(
+        writer(
             (
                 Family(f.name, f.type, f.help, [(labels, values[: past.steps]) for labels, values in f.series])
                 for f in families

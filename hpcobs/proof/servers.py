@@ -39,6 +39,7 @@ from hpcobs.proof import backfill
 PROMETHEUS = ("PROMETHEUS", "prometheus", "prometheus", (2, 42))
 VICTORIA_METRICS = ("VICTORIA_METRICS", "victoria-metrics", "victoria-metrics", (1, 79))
 VMALERT = ("VMALERT", "vmalert", "victoria-metrics", (1, 79))
+VMAGENT = ("VMAGENT", "vmagent", "victoria-metrics", (1, 79))
 ALERTMANAGER = ("ALERTMANAGER", "prometheus-alertmanager", "prometheus-alertmanager", (0, 25))
 
 READY_TIMEOUT = 60.0
@@ -184,7 +185,7 @@ class Server:
             with open(self.log_path, "ab") as log:
                 self.process = process = subprocess.Popen(
                     [binary, *self._arguments()],
-                    cwd=self.workdir,
+                    cwd=self._working_directory(),
                     stdin=subprocess.DEVNULL,
                     stdout=log,
                     stderr=subprocess.STDOUT,
@@ -225,9 +226,11 @@ class Server:
 
     def stored(self, selector: str, start: Timestamp, end: Timestamp) -> list[Series]:
         """The samples stored for the series `selector` matches in (start, end], as written: no lookback, no step,
-        no rollup (an instant query of `selector[end - start]`), so two servers' writes compare point by point."""
+        no rollup (an instant query of `selector[end - start]`), so two servers' writes compare point by point; a
+        series that stopped is gone once its last sample leaves the range. VictoriaMetrics lists staleness markers
+        (NaN: vmagent and vmalert write them when a series stops), Prometheus leaves them out."""
         seconds = _unix(end) - _unix(start)
-        data, _ = self._query("/api/v1/query", {"query": f"{selector}[{seconds:.0f}s]", "time": _unix(end)})
+        data, _ = self._query("/api/v1/query", {"query": f"{selector}[{seconds * 1000:.0f}ms]", "time": _unix(end)})
         series = [Series(r["metric"], [(float(t), float(v)) for t, v in r["values"]]) for r in data["result"]]
         return sorted(series, key=_label_order)
 
@@ -249,6 +252,9 @@ class Server:
 
     def _arguments(self) -> list[str]:
         raise NotImplementedError
+
+    def _working_directory(self) -> Path:
+        return self.workdir
 
     def _query(self, path: str, params: dict) -> tuple[dict, QueryCost]:
         began = time.perf_counter()
@@ -592,6 +598,61 @@ class VictoriaMetrics(Server):
             "-loggerLevel=WARN",
             *([f"-search.maxLookback={self.lookback_delta}"] if self.lookback_delta else []),
         ]
+
+
+class FlagServer(Server):
+    """A VictoriaMetrics component started from the directory of a generated `*.flags` file on its lines, as
+    docs/scale-out.md says to run it (its relative paths are the directory's), plus the listen address and the
+    work dir's paths this class owns."""
+
+    def __init__(self, flags_file: Path, extra_flags: Sequence[str] = ()) -> None:
+        super().__init__()
+        self.directory = Path(flags_file).resolve().parent
+        self.flags = [*Path(flags_file).read_text(encoding="utf-8").splitlines(), *extra_flags]
+
+    def _working_directory(self) -> Path:
+        return self.directory
+
+    def _arguments(self) -> list[str]:
+        return [*self.flags, f"-httpListenAddr=127.0.0.1:{self.port}", "-loggerLevel=WARN"]
+
+    def _get(self, path: str) -> dict:
+        self._require_running(f"read {path}")
+        with urllib.request.urlopen(self.url + path, timeout=HTTP_TIMEOUT) as response:
+            return json.loads(response.read())
+
+
+class VMAgent(FlagServer):
+    """vmagent: scrapes by its -promscrape.config and remote writes every sample to each -remoteWrite.url; its
+    on-disk queue lives in the work dir. File service discovery is re-read every second (30 s by default), so
+    a target list rewritten during a test is followed as Prometheus's inotify follows it."""
+
+    name = "vmagent"
+    binary = VMAGENT
+    ready_path = "/health"
+
+    def _arguments(self) -> list[str]:
+        return [
+            *super()._arguments(),
+            f"-remoteWrite.tmpDataPath={self.workdir / 'queue'}",
+            "-promscrape.fileSDCheckInterval=1s",
+        ]
+
+    def targets(self) -> list[dict]:
+        """The scrape targets kept by relabelling (/api/v1/targets' activeTargets, as Prometheus lists them)."""
+        return self._get("/api/v1/targets?state=active")["data"]["activeTargets"]
+
+
+class VMAlert(FlagServer):
+    """vmalert evaluating its -rule files live against -datasource.url."""
+
+    name = "vmalert"
+    binary = VMALERT
+    ready_path = "/health"
+
+    def alerts(self) -> list[dict]:
+        """Active alerts (/api/v1/alerts): labels, state (pending or firing), activeAt."""
+        return self._get("/api/v1/alerts")["data"]["alerts"]
 
 
 class Alertmanager(Server):

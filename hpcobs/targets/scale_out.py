@@ -153,6 +153,9 @@ def vmalert_flags(config: Config, rule_files: Sequence[str]) -> list[str]:
         f"-remoteRead.url={url}",
         *(f"-notifier.url=http://{address}" for address in config.get("scrape", "alertmanagers")),
         f"-evaluationInterval={config['evaluation_interval']}",
+        # vmalert labels each alert and recorded series with its group's name unless told not to: the alerts would
+        # not be the single Prometheus's (Alertmanager's inhibitions and silences match on the full label set).
+        "-disableAlertgroupLabel",
     ]
 
 
