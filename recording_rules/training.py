@@ -278,9 +278,9 @@ def _straggler_rank(ctx: Context) -> list[Record]:
     """The rank with the largest excess over the median rank's phases, the straggler (that rank, or the slowest by
     step time without phases) with its step time, and its seconds per step in each phase. Each chooses the straggler
     at its own evaluation, never from the excess record: a topk record's previous leaders stay visible for the
-    lookback (docs/metricsql.md, "Fixed: the slowest rank's phases"). The straggler's excess per phase is the
-    difference of the phase records, taken where it is read (TrainingStraggler, the dashboard): a third record of
-    every phase of every job would cost as much as these two for a subtraction."""
+    lookback (docs/scale-out.md, MetricsQL differences, "Fixed: the slowest rank's phases"). The straggler's excess
+    per phase is the difference of the phase records, taken where it is read (TrainingStraggler, the dashboard): a
+    third record of every phase of every job would cost as much as these two for a subtraction."""
     cluster, rank_step, rank_phase = ctx.cluster, _rank_step(ctx), _rank_phase(ctx)
     labels = {job: dict(**ctx.cluster_labels, hpc_job=job) for job in ("42", "45")}
     rank_excess = aggregate(
@@ -306,7 +306,7 @@ def _straggler_rank(ctx: Context) -> list[Record]:
             "job:training_straggler_rank:step_seconds",
             # The straggler by excess, or for a job that times no phase the slowest of its ranks. The two sides hold
             # different jobs: MetricsQL's `or` over a range fills a left series' gaps with a right one of its group
-            # (docs/metricsql.md), which must never be another rank of the same job.
+            # (docs/scale-out.md, MetricsQL differences), which must never be another rank of the same job.
             f"topk by ({cluster}, hpc_job) (1, ({rank_step} and on ({cluster}, hpc_job, rank, node) {by_excess}) "
             f"or ({rank_step} unless on ({cluster}, hpc_job) job:training_phase_seconds:median))",
             tests=[

@@ -1,6 +1,7 @@
 """Every rule through VictoriaMetrics (vmalert's replay, MetricsQL) and through Prometheus, on the same simulated
 faults cluster: each record's series and each alert's firing label sets must agree, except for the differences
-ALLOWED lists (docs/metricsql.md explains each), within their bounds. A new difference fails the test.
+ALLOWED lists (docs/scale-out.md, MetricsQL differences, explains each), within their bounds. A new difference
+fails the test.
 
 Both servers get the same raw history and the same lookback; Prometheus replays the recording layers through range
 queries at exactly the instants vmalert's replay evaluates (Prometheus.replay_rules), and the samples each one
@@ -123,8 +124,9 @@ def loaded(config, tmp_path_factory, prometheus_factory, victoria_factory):
     layer_files = recording_layer_files(groups, folder)
     start, end = sim.window.start, sim.window.start + sim.window.duration - STEP
     # Backfilled history has no staleness markers; a lookback of 1.5 scrape intervals gives Prometheus the view a
-    # live server's markers give. VictoriaMetrics gets the same lookback, as the central store must (docs/metricsql.md):
-    # left to infer it from the gaps between samples, it reads a record that comes and goes as always there.
+    # live server's markers give. VictoriaMetrics gets the same lookback, as the central store must (docs/scale-out.md,
+    # MetricsQL differences): left to infer it from the gaps between samples, it reads a record that comes and goes
+    # as always there.
     lookback = f"{STEP * 3 // 2}s"
     prometheus = prometheus_factory(openmetrics=openmetrics, lookback_delta=lookback)
     prometheus.replay_rules(layer_files, start, end, f"{STEP}s")
@@ -177,8 +179,9 @@ def test_every_record_has_the_same_series_and_values_on_both_engines(loaded):
                 differed[record] += len(instants)
     print(f"compared {compared} samples of {len(records)} records; evaluations that differ (allowed): {dict(differed)}")
     assert compared > 100_000
-    assert not new, "new differences (explain them in docs/metricsql.md and ALLOWED, or fix the rule):\n" + "\n".join(
-        new[:30]
+    assert not new, (
+        "new differences (explain them in docs/scale-out.md, MetricsQL differences and ALLOWED, or fix the rule):\n"
+        + "\n".join(new[:30])
     )
 
 
@@ -207,7 +210,7 @@ def held_at_instants(server, alert: Alert, instants: set[float], start: float, e
 def test_every_alert_fires_for_the_same_label_sets_on_both_engines(loaded):
     """Compared by range queries; where VictoriaMetrics' range answer differs, its instant answers (what a live
     vmalert asks) must agree: MetricsQL's `or` fills every left-hand series of a group over a range, so a range
-    evaluation may return a label set no instant does (docs/metricsql.md)."""
+    evaluation may return a label set no instant does (docs/scale-out.md, MetricsQL differences)."""
     groups, prometheus, victoria, start, end = loaded
     alerts = [r for g in groups for r in g.rules if isinstance(r, Alert)]
     differences, range_only = [], []
