@@ -7,6 +7,7 @@ slow NCCL collectives are usually the fabric or the NCCL setup, so they go to ml
 (docs/runbooks/training.md says why).
 """
 
+from collections.abc import Mapping
 from dataclasses import dataclass
 from functools import cached_property, partial
 
@@ -116,7 +117,7 @@ def counter(parts: list[tuple[float, int]]) -> str:
 
 def rank_series(
     ctx: Context,
-    step_times: dict[tuple[str, str], float | tuple[float, ...]],
+    step_times: Mapping[tuple[str, str], float | tuple[float, ...]],
     job: str = "42",
     length: int = 40,
     stop_after: int | None = None,
