@@ -113,6 +113,11 @@ def _holding_back(ctx: Context, window: str, keep: int | None = None) -> str:
     return f"{largest(_rank_excess(ctx, window))} or on () {largest(_rank_step_seconds(ctx, window))}"
 
 
+def _traced(ctx: Context) -> bool:
+    """Whether the site provisions Tempo: without it, no link to it and no word of it."""
+    return bool(ctx.config.get("grafana", "datasources")["tempo"]["enabled"])
+
+
 def _traces(ctx: Context, *conditions: tuple[str, traceql.Value]) -> str:
     """Grafana Explore on Tempo with the selected job's spans that meet `conditions`."""
     tempo = ctx.config.get("grafana", "datasources")["tempo"]["uid"]
@@ -374,7 +379,8 @@ def _ranks(ctx: Context) -> list[Panel]:
             "be without the rank's excess (without phases, the rank's step time over the median rank's), red where "
             "TrainingStraggler fires. Raw training series of this job, read at one instant: a large job has "
             "thousands of ranks, and a panel over time would read every one at every point; per-rank rows are fine "
-            "only because this view is one job. Click a node for its own view, a rank for its slow steps in Tempo.",
+            "only because this view is one job. Click a node for its own view"
+            + (", a rank for its slow steps in Tempo." if _traced(ctx) else "."),
         ),
         table(
             "Ranks that were the slowest over the range",

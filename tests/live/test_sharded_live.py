@@ -55,9 +55,14 @@ WARM_UP = 12.0
 # near a bucket's edge counts in, depends on the scrape a ruler read. They are compared summed over those labels:
 # the slowest step time of each job, the GPUs counted in all buckets.
 CHOSEN_BY_VALUE = {
-    "job:training_slowest_rank:step_seconds": {"rank", "node"},
+    "job:training_straggler_rank:step_seconds": {"rank", "node"},
+    "job:training_straggler_rank:excess_seconds": {"rank", "node"},
     "cluster:gpus_by_utilization:count": {"utilization"},
 }
+# Records that are a difference of near-equal rates: a balanced job's straggler excess is its ranks' noise, a few
+# thousandths of a step, whose TOLERANCE of itself means nothing. Their slack is TOLERANCE of the job's step time,
+# the scale of the rates they subtract.
+SCALED_BY = {"job:training_straggler_rank:excess_seconds": "job:training_step_seconds:max"}
 FOR_COVERED = "1m"
 SPANNING_JOB = "400001"  # the demo's training job, on its first two nodes
 JOB_RECORD = "job:gpus_allocated:count"  # job-level: the job's GPUs on every node it runs on
@@ -275,10 +280,14 @@ def differences(run: Run, name: str, at: float) -> list[str]:
     for this, other in ((run.central, run.reference), (run.reference, run.central)):
         latest = {key: points[-1][1] for key, points in recorded(this, name, at - EVALUATION, at).items()}
         around = recorded(other, name, at - BAND, at + BAND)
+        scale = {
+            key: points[-1][1] for key, points in recorded(this, SCALED_BY.get(name, name), at - EVALUATION, at).items()
+        }
         for key, value in latest.items():
+            floor = TOLERANCE * scale.get(key, 0.0) if name in SCALED_BY else 0.0
             if key not in around:
                 found.append(f"{name}{dict(key)}: at {at:.0f} on {this.name} only")
-            elif not within(value, [v for _, v in around[key]]):
+            elif not within(value, [v for _, v in around[key]], floor):
                 found.append(f"{name}{dict(key)}: {value} on {this.name}, {around[key]} on {other.name}")
     return found
 
@@ -296,8 +305,9 @@ def recorded(store: servers.Server, name: str, start: float, end: float) -> dict
     return {key: sorted(points.items()) for key, points in summed.items()}
 
 
-def within(value: float, others: list[float]) -> bool:
-    """`value` lies between the least and greatest of `others`, widened by TOLERANCE of the larger magnitude.
+def within(value: float, others: list[float], floor: float = 0.0) -> bool:
+    """`value` lies between the least and greatest of `others`, widened by TOLERANCE of the larger magnitude (at
+    least `floor`).
 
     Both rulers read the same scrapes (the stand-ins serve one sample per scrape interval, and each collector
     scrapes each target once in it), but not at the same moment: either may read a scrape more or less than the
@@ -307,7 +317,7 @@ def within(value: float, others: list[float]) -> bool:
     runs that made this test: up to 3.6% (an NFS read rate), 2% for the training counters; twice that is
     allowed. The negative control (one shard's half of a job) is off by 50%."""
     low, high = min(others), max(others)
-    slack = TOLERANCE * max(abs(low), abs(high))
+    slack = max(floor, TOLERANCE * max(abs(low), abs(high)))
     return low - slack <= value <= high + slack
 
 
