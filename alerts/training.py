@@ -15,7 +15,14 @@ from hpcobs.authoring.alert_cases import Timing, standard_cases, timing
 from hpcobs.authoring.context import Context
 from hpcobs.authoring.rules import Alert, Group, alerts_of, label
 from hpcobs.authoring.ruletest import Case, Sample, Series, alert
-from hpcobs.authoring.synthetic import JOB_OWNER, gpu_utilization, job_info, nccl_collective, series
+from hpcobs.authoring.synthetic import (
+    JOB_OWNER,
+    gpu_utilization,
+    job_info,
+    nccl_collective,
+    phase_counters,
+    series,
+)
 from hpcobs.lang.promql import duration_seconds
 from hpcobs.settings import declare
 from hpcobs.settings.names import DashboardUid, Team
@@ -146,20 +153,7 @@ def phase_series(
 ) -> list[Series]:
     """Per-rank phase counters of one job, as rank_series() steps it (4 steps a scrape): each (rank, node)'s seconds
     per step in each phase."""
-    return [
-        series(
-            ctx,
-            "training",
-            "phase_seconds",
-            counter([(4.0 * seconds, length)]),
-            node=node,
-            hpc_job=job,
-            rank=rank,
-            phase=phase,
-        )
-        for (rank, node), per_phase in phases.items()
-        for phase, seconds in per_phase.items()
-    ]
+    return phase_counters(ctx, phases, lambda seconds: counter([(4.0 * seconds, length)]), job)
 
 
 def groups(ctx: Context) -> list[Group]:

@@ -20,7 +20,7 @@ from functools import partial
 from hpcobs.authoring.context import Context
 from hpcobs.authoring.rules import Group, Record
 from hpcobs.authoring.ruletest import Case, Series, sample
-from hpcobs.authoring.synthetic import nccl_collective, series
+from hpcobs.authoring.synthetic import nccl_collective, phase_counters, series
 from hpcobs.lang.promql import aggregate
 
 RANK = ("hpc_job", "rank", "node")
@@ -120,20 +120,7 @@ def _ranks(
 def _phase_series(ctx: Context, phases: dict[tuple[str, str], dict[str, float]], job: str = "42") -> list[Series]:
     """The phase counters of each (rank, node) of a job, given its seconds per step in each phase."""
     t = ctx.timeline
-    return [
-        series(
-            ctx,
-            "training",
-            "phase_seconds",
-            t.rising(STEPS_PER_SECOND * seconds, t.span),
-            node=node,
-            hpc_job=job,
-            rank=rank,
-            phase=phase,
-        )
-        for (rank, node), per_phase in phases.items()
-        for phase, seconds in per_phase.items()
-    ]
+    return phase_counters(ctx, phases, lambda seconds: t.rising(STEPS_PER_SECOND * seconds, t.span), job)
 
 
 def _straggling(ctx: Context) -> list[Series]:

@@ -15,6 +15,7 @@ from hpcobs.lang.promql import duration_seconds
 from hpcobs.proof.simulate import Simulation
 from hpcobs.settings.names import DashboardUid
 from tests.conftest import ROOT, firing_over_simulated
+from tests.test_training_phases import hero_counters
 
 TRAINING = f"grafana/dashboards/HPC/{DashboardUid.TRAINING}.json"
 START = 600  # seconds: the fault starts at 10m
@@ -28,26 +29,14 @@ def _simulated(config, scenario: str, hours: float) -> Simulation:
     )
 
 
-def _hero_series(sim, signal):
-    """{(rank, phase or None): values} of one training signal of the hero job, which every fault here is on."""
-    job = sim.cluster.roles.hero_job
-    name = sim.sources["training"].metric(signal).name
-    return {
-        (labels["rank"], labels.get("phase")): values
-        for family in sim.families({name})
-        for labels, values in family.series
-        if labels["hpc_job"] == job
-    }
-
-
 def _per_step(sim, begin: int, end: int):
     """Each rank's step time and seconds per step in each phase between the scrapes begin and end."""
-    steps = {rank: v[end] - v[begin] for (rank, _), v in _hero_series(sim, "steps").items()}
+    steps = {rank: v[end] - v[begin] for (rank, _), v in hero_counters(sim, "steps").items()}
     step_seconds = {
-        rank: (v[end] - v[begin]) / steps[rank] for (rank, _), v in _hero_series(sim, "step_seconds").items()
+        rank: (v[end] - v[begin]) / steps[rank] for (rank, _), v in hero_counters(sim, "step_seconds").items()
     }
     phases = {}
-    for (rank, phase), v in _hero_series(sim, "phase_seconds").items():
+    for (rank, phase), v in hero_counters(sim, "phase_seconds").items():
         phases.setdefault(rank, {})[phase] = (v[end] - v[begin]) / steps[rank]
     return step_seconds, phases
 

@@ -38,9 +38,9 @@ def _straggling(config, hours):
     return Simulation(config, nodes=4, gpus_per_node=2, hours=hours, scenarios=f"straggler:start={START}s", seed=2)
 
 
-def _counters(sim, signal):
-    """{(rank, phase or None): values} of one training signal of the straggling hero job."""
-    (job,) = {fault.target["job"] for fault in sim.faults.faults}
+def hero_counters(sim, signal):
+    """{(rank, phase or None): values} of one training signal of the hero job, which every training fault targets."""
+    job = sim.cluster.roles.hero_job
     name = sim.sources["training"].metric(signal).name
     return {
         (labels["rank"], labels.get("phase")): values
@@ -52,8 +52,8 @@ def _counters(sim, signal):
 
 def test_simulated_phases_add_up_to_at_most_the_step_and_the_straggler_loses_its_time_in_data(config):
     sim = _straggling(config, hours=1)
-    steps = _counters(sim, "step_seconds")
-    phases = _counters(sim, "phase_seconds")
+    steps = hero_counters(sim, "step_seconds")
+    phases = hero_counters(sim, "phase_seconds")
     assert {phase for _, phase in phases} == {"data", "forward", "backward", "optimizer", "comm"}
     for (rank, _), step_seconds in steps.items():
         mine = [values for (r, _), values in phases.items() if r == rank]

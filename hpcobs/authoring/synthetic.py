@@ -8,6 +8,7 @@ label values the simulator emits (hpcobs.exporters.labels).
 from __future__ import annotations
 
 import re
+from collections.abc import Callable, Mapping
 
 from hpcobs.authoring.context import Context
 from hpcobs.authoring.ruletest import Series
@@ -320,6 +321,18 @@ def tetragon_action(
         hook_index="0",
         **_TETRAGON_ACTION_K8S,
     )
+
+
+def phase_counters(
+    ctx: Context, phases: Mapping[tuple[str, str], Mapping[str, float]], values: Callable[[float], str], job: str
+) -> list[Series]:
+    """The training helper's phase counters of a job: for each (rank, node) and phase, the series `values` makes
+    of its seconds per step."""
+    return [
+        series(ctx, "training", "phase_seconds", values(seconds), node=node, hpc_job=job, rank=rank, phase=phase)
+        for (rank, node), per_phase in phases.items()
+        for phase, seconds in per_phase.items()
+    ]
 
 
 def nccl_collective(
