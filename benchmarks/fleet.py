@@ -19,7 +19,11 @@ recording rules are backfilled layer by layer (promtool, vmalert), then, in the 
   execution time, and the client's wall time of the whole load (queries one after the other);
 - the recording and alerting rules are evaluated live by Prometheus for a few cycles on the loaded data
   (/api/v1/rules evaluationTime), and each group's rules are also run as instant queries for their samples;
-- Prometheus' and VictoriaMetrics' memory (peak and current resident set) and the series stored.
+- Prometheus' and VictoriaMetrics' memory (peak and current resident set) and the series stored;
+- the central ruler of a sharded site (issue 32): the build's out/scale-out/central/ (vmalert 1.79, its flags)
+  run live on VictoriaMetrics for a few cycles after the import and the replay: each group's evaluation time,
+  and vmalert's and VictoriaMetrics' CPU seconds and memory meanwhile (Prometheus's CPU during its own live
+  cycles too). `--central-only` measures only this, VictoriaMetrics alone, for sizes already in --out.
 
 The data window ends a little after the live evaluation, so that Prometheus evaluates the rules "now" inside
 the data. Its results cannot be stored (their timestamps fall before the end of the backfilled blocks; that
@@ -37,6 +41,7 @@ import argparse
 import json
 import math
 import os
+import re
 import resource
 import signal
 import statistics
@@ -53,6 +58,7 @@ from pathlib import Path
 from typing import Any
 
 import promql_parser
+import yaml
 
 from hpcobs.authoring.context import Context
 from hpcobs.build import pipeline
@@ -60,9 +66,10 @@ from hpcobs.lang import lint
 from hpcobs.lang.promql import duration_seconds
 from hpcobs.proof import backfill, workload
 from hpcobs.proof.backfill import OneAhead
-from hpcobs.proof.servers import Prometheus, Server, VictoriaMetrics
+from hpcobs.proof.servers import Alertmanager, Prometheus, Server, VictoriaMetrics, VMAlert, free_port
 from hpcobs.proof.simulate import Simulation, write
 from hpcobs.settings import config as config_module
+from hpcobs.targets import scale_out
 
 ROOT = Path(__file__).resolve().parent.parent
 NVIDIA_DASHBOARD = ROOT / "benchmarks" / "data" / "dcgm-exporter-dashboard.json"
@@ -77,6 +84,11 @@ VM_BATCH_BYTES = 256 << 20
 HTTP_TIMEOUT = 1800.0
 LOOKBACK_SECONDS = 300
 SAMPLES_BUDGET = 5_000_000  # the issue's ceiling for one hpcobs dashboard load
+# The central ruler's vmalert: Debian 12's, the machine's (the central rule files then leave keep_firing_for out).
+CENTRAL_VMALERT_VERSION = "1.79"
+CENTRAL_IDLE_SECONDS = 30.0
+CLOCK_TICKS = os.sysconf("SC_CLK_TCK")
+LABEL_PAIR = re.compile(r'(\w+)="((?:[^"\\]|\\.)*)"')
 VARIANTS = {
     "0": "hpcobs before (--before)",
     "a": "hpcobs",
@@ -146,6 +158,82 @@ def _metrics(server: Server) -> dict[str, float]:
         if line and not line.startswith("#") and "{" not in name:
             out[name] = float(value.split()[0])
     return out
+
+
+def _cpu_seconds(server: Server) -> float:
+    """User and system CPU seconds the server process has used: /proc/<pid>/stat utime and stime (fields 14 and
+    15, proc(5)), counted after the command name, which may hold spaces."""
+    assert server.process is not None
+    fields = Path(f"/proc/{server.process.pid}/stat").read_text().rpartition(")")[2].split()
+    return (int(fields[14 - 3]) + int(fields[15 - 3])) / CLOCK_TICKS
+
+
+class Usage:
+    """CPU seconds and memory of servers from now until `measured()`."""
+
+    def __init__(self, servers: dict[str, Server]):
+        self.servers = servers
+        self.began = time.monotonic()
+        self.cpu = {name: _cpu_seconds(server) for name, server in servers.items()}
+
+    def measured(self) -> dict[str, dict[str, Any]]:
+        """Per server: CPU seconds, the wall seconds they were used in, cores (their ratio) and resident memory."""
+        wall = time.monotonic() - self.began
+        out = {}
+        for name, server in self.servers.items():
+            cpu = _cpu_seconds(server) - self.cpu[name]
+            out[name] = {"cpu_seconds": cpu, "wall_seconds": wall, "cores": cpu / wall, "memory_mib": _memory(server)}
+        return out
+
+
+def _vmalert_groups(text: str) -> dict[str, dict[str, float]]:
+    """Each rule group's counters from vmalert's /metrics `text`. vmalert 1.79 keeps, per group (labels group and
+    file), the summary vmalert_iteration_duration_seconds: the time from a cycle's start until every rule of it is
+    evaluated, its series queued for remote write and its alerts sent (app/vmalert/group.go). Its quantiles are
+    refreshed only now and then (the metrics library's updateQuantiles), its _sum and _count at each cycle."""
+    groups: dict[str, dict[str, float]] = defaultdict(dict)
+    wanted = {
+        "vmalert_iteration_duration_seconds_sum": "sum",
+        "vmalert_iteration_duration_seconds_count": "count",
+        "vmalert_iteration_missed_total": "missed",
+        "vmalert_iteration_interval_seconds": "interval",
+    }
+    for line in text.splitlines():
+        name, brace, rest = line.partition("{")
+        labels_text, _, value = rest.rpartition("}")
+        labels = dict(LABEL_PAIR.findall(labels_text))
+        if brace and name in wanted and "group" in labels:
+            groups[labels["group"]][wanted[name]] = float(value)
+    return groups
+
+
+class CycleTimes:
+    """Each group's evaluation seconds cycle by cycle, from the growth of vmalert's duration _sum and _count
+    between polls (a poll a second, a cycle every interval: one cycle between two polls)."""
+
+    def __init__(self) -> None:
+        self.seen: dict[str, dict[str, float]] = {}
+        self.seconds: dict[str, list[float]] = defaultdict(list)
+
+    def add(self, metrics_text: str) -> None:
+        """One poll of vmalert's /metrics."""
+        for name, now in _vmalert_groups(metrics_text).items():
+            before = self.seen.get(name, {"sum": 0.0, "count": 0.0})
+            cycles = int(now.get("count", 0) - before["count"])
+            self.seconds[name] += [(now.get("sum", 0.0) - before["sum"]) / cycles] * cycles if cycles > 0 else []
+            self.seen[name] = {**before, **now}
+
+    def groups(self) -> dict[str, dict[str, float]]:
+        return {
+            name: {
+                "interval": self.seen[name]["interval"],
+                "cycles": len(times),
+                "missed": self.seen[name].get("missed", 0.0),
+                "seconds": statistics.median(times),
+                "max_seconds": max(times),
+            }
+            for name, times in sorted(self.seconds.items())
+        }
 
 
 def _memory(server: Server) -> dict[str, float]:
@@ -323,9 +411,13 @@ class Bench:
         began = time.monotonic()
         hours = self.hours(gpus)
         live = self.args.live_cycles > 0
-        # The window ends after the live rule evaluation (see the module docstring): how long the run takes to
-        # get there is estimated from the number of samples, a little generously.
-        margin = 0 if not live else 900 + gpus * hours * 0.15
+        on_prometheus = not self.args.central_only
+        on_victoria = "victoriametrics" in self.args.backends and not self.args.rules_only
+        # The window ends after the live rule evaluations (see the module docstring): how long the run takes to
+        # get there is estimated from the number of samples, a little generously (VictoriaMetrics imports and
+        # replays about five times faster than Prometheus backfills, compacts and loads the dashboards).
+        per_gpu_hour = 0.15 * on_prometheus + 0.03 * on_victoria
+        margin = 0 if not live else (900 if on_prometheus else 600) + gpus * hours * per_gpu_hour
         end = time.time() + margin if live else datetime(2026, 1, 1, tzinfo=UTC).timestamp() + hours * 3600
         start = datetime.fromtimestamp(end - hours * 3600, UTC)
         sim = Simulation(
@@ -346,9 +438,10 @@ class Bench:
         }
         range_load = workload.Load(last - hours * 3600 + sim.window.step, last, self.scrape)
         result["step"] = range_load.interval_seconds
-        result["prometheus"] = self._prometheus(sim, first, last, range_load, preferred, result)
-        if "victoriametrics" in self.args.backends and not self.args.rules_only:
-            result["victoriametrics"] = self._victoria(sim, first, last, range_load, preferred, result)
+        if on_prometheus:
+            result["prometheus"] = self._prometheus(sim, first, last, range_load, preferred, result)
+        if on_victoria:
+            self._victoria(sim, first, last, range_load, preferred, result)
         result["elapsed"] = time.monotonic() - began
         result["benchmark_peak_mib"] = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
         result["tools_peak_mib"] = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss / 1024
@@ -399,8 +492,11 @@ class Bench:
 
     def _victoria(
         self, sim: Simulation, first: int, last: int, load: workload.Load, preferred: dict, result: dict
-    ) -> dict[str, Any]:
-        victoria = VictoriaMetrics()
+    ) -> None:
+        """VictoriaMetrics loaded with the same data and its records replayed by vmalert; then the central ruler
+        live (result["central"]) and the dashboard loads (result["victoriametrics"], not with --central-only)."""
+        # The central store's lookback is its Prometheus's (docs/scale-out.md, "What the central store needs").
+        victoria = VictoriaMetrics(lookback_delta=f"{LOOKBACK_SECONDS}s")
         try:
             began = time.monotonic()
             victoria.start()
@@ -413,10 +509,16 @@ class Bench:
             began = time.monotonic()
             victoria.backfill_rules(self.layers, first, last, f"{self.scrape}s")
             self._phase(result, "backfill recording rules (vmalert)", began)
+            if self.args.live_cycles:
+                began = time.monotonic()
+                result["central"] = self._central_ruler(victoria, first, last)
+                self._phase(result, "central ruler live (vmalert)", began)
+            if self.args.central_only:
+                return
             began = time.monotonic()
             dashboards = self._dashboards(Measurer(victoria, stats=False), load, preferred)
             self._phase(result, "dashboard loads (VictoriaMetrics)", began)
-            return {"dashboards": dashboards, "memory_mib": _memory(victoria)}
+            result["victoriametrics"] = {"dashboards": dashboards, "memory_mib": _memory(victoria)}
         finally:
             victoria.stop()
 
@@ -452,8 +554,9 @@ class Bench:
         cycles: dict[str, dict[str, float]] = defaultdict(dict)
         intervals: dict[str, float] = {}
         wanted = self.args.live_cycles
-        deadline = time.monotonic() + (wanted + 2) * max(duration_seconds(g.interval) for g in self.groups)
+        usage = Usage({"prometheus": prometheus})
         try:
+            deadline = self._live_deadline()
             while time.monotonic() < deadline:
                 data, _ = _request(prometheus, "/api/v1/rules", {}, method="GET")
                 for group in data["groups"]:
@@ -463,6 +566,7 @@ class Bench:
                 if intervals and all(len(cycles[name]) >= wanted for name in intervals):
                     break
                 time.sleep(1)
+            resources = usage.measured()
         finally:
             prometheus.rule_files = []
             prometheus.restart()
@@ -475,7 +579,75 @@ class Bench:
             }
             for name in sorted(intervals)
         }
-        return {"evaluated_at": now, "note": note, "groups": groups}
+        return {"evaluated_at": now, "note": note, "groups": groups, "resources": resources["prometheus"]}
+
+    def _live_deadline(self) -> float:
+        return time.monotonic() + (self.args.live_cycles + 2) * max(duration_seconds(g.interval) for g in self.groups)
+
+    def _central_ruler(self, victoria: VictoriaMetrics, first: int, last: int) -> dict[str, Any]:
+        """vmalert as the central ruler runs it, on this VictoriaMetrics, for a few cycles at "now" inside the data:
+        each group's evaluation time per cycle, and what vmalert and VictoriaMetrics used meanwhile."""
+        now = time.time()
+        if now > last:
+            return {"skipped": f"the data ended {now - last:.0f}s before the central ruler could start"}
+        note = f"only {(now - first) / 60:.0f} minutes of data before the evaluation time" if now < first + 3600 else ""
+        config_file = self.scratch / "alertmanager.yml"
+        # Alerts go to an Alertmanager, as the central ruler's do; it notifies nobody.
+        config_file.write_text(yaml.safe_dump({"route": {"receiver": "none"}, "receivers": [{"name": "none"}]}))
+        alertmanager = Alertmanager(config_file)
+        alertmanager.port = free_port()
+        ruler = VMAlert(self._central_files(victoria, f"127.0.0.1:{alertmanager.port}"))
+        try:
+            alertmanager.start()
+            # VictoriaMetrics may still merge the parts of the import in the background: its CPU before the ruler
+            # starts, over as long, tells how much of the figure below is not the ruler's queries and writes.
+            idle = Usage({"victoriametrics": victoria})
+            time.sleep(CENTRAL_IDLE_SECONDS)
+            before = idle.measured()["victoriametrics"]
+            ruler.start()
+            usage = Usage({"vmalert": ruler, "victoriametrics": victoria})
+            wanted, expected = self.args.live_cycles, {group.name for group in self.groups}
+            cycles, deadline = CycleTimes(), self._live_deadline()
+            while time.monotonic() < deadline:
+                with urllib.request.urlopen(ruler.url + "/metrics", timeout=60) as response:
+                    cycles.add(response.read().decode())
+                if all(len(cycles.seconds[name]) >= wanted for name in expected):
+                    break
+                time.sleep(1)
+            resources = usage.measured()
+            groups = cycles.groups()
+            executions = _metrics(ruler)
+        finally:
+            ruler.stop()
+            alertmanager.stop()
+        return {
+            "evaluated_at": now,
+            "note": note,
+            "vmalert_version": CENTRAL_VMALERT_VERSION,
+            "groups": groups,
+            # A rule that fails is cheap: the figures hold only with no failures.
+            "rule_executions": executions.get("vmalert_execution_total"),
+            "rule_failures": executions.get("vmalert_execution_errors_total"),
+            "resources": resources,
+            "victoriametrics_before": before,
+        }
+
+    def _central_files(self, victoria: VictoriaMetrics, alertmanager: str) -> Path:
+        """out/scale-out/central/ of a sharded site on this config whose central store is `victoria`: the rule
+        files and vmalert's flags, as the build writes them; the flags file's path."""
+        site = self.scratch / "central-site.yaml"
+        central = {"url": victoria.url, "vmalert_version": CENTRAL_VMALERT_VERSION}
+        site.write_text(
+            yaml.safe_dump(
+                {"scrape": {"alertmanagers": [alertmanager]}, "scale_out": {"topology": "sharded", "central": central}}
+            )
+        )
+        out = self.scratch / "out"
+        for path, text in scale_out.files(pipeline.model(config_module.load(site))).items():
+            if path.startswith(f"{scale_out.CENTRAL_DIR}/"):
+                (out / path).parent.mkdir(parents=True, exist_ok=True)
+                (out / path).write_text(text)
+        return out / scale_out.CENTRAL_DIR / scale_out.VMALERT_FLAGS
 
     def _rule_queries(self, measurer: Measurer, last: int) -> dict[str, Any]:
         """Each group's rules run as instant queries at three moments near the end: samples and seconds per cycle."""
@@ -511,6 +683,13 @@ def with_rules_of(earlier: dict[str, Any], measured: dict[str, Any]) -> dict[str
         prometheus[key] = measured["prometheus"][key]
     remeasured = {key: measured[key] for key in ("date", "elapsed", "phases")}
     return {**earlier, "prometheus": prometheus, "rules_remeasured": remeasured}
+
+
+def with_central_of(earlier: dict[str, Any], measured: dict[str, Any]) -> dict[str, Any]:
+    """A size's results with the central ruler of a --central-only run (same simulated data, VictoriaMetrics
+    only), the run named beside it; everything else stays the full run's."""
+    run = {key: measured[key] for key in ("date", "elapsed", "phases")}
+    return {**earlier, "central": {**measured["central"], "run": run}}
 
 
 def _settle(prometheus: Prometheus, quiet: float = 70.0, limit: float = 3600.0) -> dict[str, Any]:
@@ -713,6 +892,8 @@ def tables(results: dict[str, Any]) -> str:
     lines += ["### Goals", "", *goal_lines(results), ""]
     growth = growth_lines(results)
     lines += ["### Growth", "", *growth, ""] if growth else []
+    central = central_summary(results)
+    lines += ["### Central ruler", "", *central, ""] if central else []
     for key in sorted(results["sizes"], key=int):
         size = results["sizes"][key]
         prometheus = size["prometheus"]
@@ -731,7 +912,7 @@ def tables(results: dict[str, Any]) -> str:
                 measured = prometheus["dashboards"].get(uid, {}).get(variant)
                 if measured:
                     lines.append(_dashboard_row(uid, variant, measured, victoria.get(uid, {}).get(variant, {})))
-        lines += ["", *ratio_lines(prometheus["dashboards"]), "", *rule_lines(prometheus)]
+        lines += ["", *ratio_lines(prometheus["dashboards"]), "", *rule_lines(prometheus), "", *central_lines(size)]
         memory = prometheus["memory_mib"]
         lines += [
             "",
@@ -751,6 +932,86 @@ def tables(results: dict[str, Any]) -> str:
             "",
         ]
     return "\n".join(lines)
+
+
+def _mib(memory: dict[str, float] | None) -> str:
+    return "-" if not memory else f"{memory['VmRSS']:,.0f}, {memory['VmHWM']:,.0f}"
+
+
+def _cores(resources: dict[str, Any] | None) -> str:
+    return "-" if not resources else f"{resources['cores']:.2f} ({resources['cpu_seconds']:.0f} s)"
+
+
+def central_summary(results: dict[str, Any]) -> list[str]:
+    """The central ruler against one Prometheus, by fleet size: seconds of rule evaluation per cycle, every group
+    together, cores used during the live cycles and resident memory."""
+    sizes = [
+        results["sizes"][key]
+        for key in sorted(results["sizes"], key=int)
+        if results["sizes"][key].get("central", {}).get("groups")
+    ]
+    if not sizes:
+        return []
+    out = [
+        "| GPUs | all groups per cycle, s: Prometheus / vmalert | slowest group on vmalert (% of interval) "
+        "| cores (CPU s) during the cycles: Prometheus / vmalert / VictoriaMetrics | VictoriaMetrics idle before "
+        "| resident MiB (now, peak): Prometheus / vmalert / VictoriaMetrics |",
+        "|---|---|---|---|---|---|",
+    ]
+    for size in sizes:
+        central, live = size["central"], size.get("prometheus", {}).get("live_rules", {})
+        ours = central["resources"]
+        theirs = live.get("resources")
+        slowest = max(central["groups"], key=lambda name: central["groups"][name]["seconds"])
+        group = central["groups"][slowest]
+        prometheus_total = sum(g["seconds"] or 0 for g in live.get("groups", {}).values())
+        out.append(
+            f"| {size['gpus']:,} | {f'{prometheus_total:.2f}' if prometheus_total else '-'} / "
+            f"{_central_total(central):.2f} | {slowest}: "
+            f"{100 * group['seconds'] / group['interval']:.1f}% | {_cores(theirs)} / {_cores(ours['vmalert'])} / "
+            f"{_cores(ours['victoriametrics'])} | {central['victoriametrics_before']['cores']:.2f} | "
+            f"{_mib(theirs and theirs['memory_mib'])} / {_mib(ours['vmalert']['memory_mib'])} / "
+            f"{_mib(ours['victoriametrics']['memory_mib'])} |"
+        )
+    return out
+
+
+def _central_total(central: dict[str, Any]) -> float:
+    return sum(group["seconds"] for group in central["groups"].values())
+
+
+def central_lines(size: dict[str, Any]) -> list[str]:
+    """Every rule group's evaluation time on the central ruler beside Prometheus's, the costliest first."""
+    central = size.get("central")
+    if not central:
+        return []
+    if "skipped" in central:
+        return [f"Central ruler: {central['skipped']}.", ""]
+    prometheus = size.get("prometheus", {}).get("live_rules", {}).get("groups", {})
+    out = [
+        f"Central ruler (vmalert {central['vmalert_version']} on VictoriaMetrics, the generated central rule files):",
+        "",
+        "| rule group | interval | vmalert s (median, max) | % of interval | cycles (missed) | Prometheus live s |",
+        "|---|---|---|---|---|---|",
+    ]
+    for name, group in sorted(central["groups"].items(), key=lambda item: -item[1]["seconds"]):
+        theirs = prometheus.get(name, {}).get("seconds")
+        out.append(
+            f"| {name} | {group['interval']:g} s | {group['seconds']:.3f}, {group['max_seconds']:.3f} | "
+            f"{100 * group['seconds'] / group['interval']:.1f}% | {group['cycles']:.0f} ({group['missed']:.0f}) | "
+            + ("-" if theirs is None else f"{theirs:.3f}")
+            + " |"
+        )
+    out.append(f"| all groups | | {_central_total(central):.2f} | | | |")
+    out += ["", f"Rule executions {central['rule_executions']:,.0f}, failed {central['rule_failures']:,.0f}."]
+    run = central.get("run")
+    if run:
+        out += [
+            "",
+            f"Measured {run['date']} with --central-only (same simulated data, VictoriaMetrics only: "
+            f"{run['elapsed'] / 60:.0f} min)" + (f"; {central['note']}" if central["note"] else "") + ".",
+        ]
+    return [*out, ""]
 
 
 def _remeasured_note(size: dict[str, Any]) -> str:
@@ -816,6 +1077,13 @@ def rule_lines(prometheus: dict[str, Any]) -> list[str]:
         out.append(f"| all groups | | {total:.2f} | | | |")
     if live.get("skipped") or live.get("note"):
         out += ["", f"Live evaluation: {live.get('skipped') or live.get('note')}."]
+    used = live.get("resources")
+    if used:
+        out += [
+            "",
+            f"Prometheus during the live cycles: {used['cpu_seconds']:.0f} CPU s in {used['wall_seconds']:.0f} s "
+            f"({used['cores']:.2f} cores), resident {_mib(used['memory_mib'])} MiB (now, peak).",
+        ]
     return out
 
 
@@ -902,6 +1170,11 @@ def main() -> None:
         action="store_true",
         help="after a rule change: measure the rule groups again for sizes already in --out, keep their dashboards",
     )
+    parser.add_argument(
+        "--central-only",
+        action="store_true",
+        help="for sizes already in --out: VictoriaMetrics and the central ruler (vmalert) live only, no Prometheus",
+    )
     parser.add_argument("--plot", type=Path, help="PNG of samples per load against fleet size (needs matplotlib)")
     parser.add_argument("--report-only", action="store_true", help="print tables (and --plot) from --out, run nothing")
     args = parser.parse_args()
@@ -911,13 +1184,18 @@ def main() -> None:
     args.loads = args.loads or (1 if args.quick else 3)
     args.live_cycles = args.live_cycles if args.live_cycles is not None else (0 if args.quick else 4)
     args.backends = (args.backends or ("prometheus" if args.quick else "prometheus,victoriametrics")).split(",")
+    if args.central_only:
+        args.backends = ["victoriametrics"]
 
     results: dict[str, Any] = {"sizes": {}}
     if args.out and args.out.exists():
         results = json.loads(args.out.read_text())
     missing = [gpus for gpus in args.sizes if str(gpus) not in results["sizes"]]
-    if args.rules_only and not args.report_only and (not args.out or missing):
-        parser.error(f"--rules-only measures sizes already in --out again; run {missing or args.sizes} in full first")
+    again = "--rules-only" if args.rules_only else "--central-only" if args.central_only else None
+    if args.rules_only and args.central_only:
+        parser.error("--rules-only measures Prometheus, --central-only the central ruler: one at a time")
+    if again and not args.report_only and (not args.out or missing):
+        parser.error(f"{again} measures sizes already in --out again; run {missing or args.sizes} in full first")
     if not args.report_only:
         results["machine"] = _machine()
         with tempfile.TemporaryDirectory(prefix="hpcobs-fleet-") as scratch:
@@ -925,7 +1203,11 @@ def main() -> None:
             for gpus in args.sizes:
                 measured = bench.run(gpus)
                 key = str(gpus)
-                results["sizes"][key] = with_rules_of(results["sizes"][key], measured) if args.rules_only else measured
+                if args.rules_only:
+                    measured = with_rules_of(results["sizes"][key], measured)
+                elif args.central_only:
+                    measured = with_central_of(results["sizes"][key], measured)
+                results["sizes"][key] = measured
                 if args.out:
                     args.out.write_text(json.dumps(results, indent=1, sort_keys=True) + "\n")
     print(tables(results))
